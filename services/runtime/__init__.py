@@ -1,0 +1,1 @@
+"""Runtime shared by every service: settings, telemetry, gRPC bootstrap, datastore clients."""

@@ -1,0 +1,50 @@
+"""Settings from the environment, shared by every service.
+
+Each service declares a frozen pydantic-settings class; `load` builds it and turns a missing or
+malformed variable into one clear start-up error instead of a failure deep inside a request.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TypeVar
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every gRPC service has. Field `x_y` is read from the variable `X_Y`."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
+
+    grpc_host: str = "0.0.0.0"
+    # Seconds to keep answering while reporting NOT_SERVING, so load balancers stop routing first.
+    grpc_drain_seconds: float = Field(default=0.0, ge=0)
+    # Seconds in-flight RPCs get to finish once the server stops accepting new ones.
+    grpc_grace_seconds: float = Field(default=10.0, ge=0)
+    log_level: str = "INFO"
+
+
+class MessageStreamSettings(BaseSettings):
+    """How the message streams are laid out; ingest and flusher must agree on these."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
+
+    # Changing the shard count re-routes conversations: only change it with the streams drained.
+    message_stream_shards: int = Field(default=8, ge=1, le=1024)
+    message_stream_prefix: str = "agora:msg"
+
+
+def load(cls: type[S]) -> S:
+    """Build settings `cls` from the environment or exit with the variables that are wrong."""
+    try:
+        return cls()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = "_".join(str(p) for p in err["loc"]).upper()
+            problems.append(f"  {name}: {err['msg']}")
+        sys.exit(f"{cls.__name__}: invalid configuration\n" + "\n".join(problems))

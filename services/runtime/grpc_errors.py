@@ -1,0 +1,64 @@
+"""Rich gRPC errors: INVALID_ARGUMENT with google.rpc.BadRequest field violations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One wrong field of a request: its path and what is wrong with it."""
+
+    field: str
+    description: str
+
+
+def bad_request_status(message: str, violations: Sequence[FieldViolation]) -> grpc.Status:
+    """A grpc.Status carrying a BadRequest detail with one FieldViolation per problem."""
+    detail = error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in violations
+        ]
+    )
+    packed = any_pb2.Any()
+    packed.Pack(detail)
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message, details=[packed])
+    return rpc_status.to_status(status)
+
+
+async def abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """Abort the call with `code`; typed NoReturn so callers need no unreachable returns."""
+    await context.abort(code, message)
+    raise AssertionError("unreachable")  # context.abort always raises
+
+
+async def abort_invalid(
+    context: grpc.aio.ServicerContext, violations: Sequence[FieldViolation]
+) -> NoReturn:
+    """Abort the call with INVALID_ARGUMENT and the field violations."""
+    message = "; ".join(f"{v.field}: {v.description}" for v in violations)
+    status = bad_request_status(message, violations)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("unreachable")  # context.abort always raises
+
+
+def field_violations(error: grpc.aio.AioRpcError) -> list[FieldViolation]:
+    """The field violations a server attached to an error, if any."""
+    status = rpc_status.from_call(error)
+    if status is None:
+        return []
+    found: list[FieldViolation] = []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            found.extend(FieldViolation(v.field, v.description) for v in bad.field_violations)
+    return found

@@ -1,0 +1,217 @@
+"""aiomysql with OpenTelemetry client spans.
+
+No instrumentor exists for aiomysql, so this thin wrapper is the one place that talks to MySQL /
+MariaDB. Every statement becomes a CLIENT span following the database semantic conventions
+(db.system.name, db.namespace, db.operation.name, db.collection.name, db.query.text with
+placeholders only, server.address/port, db.operation.batch.size). Values are never recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import aiomysql
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+Row = tuple[Any, ...]
+
+_tracer = trace.get_tracer(__name__)
+_STATEMENT = re.compile(
+    r"^\s*(?P<op>\w+)\b.*?\b(?:FROM|INTO|UPDATE|TABLE)\s+`?(?P<table>\w+)`?",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+@lru_cache(maxsize=512)
+def _describe(sql: str) -> tuple[str, str | None]:
+    match = _STATEMENT.match(sql)
+    if match is None:
+        return sql.split(None, 1)[0].upper() if sql.strip() else "SQL", None
+    return match["op"].upper(), match["table"]
+
+
+@dataclass(frozen=True)
+class MysqlTarget:
+    """Where and as whom to connect, parsed from a mysql://user:pass@host:port/db URL."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+
+    @classmethod
+    def from_url(cls, url: str) -> MysqlTarget:
+        parts = urlsplit(url)
+        if parts.scheme not in ("mysql", "mariadb") or not parts.path.strip("/"):
+            raise ValueError("expected mysql://user:password@host:port/database")
+        return cls(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 3306,
+            user=unquote(parts.username or ""),
+            password=unquote(parts.password or ""),
+            database=parts.path.strip("/"),
+        )
+
+
+class Connection:
+    """One pooled connection; every statement on it is traced."""
+
+    def __init__(self, conn: aiomysql.Connection, db: MysqlDatabase) -> None:
+        self._conn = conn
+        self._db = db
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one statement; returns the affected (or matched) row count."""
+        async with self._span(sql, None), self._conn.cursor() as cur:
+            return int(await cur.execute(sql, args))
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """One multi-row statement for `INSERT … VALUES (%s, …)` (every item a placeholder)."""
+        if not rows:
+            return 0
+        async with self._span(sql, len(rows)), self._conn.cursor() as cur:
+            return int(await cur.executemany(sql, rows))
+
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        async with self._span(sql, None) as span, self._conn.cursor() as cur:
+            await cur.execute(sql, args)
+            rows: list[Row] = list(await cur.fetchall())
+            span.set_attribute("db.response.returned_rows", len(rows))
+            return rows
+
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
+        rows = await self.fetchall(sql, args)
+        return rows[0] if rows else None
+
+    @asynccontextmanager
+    async def _span(self, sql: str, batch: int | None) -> AsyncIterator[trace.Span]:
+        op, table = _describe(sql)
+        target = self._db.target
+        name = f"{op} {target.database}.{table}" if table else f"{op} {target.database}"
+        attributes: dict[str, str | int] = {
+            "db.system.name": self._db.system,
+            "db.namespace": target.database,
+            "db.operation.name": op,
+            "db.query.text": sql,
+            "server.address": target.host,
+            "server.port": target.port,
+        }
+        if table:
+            attributes["db.collection.name"] = table
+        if batch is not None:
+            attributes["db.operation.batch.size"] = batch
+        with _tracer.start_as_current_span(
+            name, kind=SpanKind.CLIENT, attributes=attributes, record_exception=False
+        ) as span:
+            try:
+                yield span
+            except aiomysql.Error as exc:
+                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+                span.set_attribute("error.type", type(exc).__name__)
+                if code is not None:
+                    span.set_attribute("db.response.status_code", str(code))
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                raise
+
+
+class MysqlDatabase:
+    """A connection pool; reads run in autocommit, writes in explicit transactions."""
+
+    def __init__(self, pool: aiomysql.Pool, target: MysqlTarget, system: str) -> None:
+        self._pool = pool
+        self.target = target
+        self.system = system
+
+    @classmethod
+    async def connect(
+        cls, url: str, *, minsize: int = 1, maxsize: int = 10, system: str = "mariadb"
+    ) -> MysqlDatabase:
+        """Open a pool to `url`. Sessions run in UTC so DATETIME and TIMESTAMP agree."""
+        target = MysqlTarget.from_url(url)
+        pool = await aiomysql.create_pool(
+            minsize=minsize,
+            maxsize=maxsize,
+            host=target.host,
+            port=target.port,
+            user=target.user,
+            password=target.password,
+            db=target.database,
+            charset="utf8mb4",
+            autocommit=True,
+            init_command="SET time_zone = '+00:00'",
+            pool_recycle=3600,
+            connect_timeout=5,
+        )
+        return cls(pool, target, system)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        async with self._pool.acquire() as conn:
+            yield Connection(conn, self)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """BEGIN … COMMIT, or ROLLBACK when the block raises."""
+        async with self._pool.acquire() as conn:
+            await conn.begin()
+            try:
+                yield Connection(conn, self)
+            except BaseException:
+                await _rollback_quietly(conn)
+                raise
+            await conn.commit()
+
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        async with self.connection() as conn:
+            return await conn.fetchall(sql, args)
+
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
+        async with self.connection() as conn:
+            return await conn.fetchone(sql, args)
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        async with self.connection() as conn:
+            return await conn.execute(sql, args)
+
+    async def close(self) -> None:
+        self._pool.close()
+        await self._pool.wait_closed()
+
+
+async def _rollback_quietly(conn: aiomysql.Connection) -> None:
+    # The original error matters more than a failed rollback on a broken connection; a broken
+    # connection is closed so the pool does not hand it out again.
+    try:
+        await conn.rollback()
+    except Exception:
+        conn.close()
+
+
+# MySQL error numbers after which the same statement may succeed later: lost or refused
+# connections, server shutdown, lock waits and deadlocks. Anything else is about the data.
+TRANSIENT_ERRORS = frozenset(
+    {1040, 1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 1290, 1836}
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when retrying the same work later can succeed (connection or locking trouble)."""
+    if isinstance(exc, (ConnectionError, TimeoutError, aiomysql.InterfaceError)):
+        return True
+    if isinstance(exc, aiomysql.OperationalError):
+        code = exc.args[0] if exc.args else None
+        return code in TRANSIENT_ERRORS or not isinstance(code, int)
+    return False
+
+
+def placeholders(values: Iterable[object]) -> str:
+    """'%s, %s, …' for an IN list of len(values)."""
+    return ", ".join("%s" for _ in values)

@@ -1,0 +1,50 @@
+"""Redis connections, and the check every stream user makes before trusting Redis with data."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis.asyncio as redis
+
+log = logging.getLogger(__name__)
+
+# Stream entries are the only copy of acknowledged data until they are flushed. allkeys-* policies
+# may evict a stream under memory pressure (seed 002, case 2); volatile-* ones only evict keys with
+# a TTL, which streams never have, and noeviction refuses writes instead.
+SAFE_EVICTION_POLICIES = frozenset(
+    {"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
+)
+
+
+class UnsafeRedis(RuntimeError):
+    """Redis is configured so that acknowledged stream entries could disappear."""
+
+
+def connect(url: str, *, max_connections: int = 64) -> redis.Redis:
+    """A pooled asyncio client with bytes replies (hiredis parses when installed)."""
+    return redis.Redis.from_url(
+        url,
+        max_connections=max_connections,
+        decode_responses=False,
+        health_check_interval=30,
+        socket_keepalive=True,
+    )
+
+
+async def require_safe_for_streams(client: redis.Redis) -> None:
+    """Refuse a Redis whose eviction policy could delete streams; warn when AOF is off."""
+    policy = await _config_value(client, "maxmemory-policy")
+    if policy not in SAFE_EVICTION_POLICIES:
+        raise UnsafeRedis(
+            f"Redis maxmemory-policy is {policy!r}: it may evict the streams that hold "
+            "acknowledged writes. Set it to 'noeviction' (or a volatile-* policy)."
+        )
+    if await _config_value(client, "appendonly") == "no":
+        log.warning("Redis runs without AOF: acknowledged writes are lost if Redis restarts")
+
+
+async def _config_value(client: redis.Redis, name: str) -> str:
+    reply: dict[Any, Any] = await client.config_get(name)
+    value = reply.get(name.encode(), reply.get(name, ""))
+    return value.decode() if isinstance(value, bytes) else str(value)

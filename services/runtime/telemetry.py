@@ -1,0 +1,69 @@
+"""OpenTelemetry set-up, written once for every service.
+
+Configuration comes from the standard OTEL_* variables (service name, resource attributes, sampler,
+OTLP endpoint). One deliberate difference from the SDK default: OTEL_TRACES_EXPORTER defaults to
+"none", so a laptop without a collector exports nothing; deployments set it to "otlp".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, MutableMapping
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+from opentelemetry.instrumentation.redis import RedisInstrumentor
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+
+def setup(service_name: str) -> Callable[[], None]:
+    """Install the global tracer provider and library instrumentation; returns a flush-and-stop."""
+    name = os.environ.get("OTEL_SERVICE_NAME") or service_name
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+    for exporter in _exporters(os.environ.get("OTEL_TRACES_EXPORTER", "none")):
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    instrument_libraries()
+    return provider.shutdown
+
+
+def instrument_libraries() -> None:
+    """Patch redis and asyncpg so their calls become client spans (idempotent)."""
+    for instrumentor in (RedisInstrumentor(), AsyncPGInstrumentor()):
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.instrument()
+
+
+def _exporters(setting: str) -> list[SpanExporter]:
+    exporters: list[SpanExporter] = []
+    for name in (part.strip() for part in setting.split(",")):
+        if name in ("", "none"):
+            continue
+        if name == "otlp":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+            exporters.append(OTLPSpanExporter())
+        elif name == "console":
+            exporters.append(ConsoleSpanExporter())
+        else:
+            raise SystemExit(f"OTEL_TRACES_EXPORTER: unsupported exporter {name!r}")
+    return exporters
+
+
+def inject_context(carrier: MutableMapping[str, str]) -> None:
+    """Write the current W3C trace context (traceparent, tracestate) into a carrier."""
+    propagate.inject(carrier)
+
+
+def extract_context(carrier: Mapping[str, str]) -> Context:
+    """Read a W3C trace context written by `inject_context`."""
+    return propagate.extract(carrier)
+
+
+def span_context_of(ctx: Context) -> trace.SpanContext | None:
+    """The remote span context carried in `ctx`, if it carries a valid one."""
+    span_context = trace.get_current_span(ctx).get_span_context()
+    return span_context if span_context.is_valid else None
