@@ -1,0 +1,1 @@
+"""The agora services: ingest, timeline, flusher, gateway, and their shared runtime."""

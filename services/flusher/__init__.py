@@ -1,0 +1,1 @@
+"""flusher: every asynchronous consumer. Message streams → MySQL, ACK only after COMMIT."""

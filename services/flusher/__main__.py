@@ -1,0 +1,5 @@
+import asyncio
+
+from services.flusher.server import main
+
+asyncio.run(main())

@@ -1,0 +1,1 @@
+"""gateway: the HTTP/JSON API for browsers and HTTP-only forwarders, in front of gRPC services."""

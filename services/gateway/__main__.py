@@ -1,0 +1,5 @@
+import asyncio
+
+from services.gateway.server import main
+
+asyncio.run(main())

@@ -1,0 +1,39 @@
+"""The gateway's gRPC clients, one channel per upstream service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
+
+from services.runtime.grpc_client import open_channel
+
+
+@dataclass
+class Clients:
+    """Stubs plus the deadline every call gets."""
+
+    ingest: ingest_service_pb2_grpc.IngestServiceStub
+    timeline: timeline_service_pb2_grpc.TimelineServiceStub
+    timeout: float
+    channels: list[grpc.aio.Channel]
+
+    @classmethod
+    def connect(cls, *, ingest_addr: str, timeline_addr: str, timeout: float) -> Clients:
+        # Reads are retried by the channel on UNAVAILABLE; writes are not (a retried write could
+        # be applied twice if the first attempt reached the server).
+        ingest = open_channel(ingest_addr)
+        timeline = open_channel(
+            timeline_addr, idempotent_services=["agora.messaging.v1.TimelineService"]
+        )
+        return cls(
+            ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
+            timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
+            timeout=timeout,
+            channels=[ingest, timeline],
+        )
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()

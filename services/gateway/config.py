@@ -1,0 +1,22 @@
+"""gateway settings."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+
+from services.runtime.config import ServiceSettings
+
+
+class GatewaySettings(ServiceSettings):
+    """gateway reads JWT_SECRET, INGEST_ADDR and TIMELINE_ADDR (required) from the environment."""
+
+    jwt_secret: SecretStr
+    ingest_addr: str
+    timeline_addr: str
+    gateway_host: str = "0.0.0.0"
+    gateway_port: int = 8080
+    # Deadline of every gRPC call the gateway makes on behalf of a request.
+    rpc_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Optional audience/issuer checks for tokens minted by an identity provider.
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None

@@ -1,0 +1,158 @@
+"""Conversions between the gateway's JSON and the services' protos."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from agora.messaging.v1 import message_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+from pydantic import JsonValue, ValidationError
+
+from services.gateway import schemas
+from services.runtime.grpc_errors import FieldViolation
+from services.runtime.timeutil import isoformat
+
+THREAD_TYPE_NAMES = {message_pb2.THREAD_TYPE_USER: "user", message_pb2.THREAD_TYPE_GROUP: "group"}
+DIRECTION_NAMES = {message_pb2.DIRECTION_IN: "in", message_pb2.DIRECTION_OUT: "out"}
+THREAD_TYPES = {v: k for k, v in THREAD_TYPE_NAMES.items()}
+DIRECTIONS = {v: k for k, v in DIRECTION_NAMES.items()}
+
+# An unencoded "+00:00" in a query string arrives as " 00:00".
+_SPACE_OFFSET = re.compile(r"(\d) (\d{2}:?\d{2})$")
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+class BadValue(ValueError):
+    """A client-supplied value that cannot be converted; carries the field violation."""
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(f"{field}: {description}")
+        self.violation = FieldViolation(field, description)
+
+
+def parse_instant(value: str, field: str) -> Timestamp:
+    """An ISO-8601 instant (offset or Z; none means UTC) as a Timestamp."""
+    text = _SPACE_OFFSET.sub(r"\1+\2", value.strip())
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise BadValue(
+            field, "must be an ISO-8601 time, e.g. 2026-08-02T10:00:00.123+00:00"
+        ) from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    if not 1970 <= parsed.astimezone(UTC).year <= 9999:
+        raise BadValue(field, "is out of range")
+    ts = Timestamp()
+    ts.FromDatetime(parsed.astimezone(UTC))
+    return ts
+
+
+def time_text(ts: Timestamp) -> str:
+    return isoformat(ts.ToDatetime(tzinfo=UTC))
+
+
+def optional_time(holder: Any, field: str) -> str | None:
+    return time_text(getattr(holder, field)) if holder.HasField(field) else None
+
+
+def json_value(text: str) -> JsonValue:
+    """A stored JSON column as a JSON value (stored text that does not parse is kept as text)."""
+    try:
+        return orjson.loads(text)  # type: ignore[no-any-return]
+    except orjson.JSONDecodeError:
+        return text
+
+
+def message_json(m: message_pb2.StoredMessage) -> schemas.Message:
+    def text(name: str) -> str | None:
+        return getattr(m, name) if m.HasField(name) else None
+
+    def document(name: str) -> JsonValue:
+        return json_value(getattr(m, name)) if m.HasField(name) else None
+
+    return schemas.Message(
+        id=m.id,
+        zalo_account_id=m.zalo_account_id,
+        zalo_conversation_id=m.zalo_conversation_id,
+        msg_id=m.msg_id,
+        cli_msg_id=text("cli_msg_id"),
+        thread_id=m.thread_id,
+        thread_type=THREAD_TYPE_NAMES[m.thread_type],  # type: ignore[arg-type]
+        direction=DIRECTION_NAMES[m.direction],  # type: ignore[arg-type]
+        sender_id=text("sender_id"),
+        sender_name=text("sender_name"),
+        content=text("content"),
+        msg_type=text("msg_type"),
+        attachments=document("attachments"),
+        mentions=document("mentions"),
+        quote_msg_id=text("quote_msg_id"),
+        quote_payload=document("quote_payload"),
+        quote_preview=document("quote_preview"),
+        sent_at=time_text(m.sent_at),
+        created_at=optional_time(m, "created_at"),
+        updated_at=optional_time(m, "updated_at"),
+    )
+
+
+def conversation_json(c: message_pb2.Conversation) -> schemas.Conversation:
+    return schemas.Conversation(
+        id=c.id,
+        zalo_account_id=c.zalo_account_id,
+        thread_id=c.thread_id,
+        thread_type=THREAD_TYPE_NAMES[c.thread_type],  # type: ignore[arg-type]
+        last_message_at=time_text(c.last_message_at),
+        last_read_at=optional_time(c, "last_read_at"),
+        unread_count=c.unread_count,
+    )
+
+
+def incoming_message(item: JsonValue) -> message_pb2.Message:
+    """One forwarded JSON message as a proto; raises BadValue naming the first wrong field."""
+    try:
+        parsed = schemas.IncomingMessage.model_validate(item)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        # Union members add their type to the location (sent_at.str); the field is what matters.
+        parts = [str(p) for p in first["loc"] if p not in _UNION_TAGS]
+        field = ".".join(parts) or "message"
+        raise BadValue(field, first["msg"]) from exc
+    msg = message_pb2.Message(
+        msg_id=parsed.msg_id,
+        cli_msg_id=parsed.cli_msg_id or "",
+        thread_id=parsed.thread_id,
+        thread_type=THREAD_TYPES[parsed.thread_type],
+        direction=DIRECTIONS[parsed.direction],
+        sender_id=parsed.sender_id or "",
+        sender_name=parsed.sender_name or "",
+        content=parsed.content or "",
+        msg_type=parsed.msg_type or "",
+        attachments=_json_text(parsed.attachments),
+        mentions=_json_text(parsed.mentions),
+    )
+    if parsed.quote is not None:
+        msg.quote.msg_id = parsed.quote.msg_id or ""
+        msg.quote.payload = _json_text(parsed.quote.payload)
+        msg.quote.preview = _json_text(parsed.quote.preview)
+    if isinstance(parsed.sent_at, int):
+        if not 0 <= parsed.sent_at < 253402300800000:
+            raise BadValue("sent_at", "epoch milliseconds out of range")
+        msg.sent_at.FromMilliseconds(parsed.sent_at)
+    else:
+        msg.sent_at.CopyFrom(parse_instant(parsed.sent_at, "sent_at"))
+    return msg
+
+
+def _json_text(value: JsonValue) -> str:
+    # A string is taken as JSON text already (forwarders that pass columns through unchanged);
+    # ingest checks it is valid JSON.
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()

@@ -1,0 +1,144 @@
+"""The gateway's one error shape, and the one mapping from gRPC status codes to HTTP.
+
+Every error is `{"success": false, "error": {"code", "message", "fields"?}}`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from services.runtime.grpc_errors import FieldViolation, field_violations
+
+log = logging.getLogger(__name__)
+
+# One HTTP status per gRPC code, as a browser developer expects.
+GRPC_TO_HTTP: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 422,
+    grpc.StatusCode.OUT_OF_RANGE: 422,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 503,
+    grpc.StatusCode.CANCELLED: 503,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+_RETRY_AFTER = {429: "1", 503: "1"}
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_argument",
+    429: "resource_exhausted",
+    503: "unavailable",
+}
+
+
+class JsonResponse(Response):
+    """application/json rendered by orjson."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class ApiError(Exception):
+    """An error the gateway answers with, in the one JSON shape."""
+
+    def __init__(
+        self, status: int, code: str, message: str, fields: Sequence[FieldViolation] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.fields = list(fields)
+
+    @classmethod
+    def unauthenticated(cls, message: str) -> ApiError:
+        return cls(401, "unauthenticated", message)
+
+    @classmethod
+    def forbidden(cls, message: str) -> ApiError:
+        return cls(403, "permission_denied", message)
+
+    @classmethod
+    def not_found(cls, message: str) -> ApiError:
+        return cls(404, "not_found", message)
+
+    @classmethod
+    def invalid(cls, fields: Sequence[FieldViolation]) -> ApiError:
+        message = "; ".join(f"{f.field}: {f.description}" for f in fields)
+        return cls(422, "invalid_argument", message, fields)
+
+    @classmethod
+    def from_grpc(cls, error: grpc.aio.AioRpcError) -> ApiError:
+        code = error.code()
+        status = GRPC_TO_HTTP.get(code, 500)
+        if status == 500:
+            # Internal details stay in the logs, not in a browser.
+            log.error("upstream failure %s: %s", code.name, error.details())
+            return cls(500, "internal", "internal error")
+        return cls(
+            status, code.name.lower(), error.details() or code.name.lower(), field_violations(error)
+        )
+
+    def response(self) -> JsonResponse:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.fields:
+            body["fields"] = [{"field": f.field, "message": f.description} for f in self.fields]
+        headers = {"Retry-After": _RETRY_AFTER[self.status]} if self.status in _RETRY_AFTER else {}
+        if self.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        return JsonResponse({"success": False, "error": body}, self.status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Route every error the app can raise through ApiError.response."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JsonResponse:
+        return exc.response()
+
+    @app.exception_handler(grpc.aio.AioRpcError)
+    async def _grpc_error(_: Request, exc: grpc.aio.AioRpcError) -> JsonResponse:
+        return ApiError.from_grpc(exc).response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JsonResponse:
+        if any(err.get("type") == "json_invalid" for err in exc.errors()):
+            return ApiError(400, "bad_request", "the request body is not valid JSON").response()
+        fields = []
+        for err in exc.errors():
+            loc = [str(p) for p in err.get("loc", ()) if p not in ("query", "path", "body")]
+            fields.append(FieldViolation(".".join(loc) or "body", str(err.get("msg", "invalid"))))
+        return ApiError.invalid(fields).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JsonResponse:
+        code = _HTTP_CODES.get(exc.status_code, "error")
+        return ApiError(exc.status_code, code, str(exc.detail)).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JsonResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return ApiError(500, "internal", "internal error").response()

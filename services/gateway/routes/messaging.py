@@ -1,0 +1,299 @@
+"""Zalo inbox routes: timelines, inbox, unread, latest incoming, quotes, mark-read, batch ingest.
+
+Every route needs a token that grants the Zalo account in the path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
+from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
+from fastapi import APIRouter, Body, Path, Query, Request
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from services.gateway import schemas
+from services.gateway.auth import CurrentUser, require_account
+from services.gateway.clients import Clients
+from services.gateway.convert import (
+    BadValue,
+    conversation_json,
+    incoming_message,
+    json_value,
+    message_json,
+    optional_time,
+    parse_instant,
+    time_text,
+)
+from services.gateway.errors import ApiError
+from services.runtime.grpc_errors import FieldViolation
+
+router = APIRouter(prefix="/api/zalo-accounts/{account_id}", tags=["messaging"])
+
+AccountId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Zalo account id")]
+ConversationKey = Annotated[
+    str, Query(min_length=1, max_length=64, description="The conversation's Zalo thread id")
+]
+ConversationKeyPath = Annotated[
+    str, Path(min_length=1, max_length=64, description="The conversation's Zalo thread id")
+]
+Limit = Annotated[int, Query(ge=1, le=100)]
+CursorId = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
+
+
+def _clients(request: Request) -> Clients:
+    clients: Clients = request.app.state.clients
+    return clients
+
+
+def _cursor_time(value: str | None, field: str) -> Timestamp | None:
+    if value is None:
+        return None
+    try:
+        return parse_instant(value, field)
+    except BadValue as exc:
+        raise ApiError.invalid([exc.violation]) from exc
+
+
+@router.get(
+    "/messages",
+    summary="A conversation's messages, newest first (cursor-paginated)",
+    response_model=schemas.MessagesPage,
+)
+async def list_messages(
+    request: Request,
+    user: CurrentUser,
+    account_id: AccountId,
+    conversation_key: ConversationKey,
+    limit: Limit = 50,
+    before_sent_at: Annotated[str | None, Query(description="Cursor, with before_id")] = None,
+    before_id: CursorId = None,
+) -> schemas.MessagesPage:
+    require_account(user, account_id)
+    rpc = timeline_pb.ListMessagesRequest(
+        account_id=account_id, conversation_key=conversation_key, limit=limit
+    )
+    before = _cursor_time(before_sent_at, "before_sent_at")
+    if before is not None:
+        rpc.before_sent_at.CopyFrom(before)
+    if before_id is not None:
+        rpc.before_id = before_id
+    clients = _clients(request)
+    reply = await clients.timeline.ListMessages(rpc, timeout=clients.timeout)
+    return schemas.MessagesPage(
+        data=[message_json(m) for m in reply.messages],
+        pagination=schemas.MessagePagination(
+            limit=limit,
+            has_more=reply.has_more,
+            next_before_sent_at=optional_time(reply, "next_before_sent_at"),
+            next_before_id=reply.next_before_id if reply.HasField("next_before_id") else None,
+        ),
+    )
+
+
+@router.post(
+    "/messages",
+    summary="Ingest a batch of forwarded messages (for forwarders that cannot speak gRPC)",
+    response_model=schemas.IngestResponse,
+    openapi_extra={"x-batch-limit": 500},
+)
+async def ingest_messages(
+    request: Request,
+    user: CurrentUser,
+    account_id: AccountId,
+    body: schemas.IngestBody,
+) -> schemas.IngestResponse:
+    require_account(user, account_id)
+    rejected: list[schemas.Rejection] = []
+    positions: list[int] = []  # original index of each message sent to ingest
+    rpc = ingest_pb.IngestMessagesRequest(account_id=account_id)
+    for index, item in enumerate(body.messages):
+        try:
+            rpc.messages.append(incoming_message(item))
+            positions.append(index)
+        except BadValue as exc:
+            v = exc.violation
+            rejected.append(schemas.Rejection(index=index, field=v.field, reason=v.description))
+    if not body.messages:
+        raise ApiError.invalid([FieldViolation("messages", "must contain at least one message")])
+    accepted = 0
+    if rpc.messages:
+        clients = _clients(request)
+        reply = await clients.ingest.IngestMessages(rpc, timeout=clients.timeout)
+        accepted = reply.accepted
+        rejected += [
+            schemas.Rejection(index=positions[r.index], field=r.field, reason=r.reason)
+            for r in reply.rejected
+        ]
+    rejected.sort(key=lambda r: r.index)
+    return schemas.IngestResponse(data=schemas.IngestResult(accepted=accepted, rejected=rejected))
+
+
+@router.get(
+    "/messages/{msg_id}/quote",
+    summary="The quote payload stored with a message",
+    response_model=schemas.QuotePayloadResponse,
+)
+async def quote_payload(
+    request: Request,
+    user: CurrentUser,
+    account_id: AccountId,
+    msg_id: Annotated[str, Path(min_length=1, max_length=64)],
+) -> schemas.QuotePayloadResponse:
+    require_account(user, account_id)
+    clients = _clients(request)
+    reply = await clients.timeline.GetQuotePayload(
+        timeline_pb.GetQuotePayloadRequest(account_id=account_id, msg_id=msg_id),
+        timeout=clients.timeout,
+    )
+    payload = json_value(reply.quote_payload) if reply.HasField("quote_payload") else None
+    return schemas.QuotePayloadResponse(
+        data=schemas.QuotePayload(msg_id=msg_id, quote_payload=payload)
+    )
+
+
+@router.get(
+    "/conversations",
+    summary="The inbox: conversations by newest activity, with unread counts",
+    response_model=schemas.ConversationsPage,
+)
+async def list_conversations(
+    request: Request,
+    user: CurrentUser,
+    account_id: AccountId,
+    limit: Limit = 20,
+    before_last_message_at: Annotated[
+        str | None, Query(description="Cursor, with before_id")
+    ] = None,
+    before_id: CursorId = None,
+) -> schemas.ConversationsPage:
+    require_account(user, account_id)
+    rpc = timeline_pb.ListConversationsRequest(account_id=account_id, limit=limit)
+    before = _cursor_time(before_last_message_at, "before_last_message_at")
+    if before is not None:
+        rpc.before_last_message_at.CopyFrom(before)
+    if before_id is not None:
+        rpc.before_id = before_id
+    clients = _clients(request)
+    reply = await clients.timeline.ListConversations(rpc, timeout=clients.timeout)
+    return schemas.ConversationsPage(
+        data=[conversation_json(c) for c in reply.conversations],
+        pagination=schemas.ConversationPagination(
+            limit=limit,
+            has_more=reply.has_more,
+            next_before_last_message_at=optional_time(reply, "next_before_last_message_at"),
+            next_before_id=reply.next_before_id if reply.HasField("next_before_id") else None,
+        ),
+    )
+
+
+@router.get(
+    "/conversations/{conversation_key}/unread",
+    summary="Unread incoming messages of a conversation",
+    response_model=schemas.UnreadResponse,
+)
+async def count_unread(
+    request: Request,
+    user: CurrentUser,
+    account_id: AccountId,
+    conversation_key: ConversationKeyPath,
+) -> schemas.UnreadResponse:
+    require_account(user, account_id)
+    clients = _clients(request)
+    reply = await clients.timeline.CountUnread(
+        timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
+        timeout=clients.timeout,
+    )
+    return schemas.UnreadResponse(
+        data=schemas.UnreadCount(
+            conversation_key=conversation_key,
+            unread=reply.unread,
+            last_read_at=optional_time(reply, "last_read_at"),
+        )
+    )
+
+
+@router.post(
+    "/conversations/{conversation_key}/read",
+    summary="Mark a conversation read up to an instant (default: now); applied asynchronously",
+    response_model=schemas.MarkReadResponse,
+    status_code=202,
+)
+async def mark_read(
+    request: Request,
+    user: CurrentUser,
+    account_id: AccountId,
+    conversation_key: ConversationKeyPath,
+    body: Annotated[schemas.MarkReadBody | None, Body()] = None,
+) -> schemas.MarkReadResponse:
+    require_account(user, account_id)
+    clients = _clients(request)
+    # Only a conversation that exists gets a read marker; ask the read side first (404 otherwise).
+    await clients.timeline.CountUnread(
+        timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
+        timeout=clients.timeout,
+    )
+    rpc = ingest_pb.MarkReadRequest(account_id=account_id, conversation_key=conversation_key)
+    if body is not None and body.read_at is not None:
+        try:
+            rpc.read_at.CopyFrom(parse_instant(body.read_at, "read_at"))
+        except BadValue as exc:
+            raise ApiError.invalid([exc.violation]) from exc
+    reply = await clients.ingest.MarkRead(rpc, timeout=clients.timeout)
+    return schemas.MarkReadResponse(
+        data=schemas.MarkedRead(conversation_key=conversation_key, read_at=time_text(reply.read_at))
+    )
+
+
+@router.get(
+    "/conversations/{conversation_key}/latest-incoming",
+    summary="The newest incoming message of a conversation (for auto-reply)",
+    response_model=schemas.LatestIncomingResponse,
+)
+async def latest_incoming(
+    request: Request,
+    user: CurrentUser,
+    account_id: AccountId,
+    conversation_key: ConversationKeyPath,
+) -> schemas.LatestIncomingResponse:
+    require_account(user, account_id)
+    clients = _clients(request)
+    reply = await clients.timeline.LatestIncoming(
+        timeline_pb.LatestIncomingRequest(account_id=account_id, conversation_key=conversation_key),
+        timeout=clients.timeout,
+    )
+    return schemas.LatestIncomingResponse(
+        data=schemas.LatestIncoming(
+            conversation_key=conversation_key,
+            msg_id=reply.msg_id if reply.found else None,
+            sent_at=time_text(reply.sent_at) if reply.found else None,
+        )
+    )
+
+
+@router.post(
+    "/agent-sent",
+    summary="Record a message an agent sent from the app, before Zalo echoes it",
+    response_model=schemas.AcceptedResponse,
+    status_code=202,
+)
+async def record_agent_sent(
+    request: Request, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
+) -> schemas.AcceptedResponse:
+    require_account(user, account_id)
+    rpc = ingest_pb.RecordAgentSentRequest(
+        account_id=account_id,
+        thread_id=body.thread_id,
+        cli_msg_id=body.cli_msg_id,
+        msg_id=body.msg_id or "",
+        agent_user_id=body.agent_user_id or user.user_id,
+        content=body.content or "",
+    )
+    if body.sent_at is not None:
+        try:
+            rpc.sent_at.CopyFrom(parse_instant(body.sent_at, "sent_at"))
+        except BadValue as exc:
+            raise ApiError.invalid([exc.violation]) from exc
+    clients = _clients(request)
+    await clients.ingest.RecordAgentSent(rpc, timeout=clients.timeout)
+    return schemas.AcceptedResponse(data=schemas.Accepted(accepted=True))

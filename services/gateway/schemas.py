@@ -1,0 +1,202 @@
+"""JSON shapes of the gateway's responses (and so of its OpenAPI document).
+
+Messages keep their column names and times are ISO-8601 strings with milliseconds and an explicit
+offset (2026-08-02T10:00:00.123+00:00), exactly as the seed's API returns them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, JsonValue
+
+
+class Message(BaseModel):
+    id: int
+    zalo_account_id: int
+    zalo_conversation_id: int
+    msg_id: str
+    cli_msg_id: str | None
+    thread_id: str
+    thread_type: Literal["user", "group"]
+    direction: Literal["in", "out"]
+    sender_id: str | None
+    sender_name: str | None
+    content: str | None
+    msg_type: str | None
+    attachments: JsonValue
+    mentions: JsonValue
+    quote_msg_id: str | None
+    quote_payload: JsonValue
+    quote_preview: JsonValue
+    sent_at: str = Field(examples=["2026-08-02T10:00:00.123+00:00"])
+    created_at: str | None
+    updated_at: str | None
+
+
+class MessagePagination(BaseModel):
+    limit: int
+    has_more: bool
+    next_before_sent_at: str | None
+    next_before_id: int | None
+
+
+class MessagesPage(BaseModel):
+    success: Literal[True] = True
+    data: list[Message]
+    pagination: MessagePagination
+
+
+class Conversation(BaseModel):
+    id: int
+    zalo_account_id: int
+    thread_id: str
+    thread_type: Literal["user", "group"]
+    last_message_at: str
+    last_read_at: str | None
+    unread_count: int
+
+
+class ConversationPagination(BaseModel):
+    limit: int
+    has_more: bool
+    next_before_last_message_at: str | None
+    next_before_id: int | None
+
+
+class ConversationsPage(BaseModel):
+    success: Literal[True] = True
+    data: list[Conversation]
+    pagination: ConversationPagination
+
+
+class UnreadCount(BaseModel):
+    conversation_key: str
+    unread: int
+    last_read_at: str | None
+
+
+class UnreadResponse(BaseModel):
+    success: Literal[True] = True
+    data: UnreadCount
+
+
+class LatestIncoming(BaseModel):
+    conversation_key: str
+    msg_id: str | None
+    sent_at: str | None
+
+
+class LatestIncomingResponse(BaseModel):
+    success: Literal[True] = True
+    data: LatestIncoming
+
+
+class QuotePayload(BaseModel):
+    msg_id: str
+    quote_payload: JsonValue
+
+
+class QuotePayloadResponse(BaseModel):
+    success: Literal[True] = True
+    data: QuotePayload
+
+
+class MarkReadBody(BaseModel):
+    read_at: str | None = Field(
+        default=None,
+        description="ISO-8601 instant; everything sent up to it is read. Default: now.",
+    )
+
+
+class MarkedRead(BaseModel):
+    conversation_key: str
+    read_at: str
+
+
+class MarkReadResponse(BaseModel):
+    success: Literal[True] = True
+    data: MarkedRead
+
+
+class Rejection(BaseModel):
+    index: int
+    field: str
+    reason: str
+
+
+class IngestResult(BaseModel):
+    accepted: int
+    rejected: list[Rejection]
+
+
+class IngestResponse(BaseModel):
+    success: Literal[True] = True
+    data: IngestResult
+
+
+class IncomingQuote(BaseModel):
+    msg_id: str | None = None
+    payload: JsonValue = None
+    preview: JsonValue = None
+
+
+class IncomingMessage(BaseModel):
+    """One forwarded message. JSON fields take any JSON value (a string is taken as JSON text)."""
+
+    msg_id: str
+    cli_msg_id: str | None = None
+    thread_id: str
+    thread_type: Literal["user", "group"] = "user"
+    direction: Literal["in", "out"]
+    sender_id: str | None = None
+    sender_name: str | None = None
+    content: str | None = None
+    msg_type: str | None = None
+    attachments: JsonValue = None
+    mentions: JsonValue = None
+    quote: IncomingQuote | None = None
+    sent_at: str | int = Field(description="ISO-8601 with offset, or epoch milliseconds")
+
+
+class IngestBody(BaseModel):
+    """A batch of forwarded messages. Each item is checked on its own: invalid items are
+    reported in `rejected` by index while the valid ones are stored."""
+
+    messages: list[JsonValue] = Field(
+        json_schema_extra={"items": {"$ref": "#/components/schemas/IncomingMessage"}}
+    )
+
+
+class AgentSentBody(BaseModel):
+    thread_id: str
+    cli_msg_id: str
+    msg_id: str | None = None
+    agent_user_id: int | None = Field(default=None, ge=0)
+    content: str | None = None
+    sent_at: str | None = None
+
+
+class Accepted(BaseModel):
+    accepted: bool
+
+
+class AcceptedResponse(BaseModel):
+    success: Literal[True] = True
+    data: Accepted
+
+
+class ErrorField(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    fields: list[ErrorField] | None = None
+
+
+class ErrorResponse(BaseModel):
+    success: Literal[False] = False
+    error: ErrorBody

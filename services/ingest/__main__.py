@@ -1,0 +1,5 @@
+import asyncio
+
+from services.ingest.server import main
+
+asyncio.run(main())

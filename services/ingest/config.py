@@ -1,0 +1,21 @@
+"""ingest settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from services.runtime.config import MessageStreamSettings, ServiceSettings
+
+
+class IngestSettings(ServiceSettings, MessageStreamSettings):
+    """ingest reads REDIS_URL (required) and the limits below from the environment."""
+
+    redis_url: str
+    grpc_port: int = 50051
+    # Seed 000 §7: MESSAGE_QUEUE_MAX >= peak msg/s * outage seconds; 500 msg/s * 300 s by default.
+    message_queue_max: int = Field(default=150_000, ge=1)
+    ingest_max_batch: int = Field(default=500, ge=1, le=10_000)
+    content_max_chars: int = Field(default=65_535, ge=1)
+    json_max_bytes: int = Field(default=65_536, ge=2)
+    # Listener clocks drift; anything later than this past the server's clock is rejected.
+    sent_at_max_future_seconds: int = Field(default=300, ge=0)

@@ -1,0 +1,162 @@
+"""The IngestService RPC surface: proto in, validation, durable append, proto out."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import grpc
+from agora.events.v1 import message_events_pb2 as events
+from agora.messaging.v1 import ingest_service_pb2 as pb
+from agora.messaging.v1 import ingest_service_pb2_grpc as pb_grpc
+from agora.messaging.v1 import message_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from services.ingest.config import IngestSettings
+from services.ingest.repository import BacklogFull, MessageStreamRepository
+from services.ingest.validation import Limits, check_id, validate_batch
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.message_stream import MessageStreams
+from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
+
+
+class IngestHandlers(pb_grpc.IngestServiceServicer):
+    """Validates, shards by conversation, and appends; never writes a database directly."""
+
+    def __init__(
+        self, settings: IngestSettings, streams: MessageStreams, repo: MessageStreamRepository
+    ) -> None:
+        self._streams = streams
+        self._repo = repo
+        self._max_batch = settings.ingest_max_batch
+        self._limits = Limits(
+            content_max_chars=settings.content_max_chars,
+            json_max_bytes=settings.json_max_bytes,
+            sent_at_max_future_seconds=settings.sent_at_max_future_seconds,
+        )
+
+    async def IngestMessages(
+        self, request: pb.IngestMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IngestMessagesResponse:
+        problems = _check_account(request.account_id)
+        if not request.messages:
+            problems.append(FieldViolation("messages", "must contain at least one message"))
+        elif len(request.messages) > self._max_batch:
+            problems.append(
+                FieldViolation("messages", f"must contain at most {self._max_batch} messages")
+            )
+        if problems:
+            await abort_invalid(context, problems)
+
+        now = utc_now()
+        accepted, rejected = validate_batch(request.messages, now.replace(tzinfo=UTC), self._limits)
+        by_shard: dict[int, list[message_pb2.Message]] = defaultdict(list)
+        for index in accepted:
+            msg = message_pb2.Message()
+            msg.CopyFrom(request.messages[index])
+            msg.sent_at.CopyFrom(truncate_to_millis(msg.sent_at))
+            by_shard[self._streams.shard_of(request.account_id, msg.thread_id)].append(msg)
+
+        accepted_at = to_timestamp(now)
+        entries = {
+            shard: events.MessageStreamEntry(
+                account_id=request.account_id,
+                accepted_at=accepted_at,
+                messages=events.MessagesReceived(messages=msgs),
+            )
+            for shard, msgs in by_shard.items()
+        }
+        await self._append(entries, context)
+        return pb.IngestMessagesResponse(
+            accepted=len(accepted),
+            rejected=[
+                pb.Rejection(index=i, field=v.field, reason=v.description) for i, v in rejected
+            ],
+        )
+
+    async def RecordAgentSent(
+        self, request: pb.RecordAgentSentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordAgentSentResponse:
+        problems = _check_account(request.account_id)
+        for violation in (
+            check_id(request.thread_id, "thread_id", required=True),
+            check_id(request.cli_msg_id, "cli_msg_id", required=True),
+            check_id(request.msg_id, "msg_id", required=False),
+        ):
+            if violation is not None:
+                problems.append(violation)
+        if len(request.content) > self._limits.content_max_chars:
+            limit = self._limits.content_max_chars
+            problems.append(FieldViolation("content", f"must be at most {limit} characters"))
+        now = utc_now()
+        future = self._check_not_future(request, "sent_at", now)
+        if future is not None:
+            problems.append(future)
+        if problems:
+            await abort_invalid(context, problems)
+        sent_at = request.sent_at if request.HasField("sent_at") else to_timestamp(now)
+        entry = events.MessageStreamEntry(
+            account_id=request.account_id,
+            accepted_at=to_timestamp(now),
+            agent_sent=events.AgentSentRecorded(
+                thread_id=request.thread_id,
+                cli_msg_id=request.cli_msg_id,
+                msg_id=request.msg_id,
+                agent_user_id=request.agent_user_id,
+                content=request.content,
+                sent_at=truncate_to_millis(sent_at),
+            ),
+        )
+        shard = self._streams.shard_of(request.account_id, request.thread_id)
+        await self._append({shard: entry}, context)
+        return pb.RecordAgentSentResponse()
+
+    async def MarkRead(
+        self, request: pb.MarkReadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MarkReadResponse:
+        problems = _check_account(request.account_id)
+        now = utc_now()
+        for violation in (
+            check_id(request.conversation_key, "conversation_key", required=True),
+            self._check_not_future(request, "read_at", now),
+        ):
+            if violation is not None:
+                problems.append(violation)
+        if problems:
+            await abort_invalid(context, problems)
+        read_at = truncate_to_millis(
+            request.read_at if request.HasField("read_at") else to_timestamp(now)
+        )
+        entry = events.MessageStreamEntry(
+            account_id=request.account_id,
+            accepted_at=to_timestamp(now),
+            read=events.ConversationRead(thread_id=request.conversation_key, read_at=read_at),
+        )
+        shard = self._streams.shard_of(request.account_id, request.conversation_key)
+        await self._append({shard: entry}, context)
+        return pb.MarkReadResponse(read_at=read_at)
+
+    def _check_not_future(
+        self, request: pb.RecordAgentSentRequest | pb.MarkReadRequest, field: str, now: datetime
+    ) -> FieldViolation | None:
+        if not request.HasField(field):
+            return None
+        value: Timestamp = getattr(request, field)
+        skew = self._limits.sent_at_max_future_seconds
+        if value.seconds > now.replace(tzinfo=UTC).timestamp() + skew:
+            return FieldViolation(field, f"is more than {skew}s in the future")
+        return None
+
+    async def _append(
+        self,
+        entries: dict[int, events.MessageStreamEntry],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        try:
+            await self._repo.append(entries)
+        except BacklogFull as exc:
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; retry later")
+
+
+def _check_account(account_id: int) -> list[FieldViolation]:
+    return [] if account_id > 0 else [FieldViolation("account_id", "is required")]

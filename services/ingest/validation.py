@@ -1,0 +1,149 @@
+"""Per-message validation: what makes a forwarded message storable, with the reason when not.
+
+Pure functions of the message and the clock, so they are tested without any server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from agora.messaging.v1 import message_pb2
+
+from services.runtime.grpc_errors import FieldViolation
+
+# Ids end up in URLs, unique keys and log lines: keep them to an unambiguous ASCII set.
+_ID = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
+# Zalo launched in 2012: an earlier sent_at is a broken clock or a unit mistake (s vs ms).
+EARLIEST_SENT_AT = datetime(2012, 1, 1, tzinfo=UTC)
+MAX_JSON_DEPTH = 64  # MySQL refuses documents nested deeper than 100
+MAX_NAME_CHARS = 255
+MAX_MESSAGE_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    content_max_chars: int
+    json_max_bytes: int
+    sent_at_max_future_seconds: int
+
+
+def check_id(value: str, field: str, *, required: bool) -> FieldViolation | None:
+    """None when `value` is a valid id (or an allowed empty one), else the violation."""
+    if not value:
+        return FieldViolation(field, "is required") if required else None
+    if not _ID.fullmatch(value):
+        return FieldViolation(field, "must be 1-64 characters of A-Z a-z 0-9 . _ : @ -")
+    return None
+
+
+def check_json(text: str, field: str, limits: Limits) -> FieldViolation | None:
+    """None when `text` is empty or one strict JSON document within the size and depth limits."""
+    if not text:
+        return None
+    if len(text.encode()) > limits.json_max_bytes:
+        return FieldViolation(field, f"must be at most {limits.json_max_bytes} bytes of JSON")
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        return FieldViolation(field, f"must be valid JSON ({_first_line(exc)})")
+    if _depth(document) > MAX_JSON_DEPTH:
+        return FieldViolation(field, f"must be nested at most {MAX_JSON_DEPTH} levels deep")
+    return None
+
+
+def check_sent_at(msg: message_pb2.Message, now: datetime, limits: Limits) -> FieldViolation | None:
+    if not msg.HasField("sent_at"):
+        return FieldViolation("sent_at", "is required")
+    ts = msg.sent_at
+    if not 0 <= ts.nanos < 1_000_000_000:
+        return FieldViolation("sent_at", "has nanos outside 0..999999999")
+    seconds = ts.seconds + ts.nanos / 1e9
+    if seconds < EARLIEST_SENT_AT.timestamp():
+        return FieldViolation("sent_at", "is before 2012-01-01 (seconds sent as milliseconds?)")
+    if seconds > now.timestamp() + limits.sent_at_max_future_seconds:
+        return FieldViolation(
+            "sent_at", f"is more than {limits.sent_at_max_future_seconds}s in the future"
+        )
+    return None
+
+
+def validate_message(
+    msg: message_pb2.Message, now: datetime, limits: Limits
+) -> FieldViolation | None:
+    """The first problem that makes `msg` unstorable, or None."""
+    return next((v for v in _checks(msg, now, limits) if v is not None), None)
+
+
+def _checks(
+    msg: message_pb2.Message, now: datetime, limits: Limits
+) -> Iterator[FieldViolation | None]:
+    # A generator, so checking stops at the first problem (JSON parsing is the costly part).
+    yield check_id(msg.msg_id, "msg_id", required=True)
+    yield check_id(msg.cli_msg_id, "cli_msg_id", required=False)
+    yield check_id(msg.thread_id, "thread_id", required=True)
+    if msg.thread_type not in (message_pb2.THREAD_TYPE_USER, message_pb2.THREAD_TYPE_GROUP):
+        yield FieldViolation("thread_type", "must be USER or GROUP")
+    if msg.direction not in (message_pb2.DIRECTION_IN, message_pb2.DIRECTION_OUT):
+        yield FieldViolation("direction", "must be IN or OUT")
+    yield _check_length(msg.sender_id, "sender_id", 64)
+    yield _check_length(msg.sender_name, "sender_name", MAX_NAME_CHARS)
+    yield _check_length(msg.content, "content", limits.content_max_chars)
+    yield _check_length(msg.msg_type, "msg_type", 64)
+    yield check_sent_at(msg, now, limits)
+    if msg.ByteSize() > MAX_MESSAGE_BYTES:
+        yield FieldViolation("message", f"must be at most {MAX_MESSAGE_BYTES} bytes in all")
+    yield check_json(msg.attachments, "attachments", limits)
+    yield check_json(msg.mentions, "mentions", limits)
+    yield check_id(msg.quote.msg_id, "quote.msg_id", required=False)
+    yield check_json(msg.quote.payload, "quote.payload", limits)
+    yield check_json(msg.quote.preview, "quote.preview", limits)
+
+
+def validate_batch(
+    messages: Sequence[message_pb2.Message], now: datetime, limits: Limits
+) -> tuple[list[int], list[tuple[int, FieldViolation]]]:
+    """Indexes of the valid messages, and (index, violation) for each invalid one."""
+    accepted: list[int] = []
+    rejected: list[tuple[int, FieldViolation]] = []
+    for index, msg in enumerate(messages):
+        violation = validate_message(msg, now, limits)
+        if violation is None:
+            accepted.append(index)
+        else:
+            rejected.append((index, violation))
+    return accepted, rejected
+
+
+def _check_length(value: str, field: str, limit: int) -> FieldViolation | None:
+    if len(value) > limit:
+        return FieldViolation(field, f"must be at most {limit} characters")
+    if "\x00" in value:
+        return FieldViolation(field, "must not contain NUL characters")
+    return None
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _depth(document: object) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in value)
+    return deepest

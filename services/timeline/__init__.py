@@ -1,0 +1,1 @@
+"""timeline: the read side. Message timelines, unread counts, inbox; read-only SQL."""

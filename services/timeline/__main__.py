@@ -1,0 +1,5 @@
+import asyncio
+
+from services.timeline.server import main
+
+asyncio.run(main())

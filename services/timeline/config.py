@@ -1,0 +1,15 @@
+"""timeline settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from services.runtime.config import ServiceSettings
+
+
+class TimelineSettings(ServiceSettings):
+    """timeline reads MYSQL_URL (a SELECT-only user) from the environment."""
+
+    mysql_url: str
+    grpc_port: int = 50052
+    mysql_pool_size: int = Field(default=16, ge=1)

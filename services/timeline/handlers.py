@@ -1,0 +1,200 @@
+"""The TimelineService RPC surface: request checks, repository calls, rows → protos."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import grpc
+from agora.messaging.v1 import message_pb2
+from agora.messaging.v1 import timeline_service_pb2 as pb
+from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
+
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.mysql import Row
+from services.runtime.timeutil import to_datetime, to_timestamp
+from services.timeline.repository import MESSAGE_COLUMNS, TimelineRepository
+
+MAX_LIMIT = 100
+_SENT_AT = MESSAGE_COLUMNS.index("sent_at")
+THREAD_TYPES = {"user": message_pb2.THREAD_TYPE_USER, "group": message_pb2.THREAD_TYPE_GROUP}
+DIRECTIONS = {"in": message_pb2.DIRECTION_IN, "out": message_pb2.DIRECTION_OUT}
+_OPTIONAL_TEXT = (
+    "cli_msg_id",
+    "sender_id",
+    "sender_name",
+    "content",
+    "msg_type",
+    "attachments",
+    "mentions",
+    "quote_msg_id",
+    "quote_payload",
+    "quote_preview",
+)
+
+
+class TimelineHandlers(pb_grpc.TimelineServiceServicer):
+    """Read-only RPCs over the MySQL inbox tables."""
+
+    def __init__(self, repo: TimelineRepository) -> None:
+        self._repo = repo
+
+    async def ListMessages(
+        self, request: pb.ListMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListMessagesResponse:
+        problems = _check_conversation(request.account_id, request.conversation_key)
+        problems += _check_limit(request.limit)
+        before, cursor_problems = _cursor(request, "before_sent_at", "before_id", request.before_id)
+        if problems or cursor_problems:
+            await abort_invalid(context, problems + cursor_problems)
+        conversation_id = await self._repo.conversation_id(
+            request.account_id, request.conversation_key
+        )
+        if conversation_id is None:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
+        page = await self._repo.list_messages(conversation_id, request.limit, before)
+        response = pb.ListMessagesResponse(
+            messages=[_stored_message(row) for row in page.rows], has_more=page.has_more
+        )
+        if page.rows:
+            oldest = page.rows[-1]
+            response.next_before_sent_at.CopyFrom(to_timestamp(oldest[_SENT_AT]))
+            response.next_before_id = int(oldest[0])
+        return response
+
+    async def CountUnread(
+        self, request: pb.CountUnreadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CountUnreadResponse:
+        problems = _check_conversation(request.account_id, request.conversation_key)
+        if problems:
+            await abort_invalid(context, problems)
+        conversation = await self._repo.find_conversation(
+            request.account_id, request.conversation_key
+        )
+        if conversation is None:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
+        response = pb.CountUnreadResponse(unread=await self._repo.count_unread(conversation))
+        if conversation.last_read_at is not None:
+            response.last_read_at.CopyFrom(to_timestamp(conversation.last_read_at))
+        return response
+
+    async def LatestIncoming(
+        self, request: pb.LatestIncomingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LatestIncomingResponse:
+        problems = _check_conversation(request.account_id, request.conversation_key)
+        if problems:
+            await abort_invalid(context, problems)
+        conversation_id = await self._repo.conversation_id(
+            request.account_id, request.conversation_key
+        )
+        if conversation_id is None:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
+        latest = await self._repo.latest_incoming(conversation_id)
+        if latest is None:
+            return pb.LatestIncomingResponse(found=False)
+        return pb.LatestIncomingResponse(
+            found=True, msg_id=latest[0], sent_at=to_timestamp(latest[1])
+        )
+
+    async def GetQuotePayload(
+        self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetQuotePayloadResponse:
+        problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
+        if not request.msg_id:
+            problems.append(FieldViolation("msg_id", "is required"))
+        if problems:
+            await abort_invalid(context, problems)
+        found, payload = await self._repo.quote_payload(request.account_id, request.msg_id)
+        if not found:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "message not found")
+        return pb.GetQuotePayloadResponse(quote_payload=payload)
+
+    async def ListConversations(
+        self, request: pb.ListConversationsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListConversationsResponse:
+        problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
+        problems += _check_limit(request.limit)
+        before, cursor_problems = _cursor(
+            request, "before_last_message_at", "before_id", request.before_id
+        )
+        if problems or cursor_problems:
+            await abort_invalid(context, problems + cursor_problems)
+        page = await self._repo.list_conversations(request.account_id, request.limit, before)
+        response = pb.ListConversationsResponse(
+            conversations=[_conversation(row) for row in page.rows], has_more=page.has_more
+        )
+        if page.rows:
+            oldest = page.rows[-1]
+            response.next_before_last_message_at.CopyFrom(to_timestamp(oldest[4]))
+            response.next_before_id = int(oldest[0])
+        return response
+
+
+def _check_conversation(account_id: int, conversation_key: str) -> list[FieldViolation]:
+    problems = [] if account_id else [FieldViolation("account_id", "is required")]
+    if not conversation_key:
+        problems.append(FieldViolation("conversation_key", "is required"))
+    elif len(conversation_key) > 64:
+        problems.append(FieldViolation("conversation_key", "must be at most 64 characters"))
+    return problems
+
+
+def _check_limit(limit: int) -> list[FieldViolation]:
+    if 1 <= limit <= MAX_LIMIT:
+        return []
+    return [FieldViolation("limit", f"must be between 1 and {MAX_LIMIT}")]
+
+
+def _cursor(
+    request: Any, time_field: str, id_field: str, id_value: int
+) -> tuple[tuple[datetime, int] | None, list[FieldViolation]]:
+    """The (time, id) keyset cursor; both halves or neither."""
+    has_time = request.HasField(time_field)
+    has_id = request.HasField(id_field)
+    if has_time != has_id:
+        missing = id_field if has_time else time_field
+        return None, [FieldViolation(missing, f"is required with {time_field}/{id_field} cursor")]
+    if not has_time:
+        return None, []
+    ts = getattr(request, time_field)
+    if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < 253402300800:
+        return None, [FieldViolation(time_field, "is not a valid timestamp")]
+    if id_value <= 0:
+        return None, [FieldViolation(id_field, "must be a positive id")]
+    return (to_datetime(ts), id_value), []
+
+
+def _stored_message(row: Row) -> message_pb2.StoredMessage:
+    values = dict(zip(MESSAGE_COLUMNS, row, strict=True))
+    msg = message_pb2.StoredMessage(
+        id=values["id"],
+        zalo_account_id=values["zalo_account_id"],
+        zalo_conversation_id=values["zalo_conversation_id"],
+        msg_id=values["msg_id"],
+        thread_id=values["thread_id"],
+        thread_type=THREAD_TYPES[values["thread_type"]],
+        direction=DIRECTIONS[values["direction"]],
+        sent_at=to_timestamp(values["sent_at"]),
+    )
+    for name in _OPTIONAL_TEXT:
+        if values[name] is not None:
+            setattr(msg, name, values[name])
+    for name in ("created_at", "updated_at"):
+        if values[name] is not None:
+            getattr(msg, name).CopyFrom(to_timestamp(values[name]))
+    return msg
+
+
+def _conversation(row: Row) -> message_pb2.Conversation:
+    conv_id, account_id, thread_id, thread_type, last_message_at, last_read_at, unread = row
+    conversation = message_pb2.Conversation(
+        id=conv_id,
+        zalo_account_id=account_id,
+        thread_id=thread_id,
+        thread_type=THREAD_TYPES[thread_type],
+        last_message_at=to_timestamp(last_message_at),
+        unread_count=int(unread),
+    )
+    if last_read_at is not None:
+        conversation.last_read_at.CopyFrom(to_timestamp(last_read_at))
+    return conversation

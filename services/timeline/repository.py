@@ -1,0 +1,168 @@
+"""The only module of timeline that touches MySQL. Every query is one of seed 000 §3's shapes.
+
+Pages are keyset-paginated on (sent_at DESC, id DESC) with LIMIT n+1 to learn whether more exist;
+OFFSET is never used. The statements are module constants so the EXPLAIN tests check exactly them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from services.runtime.mysql import MysqlDatabase, Row
+
+MESSAGE_COLUMNS = (
+    "id",
+    "zalo_account_id",
+    "zalo_conversation_id",
+    "msg_id",
+    "cli_msg_id",
+    "thread_id",
+    "thread_type",
+    "direction",
+    "sender_id",
+    "sender_name",
+    "content",
+    "msg_type",
+    "attachments",
+    "mentions",
+    "quote_msg_id",
+    "quote_payload",
+    "quote_preview",
+    "sent_at",
+    "created_at",
+    "updated_at",
+)
+_SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM zalo_messages"
+
+FIND_CONVERSATION = """
+SELECT id, last_read_at FROM zalo_conversations WHERE zalo_account_id = %s AND thread_id = %s
+"""
+
+FIRST_PAGE = f"""{_SELECT_MESSAGES}
+WHERE zalo_conversation_id = %s
+ORDER BY sent_at DESC, id DESC
+LIMIT %s"""
+
+NEXT_PAGE = f"""{_SELECT_MESSAGES}
+WHERE zalo_conversation_id = %s
+  AND (sent_at < %s OR (sent_at = %s AND id < %s))
+ORDER BY sent_at DESC, id DESC
+LIMIT %s"""
+
+COUNT_UNREAD = """
+SELECT COUNT(*) FROM zalo_messages
+WHERE zalo_conversation_id = %s AND direction = 'in' AND sent_at > %s"""
+
+LATEST_INCOMING = """
+SELECT msg_id, sent_at FROM zalo_messages
+WHERE zalo_conversation_id = %s AND direction = 'in'
+ORDER BY sent_at DESC, msg_id DESC
+LIMIT 1"""
+
+QUOTE_PAYLOAD = """
+SELECT quote_payload FROM zalo_messages WHERE zalo_account_id = %s AND msg_id = %s"""
+
+_INBOX_SELECT = """
+SELECT c.id, c.zalo_account_id, c.thread_id, c.thread_type, c.last_message_at, c.last_read_at,
+  (SELECT COUNT(*) FROM zalo_messages m
+    WHERE m.zalo_conversation_id = c.id AND m.direction = 'in'
+      AND m.sent_at > COALESCE(c.last_read_at, %s)) AS unread
+FROM zalo_conversations c
+WHERE c.zalo_account_id = %s"""
+
+INBOX_FIRST_PAGE = f"""{_INBOX_SELECT}
+ORDER BY c.last_message_at DESC, c.id DESC
+LIMIT %s"""
+
+INBOX_NEXT_PAGE = f"""{_INBOX_SELECT}
+  AND (c.last_message_at < %s OR (c.last_message_at = %s AND c.id < %s))
+ORDER BY c.last_message_at DESC, c.id DESC
+LIMIT %s"""
+
+# Before any message can have been sent: "never read" compares against this.
+NEVER = datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class ConversationRef:
+    id: int
+    last_read_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[Row]
+    has_more: bool
+
+
+class TimelineRepository:
+    """Read-only queries for the inbox."""
+
+    def __init__(self, db: MysqlDatabase, *, id_cache_size: int = 100_000) -> None:
+        self._db = db
+        # A conversation's id never changes, so the (account, thread) → id lookup of every
+        # timeline page is answered from memory after the first time.
+        self._ids: OrderedDict[tuple[int, str], int] = OrderedDict()
+        self._id_cache_size = id_cache_size
+
+    async def conversation_id(self, account_id: int, thread_id: str) -> int | None:
+        key = (account_id, thread_id)
+        cached = self._ids.get(key)
+        if cached is not None:
+            self._ids.move_to_end(key)
+            return cached
+        found = await self.find_conversation(account_id, thread_id)
+        if found is None:
+            return None
+        self._ids[key] = found.id
+        if len(self._ids) > self._id_cache_size:
+            self._ids.popitem(last=False)
+        return found.id
+
+    async def find_conversation(self, account_id: int, thread_id: str) -> ConversationRef | None:
+        row = await self._db.fetchone(FIND_CONVERSATION, (account_id, thread_id))
+        return None if row is None else ConversationRef(int(row[0]), row[1])
+
+    async def list_messages(
+        self, conversation_id: int, limit: int, before: tuple[datetime, int] | None
+    ) -> Page:
+        """Newest first; `before` is the (sent_at, id) of the previous page's oldest message."""
+        if before is None:
+            rows = await self._db.fetchall(FIRST_PAGE, (conversation_id, limit + 1))
+        else:
+            sent_at, msg_id = before
+            rows = await self._db.fetchall(
+                NEXT_PAGE, (conversation_id, sent_at, sent_at, msg_id, limit + 1)
+            )
+        return Page(rows[:limit], len(rows) > limit)
+
+    async def count_unread(self, conversation: ConversationRef) -> int:
+        row = await self._db.fetchone(
+            COUNT_UNREAD, (conversation.id, conversation.last_read_at or NEVER)
+        )
+        return int(row[0]) if row else 0
+
+    async def latest_incoming(self, conversation_id: int) -> tuple[str, datetime] | None:
+        row = await self._db.fetchone(LATEST_INCOMING, (conversation_id,))
+        return None if row is None else (str(row[0]), row[1])
+
+    async def quote_payload(self, account_id: int, msg_id: str) -> tuple[bool, str | None]:
+        """(message exists, its quote payload)."""
+        row = await self._db.fetchone(QUOTE_PAYLOAD, (account_id, msg_id))
+        return (False, None) if row is None else (True, row[0])
+
+    async def list_conversations(
+        self, account_id: int, limit: int, before: tuple[datetime, int] | None
+    ) -> Page:
+        args: tuple[Any, ...]
+        if before is None:
+            args = (NEVER, account_id, limit + 1)
+            rows = await self._db.fetchall(INBOX_FIRST_PAGE, args)
+        else:
+            at, conversation_id = before
+            args = (NEVER, account_id, at, at, conversation_id, limit + 1)
+            rows = await self._db.fetchall(INBOX_NEXT_PAGE, args)
+        return Page(rows[:limit], len(rows) > limit)
