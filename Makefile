@@ -1,0 +1,51 @@
+# agora: the two commands are `make up` and `make test`.
+SHELL := /bin/bash
+STACK := deploy/local/stack.sh
+PY := .venv/bin/python
+SUB ?= 7
+ACCOUNTS ?= 1
+
+.PHONY: help setup protos up down logs token test lint unit-test k8s-validate bench
+
+help:
+	@echo "make up          install what is missing, start datastores + services, load demo data"
+	@echo "make down        stop everything"
+	@echo "make logs        follow every log"
+	@echo "make token       print a dev bearer token (SUB=7 ACCOUNTS=1,2)"
+	@echo "make test        lint, type-check, validate k8s, run every test against real servers"
+	@echo "make bench       benchmarks against the local stack (make up first)"
+
+setup:
+	@$(STACK) setup
+
+protos:
+	@$(STACK) setup
+
+up:
+	@$(STACK) up
+
+down:
+	@$(STACK) down
+
+logs:
+	@$(STACK) logs
+
+token:
+	@$(STACK) run $(PY) -m tools.jwt_token --sub $(SUB) --accounts $(ACCOUNTS)
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+k8s-validate: setup
+	@$(STACK) run $(PY) -m tools.k8s_validate
+
+test: lint
+	@$(STACK) datastores
+	@$(STACK) migrate agora_test
+	@$(MAKE) --no-print-directory k8s-validate
+	@$(STACK) run $(PY) -m pytest $(PYTEST_ARGS)
+
+bench:
+	@$(STACK) run $(PY) -m bench $(BENCH_ARGS)

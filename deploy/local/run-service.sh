@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Starts one service of the local stack with its environment (used by supervisord).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+name=$1
+set -a
+# shellcheck source=/dev/null
+source "$here/stack.env"
+# shellcheck source=/dev/null
+source "$here/env/$name.env"
+OTEL_SERVICE_NAME=${OTEL_SERVICE_NAME:-$name}
+set +a
+cd "$root"
+exec "$root/.venv/bin/python" -m "services.$name"

@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# The local stack on one machine: Debian packages, virtualenv, generated stubs, MariaDB, PostgreSQL
+# and Redis in ./var on non-standard ports, migrations, and every service under supervisord.
+#
+#   stack.sh setup        packages (as root, when missing), .venv, stubs
+#   stack.sh datastores   setup + start the datastores, create databases and users
+#   stack.sh migrate DB   apply migrations to database DB (agora, agora_test)
+#   stack.sh up           datastores + migrate + services + demo data, returns once healthy
+#   stack.sh down         stop everything
+#   stack.sh logs         follow every log
+#   stack.sh run CMD...   run CMD with the stack's variables (and env/test.env) exported
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+var=${AGORA_VAR:-$root/var}
+venv=$root/.venv
+py=$venv/bin/python
+set -a
+# shellcheck source=stack.env
+source "$here/stack.env"
+set +a
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+pg_bin() {
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$dir" ] || die "PostgreSQL server binaries not found under /usr/lib/postgresql"
+  echo "$dir"
+}
+
+install_packages() {
+  local missing=()
+  command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server mariadb-client)
+  ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  is_root || die "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)"
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Debian's policy-rc.d keeps the packages from starting their own system services: good, the
+  # stack runs its own instances in ./var.
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+setup_venv() {
+  local stamp=$venv/.requirements.sha256 want
+  want=$(cat "$root/requirements.txt" "$root/requirements-dev.txt" | sha256sum | cut -d' ' -f1)
+  if [ ! -x "$py" ]; then
+    log "creating .venv"
+    python3 -m venv "$venv"
+  fi
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing Python dependencies"
+    "$py" -m pip install -q --disable-pip-version-check -r "$root/requirements-dev.txt"
+    echo "$want" >"$stamp"
+  fi
+  # The repository root and the generated stubs are importable without installing a package.
+  local site
+  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  printf '%s\n%s\n' "$root" "$root/gen" >"$site/agora.pth"
+}
+
+gen_protos() {
+  log "generating gRPC stubs"
+  rm -rf "$root/gen"
+  mkdir -p "$root/gen"
+  (cd "$root" && find protos -name '*.proto' -print0 | xargs -0 "$py" -m grpc_tools.protoc \
+    -Iprotos --python_out=gen --grpc_python_out=gen --pyi_out=gen)
+}
+
+setup() {
+  install_packages
+  setup_venv
+  gen_protos
+}
+
+# mysql and postgres run as their own users and must be able to reach ./var. A checkout under a
+# private directory (mktemp -d is 0700) blocks them, so open the path for traversal only (o+x).
+open_path_for() {
+  local user=$1 dir=$2
+  is_root || return 0
+  runuser -u "$user" -- test -x "$dir" && return 0
+  local d=$dir
+  while [ "$d" != "/" ]; do
+    if [ -d "$d" ] && ! runuser -u "$user" -- test -x "$d"; then
+      log "allowing $user to traverse $d (chmod o+x)"
+      chmod o+x "$d"
+    fi
+    d=$(dirname "$d")
+  done
+}
+
+init_datastores() {
+  mkdir -p "$var"/{log,run,redis,mariadb,postgres}
+  chmod 755 "$var" "$var/run" "$var/log"
+  if is_root; then
+    chown mysql:mysql "$var/mariadb"
+    chown postgres:postgres "$var/postgres"
+    chmod 1777 "$var/run"
+    open_path_for mysql "$var/mariadb"
+    open_path_for postgres "$var/postgres"
+  fi
+  if [ ! -d "$var/mariadb/data/mysql" ]; then
+    log "initialising MariaDB in $var/mariadb/data"
+    local as_user=()
+    is_root && as_user=(--user=mysql)
+    mariadb-install-db --no-defaults "${as_user[@]}" --datadir="$var/mariadb/data" \
+      --auth-root-authentication-method=socket --skip-test-db >"$var/log/mariadb-install.log" 2>&1 \
+      || { cat "$var/log/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
+  fi
+  if [ ! -f "$var/postgres/data/PG_VERSION" ]; then
+    log "initialising PostgreSQL in $var/postgres/data"
+    local initdb=("$(pg_bin)/initdb" -D "$var/postgres/data" -U "$(pg_superuser)" --auth-local=peer
+                  --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8)
+    if is_root; then runuser -u postgres -- "${initdb[@]}" >"$var/log/initdb.log"
+    else "${initdb[@]}" >"$var/log/initdb.log"; fi
+    echo "include '$here/postgresql.conf'" >>"$var/postgres/data/postgresql.conf"
+  fi
+}
+
+write_supervisor_conf() {
+  local mysql_user="" pg_user=""
+  if is_root; then mysql_user="user=mysql"; pg_user="user=postgres"; fi
+  cat >"$var/supervisord.conf" <<EOF
+; Generated by deploy/local/stack.sh; edit the script, not this file.
+[unix_http_server]
+file=$var/run/supervisor.sock
+chmod=0700
+
+[supervisord]
+logfile=$var/log/supervisord.log
+pidfile=$var/run/supervisord.pid
+childlogdir=$var/log
+nodaemon=false
+
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+
+[supervisorctl]
+serverurl=unix://$var/run/supervisor.sock
+
+[group:datastores]
+programs=mariadb,postgres,redis
+
+[group:services]
+programs=ingest,timeline,flusher,gateway
+
+[program:mariadb]
+command=/usr/sbin/mariadbd --defaults-file=$here/mariadb.cnf --datadir=$var/mariadb/data
+  --socket=$var/run/mysqld.sock --port=$MYSQL_PORT --pid-file=$var/run/mariadb.pid
+  --slow-query-log-file=$var/log/mariadb-slow.log
+$mysql_user
+priority=10
+autostart=false
+stopsignal=TERM
+stopwaitsecs=120
+redirect_stderr=true
+stdout_logfile=$var/log/mariadb.log
+
+[program:postgres]
+command=$(pg_bin)/postgres -D $var/postgres/data -p $PG_PORT -k $var/run
+$pg_user
+priority=10
+autostart=false
+stopsignal=INT
+stopwaitsecs=120
+redirect_stderr=true
+stdout_logfile=$var/log/postgres.log
+
+[program:redis]
+command=$(command -v redis-server) $here/redis.conf --port $REDIS_PORT --dir $var/redis
+  --requirepass $REDIS_PASSWORD --unixsocket $var/run/redis.sock --unixsocketperm 700
+priority=10
+autostart=false
+stopsignal=TERM
+stopwaitsecs=60
+redirect_stderr=true
+stdout_logfile=$var/log/redis.log
+EOF
+  local name
+  for name in ingest timeline flusher gateway; do
+    cat >>"$var/supervisord.conf" <<EOF
+
+[program:$name]
+command=$here/run-service.sh $name
+priority=20
+autostart=false
+autorestart=true
+startsecs=2
+stopsignal=TERM
+stopwaitsecs=30
+redirect_stderr=true
+stdout_logfile=$var/log/$name.log
+EOF
+  done
+}
+
+supervisorctl() { "$venv/bin/supervisorctl" -c "$var/supervisord.conf" "$@"; }
+
+supervisord_running() {
+  [ -S "$var/run/supervisor.sock" ] && supervisorctl pid >/dev/null 2>&1
+}
+
+start_supervisord() {
+  write_supervisor_conf
+  if supervisord_running; then
+    supervisorctl reread >/dev/null && supervisorctl update >/dev/null
+  else
+    "$venv/bin/supervisord" -c "$var/supervisord.conf"
+    local i
+    for i in $(seq 50); do supervisord_running && return 0; sleep 0.2; done
+    die "supervisord did not start (see $var/log/supervisord.log)"
+  fi
+}
+
+wait_for() {
+  local what=$1 seconds=$2
+  shift 2
+  local i
+  for i in $(seq $((seconds * 5))); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  die "$what is not ready after ${seconds}s (make logs)"
+}
+
+# Administration goes through the unix sockets with OS-user authentication: no admin password.
+admin_user() { if is_root; then echo root; else id -un; fi; }
+pg_superuser() { if is_root; then echo postgres; else id -un; fi; }
+mysql_root() { mariadb --no-defaults --socket="$var/run/mysqld.sock" -u "$(admin_user)" "$@"; }
+psql_admin() {
+  local cmd=(psql -h "$var/run" -p "$PG_PORT" -U "$(pg_superuser)" -v ON_ERROR_STOP=1 -q "$@")
+  if is_root; then runuser -u postgres -- "${cmd[@]}"; else "${cmd[@]}"; fi
+}
+
+bootstrap_mysql() {
+  local db
+  for db in agora agora_test; do
+    mysql_root <<EOF
+CREATE DATABASE IF NOT EXISTS $db CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
+EOF
+  done
+  # One user per service, each with only what it needs: timeline reads, flusher writes rows,
+  # only the migrator changes schemas (and the test suite uses it to reset tables).
+  mysql_root <<EOF
+CREATE USER IF NOT EXISTS 'agora_migrator'@'127.0.0.1' IDENTIFIED BY '$MYSQL_MIGRATOR_PASSWORD';
+CREATE USER IF NOT EXISTS 'agora_flusher'@'127.0.0.1' IDENTIFIED BY '$MYSQL_FLUSHER_PASSWORD';
+CREATE USER IF NOT EXISTS 'agora_timeline'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TIMELINE_PASSWORD';
+ALTER USER 'agora_migrator'@'127.0.0.1' IDENTIFIED BY '$MYSQL_MIGRATOR_PASSWORD';
+ALTER USER 'agora_flusher'@'127.0.0.1' IDENTIFIED BY '$MYSQL_FLUSHER_PASSWORD';
+ALTER USER 'agora_timeline'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TIMELINE_PASSWORD';
+GRANT ALL PRIVILEGES ON agora.* TO 'agora_migrator'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON agora_test.* TO 'agora_migrator'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON agora_bench.* TO 'agora_migrator'@'127.0.0.1';
+GRANT SELECT, INSERT, UPDATE, DELETE ON agora.* TO 'agora_flusher'@'127.0.0.1';
+GRANT SELECT, INSERT, UPDATE, DELETE ON agora_test.* TO 'agora_flusher'@'127.0.0.1';
+GRANT SELECT ON agora.* TO 'agora_timeline'@'127.0.0.1';
+GRANT SELECT ON agora_test.* TO 'agora_timeline'@'127.0.0.1';
+EOF
+}
+
+bootstrap_postgres() {
+  psql_admin -d postgres <<EOF
+SELECT format('CREATE ROLE agora_migrator LOGIN PASSWORD %L', '$PG_MIGRATOR_PASSWORD')
+WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agora_migrator') \gexec
+ALTER ROLE agora_migrator PASSWORD '$PG_MIGRATOR_PASSWORD';
+SELECT 'CREATE DATABASE agora OWNER agora_migrator'
+WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agora') \gexec
+SELECT 'CREATE DATABASE agora_test OWNER agora_migrator'
+WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agora_test') \gexec
+EOF
+}
+
+datastores() {
+  setup
+  init_datastores
+  start_supervisord
+  supervisorctl start datastores:* >/dev/null || true
+  wait_for "MariaDB" 60 mysql_root -e "SELECT 1"
+  wait_for "PostgreSQL" 60 "$(pg_bin)/pg_isready" -q -h "$var/run" -p "$PG_PORT"
+  wait_for "Redis" 30 redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ping
+  bootstrap_mysql
+  bootstrap_postgres
+}
+
+migrate() {
+  local db=${1:-agora}
+  log "migrating $db"
+  local dbmate=("$venv/bin/dbmate" --no-dump-schema --wait --wait-timeout 30s)
+  "${dbmate[@]}" --url "mysql://agora_migrator:$MYSQL_MIGRATOR_PASSWORD@127.0.0.1:$MYSQL_PORT/$db" \
+    --migrations-dir "$root/migrations/mysql" up >/dev/null
+  if compgen -G "$root/migrations/postgres/*.sql" >/dev/null; then
+    "${dbmate[@]}" --url "postgres://agora_migrator:$PG_MIGRATOR_PASSWORD@127.0.0.1:$PG_PORT/$db?sslmode=disable" \
+      --migrations-dir "$root/migrations/postgres" up >/dev/null
+  fi
+}
+
+up() {
+  datastores
+  migrate agora
+  log "starting services"
+  supervisorctl start services:* >/dev/null || true
+  "$py" -m tools.wait_healthy \
+    "grpc:127.0.0.1:$INGEST_PORT" "grpc:127.0.0.1:$TIMELINE_PORT" "grpc:127.0.0.1:$FLUSHER_PORT" \
+    "http://127.0.0.1:$GATEWAY_PORT/healthz" \
+    || { supervisorctl status || true; die "services are not healthy (make logs)"; }
+  log "loading demo data"
+  run "$py" -m tools.demo_data
+  local token
+  token=$(run "$py" -m tools.jwt_token --sub 7 --accounts 1,2)
+  cat <<EOF
+
+agora is up.
+  gateway   http://127.0.0.1:$GATEWAY_PORT   (OpenAPI: http://127.0.0.1:$GATEWAY_PORT/docs)
+  gRPC      ingest :$INGEST_PORT  timeline :$TIMELINE_PORT  flusher :$FLUSHER_PORT (health)
+  logs      make logs        stop: make down
+
+Try:
+  curl -s -H "Authorization: Bearer $token" \\
+    'http://127.0.0.1:$GATEWAY_PORT/api/zalo-accounts/1/messages?conversation_key=demo-thread-1&limit=5'
+EOF
+}
+
+down() {
+  if supervisord_running; then
+    log "stopping services and datastores"
+    supervisorctl stop services:* >/dev/null 2>&1 || true
+    supervisorctl stop datastores:* >/dev/null 2>&1 || true
+    supervisorctl shutdown >/dev/null
+  else
+    log "nothing is running"
+  fi
+}
+
+logs() { tail -n 50 -F "$var"/log/*.log; }
+
+run() {
+  set -a
+  local f
+  for f in "$here"/env/test.env; do
+    # shellcheck source=/dev/null
+    source "$f"
+  done
+  set +a
+  (cd "$root" && "$@")
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  datastores) datastores ;;
+  migrate) migrate "$@" ;;
+  up) up ;;
+  down) down ;;
+  logs) logs ;;
+  run) run "$@" ;;
+  *) die "usage: stack.sh setup|datastores|migrate DB|up|down|logs|run CMD..." ;;
+esac

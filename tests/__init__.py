@@ -1,0 +1,1 @@
+"""Tests against real MariaDB, PostgreSQL and Redis servers."""

@@ -1,0 +1,1 @@
+"""Developer commands of the local stack (make token, demo data, health waits)."""

@@ -1,0 +1,94 @@
+"""Load the demo data of the local stack (idempotent: fixed ids, so a reload changes nothing).
+
+Zalo accounts are registered outside this system, so they are inserted directly; messages go
+through the real path: gRPC ingest → stream → flusher → MariaDB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, message_pb2
+
+from services.runtime.grpc_client import open_channel
+from services.runtime.mysql import MysqlDatabase
+
+ACCOUNTS = {1: "Demo Shop", 2: "Demo Clinic", 3: "Demo School"}
+BASE = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
+
+
+def demo_messages(account_id: int, thread_no: int, count: int) -> list[message_pb2.Message]:
+    """A conversation's messages, two incoming for one outgoing, every tenth quoting another."""
+    thread = f"demo-thread-{thread_no}"
+    messages = []
+    for i in range(count):
+        incoming = i % 3 != 2
+        # Every fifth message shares its sent_at with the one before: the (sent_at, id) order shows.
+        step = i - 1 if i % 5 == 1 else i
+        sent = BASE + timedelta(minutes=7 * thread_no, seconds=30 * step)
+        msg = message_pb2.Message(
+            msg_id=f"demo-{account_id}-{thread_no}-{i}",
+            thread_id=thread,
+            thread_type=message_pb2.THREAD_TYPE_USER,
+            direction=message_pb2.DIRECTION_IN if incoming else message_pb2.DIRECTION_OUT,
+            sender_id=f"customer-{thread_no}" if incoming else f"account-{account_id}",
+            sender_name=f"Khách hàng {thread_no}" if incoming else ACCOUNTS[account_id],
+            content=f"Tin nhắn số {i} của hội thoại {thread_no}",
+            msg_type="webchat",
+        )
+        if i % 10 == 9:
+            msg.quote.msg_id = f"demo-{account_id}-{thread_no}-{i - 1}"
+            msg.quote.payload = f'{{"msg": "Tin nhắn số {i - 1}"}}'
+        msg.sent_at.FromDatetime(sent)
+        messages.append(msg)
+    return messages
+
+
+async def load() -> int:
+    port, password = os.environ["MYSQL_PORT"], os.environ["MYSQL_MIGRATOR_PASSWORD"]
+    db = await MysqlDatabase.connect(f"mysql://agora_migrator:{password}@127.0.0.1:{port}/agora")
+    try:
+        async with db.transaction() as tx:
+            await tx.executemany(
+                "INSERT INTO zalo_accounts (id, display_name) VALUES (%s, %s) "
+                "ON DUPLICATE KEY UPDATE display_name = VALUES(display_name)",
+                sorted(ACCOUNTS.items()),
+            )
+        batches = [
+            (account, demo_messages(account, thread, 120 if account == 1 else 40))
+            for account in (1, 2)
+            for thread in range(1, 6 if account == 1 else 3)
+        ]
+        expected = sum(len(m) for _, m in batches)
+        async with open_channel(f"127.0.0.1:{os.environ['INGEST_PORT']}") as channel:
+            stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+            for account, messages in batches:
+                reply = await stub.IngestMessages(
+                    ingest_service_pb2.IngestMessagesRequest(account_id=account, messages=messages),
+                    timeout=10,
+                )
+                if reply.rejected:
+                    raise SystemExit(f"demo data rejected: {reply.rejected[0]}")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            row = await db.fetchone(
+                "SELECT COUNT(*) FROM zalo_messages WHERE msg_id LIKE 'demo-%%'"
+            )
+            if row and int(row[0]) >= expected:
+                return expected
+            await asyncio.sleep(0.2)
+        raise SystemExit("demo messages were not flushed within 60 s (make logs)")
+    finally:
+        await db.close()
+
+
+def main() -> None:
+    count = asyncio.run(load())
+    print(f"demo data: accounts {sorted(ACCOUNTS)}, {count} messages in 7 conversations")
+
+
+if __name__ == "__main__":
+    main()
