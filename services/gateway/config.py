@@ -10,7 +10,8 @@ from services.runtime.config import ServiceSettings
 class GatewaySettings(ServiceSettings):
     """gateway reads JWT_SECRET, INGEST_ADDR and TIMELINE_ADDR (required) from the environment."""
 
-    jwt_secret: SecretStr
+    # HS256 needs a key of at least 256 bits (RFC 7518 §3.2).
+    jwt_secret: SecretStr = Field(min_length=32)
     ingest_addr: str
     timeline_addr: str
     gateway_host: str = "0.0.0.0"

@@ -1,0 +1,223 @@
+"""Fixtures: real MariaDB and Redis (started by `make test`), in-process services on port 0.
+
+Every test gets empty tables and an empty Redis database. The services run in this process,
+wired exactly as their `main()` wires them, so one InMemorySpanExporter sees every span.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import pytest_asyncio
+import redis.asyncio as redis
+from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.flusher.config import FlusherSettings
+from services.gateway.app import create_app
+from services.gateway.clients import Clients
+from services.gateway.config import GatewaySettings
+from services.ingest.config import IngestSettings
+from services.ingest.server import build_handlers
+from services.ingest.server import build_server as build_ingest_server
+from services.runtime import telemetry
+from services.runtime.grpc_client import open_channel
+from services.runtime.grpc_server import GrpcServer
+from services.runtime.message_stream import MessageStreams
+from services.runtime.mysql import MysqlDatabase
+from services.timeline.config import TimelineSettings
+from services.timeline.handlers import TimelineHandlers
+from services.timeline.repository import TimelineRepository
+from services.timeline.server import build_server as build_timeline_server
+from tests.helpers import ACCOUNTS, Flusher, mint_token
+
+SHARDS = 4
+TABLES = ["zalo_agent_sent_messages", "zalo_messages", "zalo_conversations", "zalo_accounts"]
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.exit(f"{name} is not set: run the tests with `make test`", returncode=2)
+    return value
+
+
+@dataclass(frozen=True)
+class Env:
+    redis_url: str
+    mysql_admin_url: str
+    mysql_flusher_url: str
+    mysql_timeline_url: str
+    jwt_secret: str
+
+
+@pytest.fixture(scope="session")
+def env() -> Env:
+    return Env(
+        redis_url=_env("TEST_REDIS_URL"),
+        mysql_admin_url=_env("TEST_MYSQL_ADMIN_URL"),
+        mysql_flusher_url=_env("TEST_MYSQL_FLUSHER_URL"),
+        mysql_timeline_url=_env("TEST_MYSQL_TIMELINE_URL"),
+        jwt_secret=_env("TEST_JWT_SECRET"),
+    )
+
+
+@pytest.fixture(scope="session")
+def spans() -> InMemorySpanExporter:
+    """Every span of the session; tests clear it before they act."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    telemetry.instrument_libraries()
+    return exporter
+
+
+@pytest_asyncio.fixture(scope="session")
+async def admin_db(env: Env) -> AsyncIterator[MysqlDatabase]:
+    """The migrator user on agora_test: resets tables and checks stored state."""
+    db = await MysqlDatabase.connect(env.mysql_admin_url)
+    yield db
+    await db.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def flusher_db(env: Env) -> AsyncIterator[MysqlDatabase]:
+    db = await MysqlDatabase.connect(env.mysql_flusher_url)
+    yield db
+    await db.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def timeline_db(env: Env) -> AsyncIterator[MysqlDatabase]:
+    db = await MysqlDatabase.connect(env.mysql_timeline_url)
+    yield db
+    await db.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def redis_client(env: Env) -> AsyncIterator[redis.Redis]:
+    client = redis.Redis.from_url(env.redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def clean(admin_db: MysqlDatabase, redis_client: redis.Redis) -> None:
+    """Empty tables (plus the test accounts) and an empty Redis database."""
+    async with admin_db.connection() as conn:
+        await conn.execute("SET FOREIGN_KEY_CHECKS = 0")
+        for table in TABLES:
+            await conn.execute(f"TRUNCATE TABLE {table}")
+        await conn.execute("SET FOREIGN_KEY_CHECKS = 1")
+        await conn.executemany(
+            "INSERT INTO zalo_accounts (id, display_name) VALUES (%s, %s)",
+            [(a, f"Account {a}") for a in ACCOUNTS],
+        )
+    await redis_client.flushdb()
+
+
+@pytest.fixture(scope="session")
+def streams() -> MessageStreams:
+    return MessageStreams("agora:msg", SHARDS)
+
+
+@pytest.fixture(scope="session")
+def ingest_settings(env: Env) -> IngestSettings:
+    return IngestSettings(redis_url=env.redis_url, message_stream_shards=SHARDS)
+
+
+@pytest.fixture(scope="session")
+def flusher_settings(env: Env) -> FlusherSettings:
+    return FlusherSettings(
+        redis_url=env.redis_url,
+        mysql_url=env.mysql_flusher_url,
+        message_stream_shards=SHARDS,
+        flusher_consumer_name="test-flusher",
+        flusher_block_ms=10,
+    )
+
+
+@pytest_asyncio.fixture(scope="session")
+async def ingest_server(
+    spans: InMemorySpanExporter, ingest_settings: IngestSettings, redis_client: redis.Redis
+) -> AsyncIterator[GrpcServer]:
+    server = build_ingest_server(
+        ingest_settings, build_handlers(ingest_settings, redis_client), port=0
+    )
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def timeline_server(
+    spans: InMemorySpanExporter, env: Env, timeline_db: MysqlDatabase
+) -> AsyncIterator[GrpcServer]:
+    settings = TimelineSettings(mysql_url=env.mysql_timeline_url)
+    server = build_timeline_server(
+        settings, TimelineHandlers(TimelineRepository(timeline_db)), port=0
+    )
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def ingest(
+    ingest_server: GrpcServer,
+) -> AsyncIterator[ingest_service_pb2_grpc.IngestServiceStub]:
+    async with open_channel(f"127.0.0.1:{ingest_server.port}") as channel:
+        yield ingest_service_pb2_grpc.IngestServiceStub(channel)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def timeline(
+    timeline_server: GrpcServer,
+) -> AsyncIterator[timeline_service_pb2_grpc.TimelineServiceStub]:
+    async with open_channel(f"127.0.0.1:{timeline_server.port}") as channel:
+        yield timeline_service_pb2_grpc.TimelineServiceStub(channel)
+
+
+@pytest.fixture
+def flusher(
+    clean: None,
+    flusher_settings: FlusherSettings,
+    redis_client: redis.Redis,
+    flusher_db: MysqlDatabase,
+) -> Flusher:
+    """Drains the message streams into MySQL, in this process, on demand."""
+    return Flusher(flusher_settings, redis_client, flusher_db)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def gateway(
+    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the gateway app, wired to the in-process gRPC services."""
+    settings = GatewaySettings(
+        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
+        ingest_addr=f"127.0.0.1:{ingest_server.port}",
+        timeline_addr=f"127.0.0.1:{timeline_server.port}",
+    )
+    clients = Clients.connect(
+        ingest_addr=settings.ingest_addr, timeline_addr=settings.timeline_addr, timeout=5
+    )
+    app = create_app(settings, clients)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        yield client
+    await clients.close()
+
+
+@pytest.fixture
+def token(env: Env) -> str:
+    """A token for user 7 granting accounts 1 and 2 (not 3)."""
+    return mint_token(env.jwt_secret, sub=7, accounts=[1, 2])
