@@ -44,7 +44,6 @@ k8s-validate: setup
 test: lint
 	@$(STACK) datastores
 	@$(STACK) migrate agora_test
-	@$(MAKE) --no-print-directory k8s-validate
 	@$(STACK) run $(PY) -m pytest $(PYTEST_ARGS)
 
 bench:

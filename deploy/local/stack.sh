@@ -37,6 +37,8 @@ install_packages() {
   command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server mariadb-client)
   ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  # kubectl renders deploy/k8s (kustomize) for the offline manifest checks.
+  command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
   [ ${#missing[@]} -eq 0 ] && return 0
   is_root || die "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)"
   log "installing Debian packages: ${missing[*]}"

@@ -1,0 +1,12 @@
+"""Run one service by name: `python -m services ingest` (the container image's entrypoint)."""
+
+import asyncio
+import importlib
+import sys
+
+SERVICES = ("ingest", "timeline", "flusher", "gateway")
+
+if len(sys.argv) != 2 or sys.argv[1] not in SERVICES:
+    sys.exit(f"usage: python -m services {{{'|'.join(SERVICES)}}}")
+server = importlib.import_module(f"services.{sys.argv[1]}.server")
+asyncio.run(server.main())
