@@ -242,7 +242,7 @@ psql_admin() {
 
 bootstrap_mysql() {
   local db
-  for db in agora agora_test; do
+  for db in agora agora_test agora_bench; do
     mysql_root <<EOF
 CREATE DATABASE IF NOT EXISTS $db CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
 EOF

@@ -52,9 +52,8 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         accepted, rejected = validate_batch(request.messages, now.replace(tzinfo=UTC), self._limits)
         by_shard: dict[int, list[message_pb2.Message]] = defaultdict(list)
         for index in accepted:
-            msg = message_pb2.Message()
-            msg.CopyFrom(request.messages[index])
-            msg.sent_at.CopyFrom(truncate_to_millis(msg.sent_at))
+            msg = request.messages[index]  # the request is ours: adjust in place, copy once below
+            msg.sent_at.nanos -= msg.sent_at.nanos % 1_000_000  # keep milliseconds, as stored
             by_shard[self._streams.shard_of(request.account_id, msg.thread_id)].append(msg)
 
         accepted_at = to_timestamp(now)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -75,32 +75,38 @@ def validate_message(
     msg: message_pb2.Message, now: datetime, limits: Limits
 ) -> FieldViolation | None:
     """The first problem that makes `msg` unstorable, or None."""
-    return next((v for v in _checks(msg, now, limits) if v is not None), None)
+    # An `or` chain stops at the first problem; the costly JSON parsing comes last.
+    return (
+        check_id(msg.msg_id, "msg_id", required=True)
+        or check_id(msg.cli_msg_id, "cli_msg_id", required=False)
+        or check_id(msg.thread_id, "thread_id", required=True)
+        or _check_enums(msg)
+        or _check_length(msg.sender_id, "sender_id", 64)
+        or _check_length(msg.sender_name, "sender_name", MAX_NAME_CHARS)
+        or _check_length(msg.content, "content", limits.content_max_chars)
+        or _check_length(msg.msg_type, "msg_type", 64)
+        or check_sent_at(msg, now, limits)
+        or _check_size(msg)
+        or check_json(msg.attachments, "attachments", limits)
+        or check_json(msg.mentions, "mentions", limits)
+        or check_id(msg.quote.msg_id, "quote.msg_id", required=False)
+        or check_json(msg.quote.payload, "quote.payload", limits)
+        or check_json(msg.quote.preview, "quote.preview", limits)
+    )
 
 
-def _checks(
-    msg: message_pb2.Message, now: datetime, limits: Limits
-) -> Iterator[FieldViolation | None]:
-    # A generator, so checking stops at the first problem (JSON parsing is the costly part).
-    yield check_id(msg.msg_id, "msg_id", required=True)
-    yield check_id(msg.cli_msg_id, "cli_msg_id", required=False)
-    yield check_id(msg.thread_id, "thread_id", required=True)
+def _check_enums(msg: message_pb2.Message) -> FieldViolation | None:
     if msg.thread_type not in (message_pb2.THREAD_TYPE_USER, message_pb2.THREAD_TYPE_GROUP):
-        yield FieldViolation("thread_type", "must be USER or GROUP")
+        return FieldViolation("thread_type", "must be USER or GROUP")
     if msg.direction not in (message_pb2.DIRECTION_IN, message_pb2.DIRECTION_OUT):
-        yield FieldViolation("direction", "must be IN or OUT")
-    yield _check_length(msg.sender_id, "sender_id", 64)
-    yield _check_length(msg.sender_name, "sender_name", MAX_NAME_CHARS)
-    yield _check_length(msg.content, "content", limits.content_max_chars)
-    yield _check_length(msg.msg_type, "msg_type", 64)
-    yield check_sent_at(msg, now, limits)
+        return FieldViolation("direction", "must be IN or OUT")
+    return None
+
+
+def _check_size(msg: message_pb2.Message) -> FieldViolation | None:
     if msg.ByteSize() > MAX_MESSAGE_BYTES:
-        yield FieldViolation("message", f"must be at most {MAX_MESSAGE_BYTES} bytes in all")
-    yield check_json(msg.attachments, "attachments", limits)
-    yield check_json(msg.mentions, "mentions", limits)
-    yield check_id(msg.quote.msg_id, "quote.msg_id", required=False)
-    yield check_json(msg.quote.payload, "quote.payload", limits)
-    yield check_json(msg.quote.preview, "quote.preview", limits)
+        return FieldViolation("message", f"must be at most {MAX_MESSAGE_BYTES} bytes in all")
+    return None
 
 
 def validate_batch(

@@ -12,6 +12,7 @@ import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -19,6 +20,8 @@ from urllib.parse import unquote, urlsplit
 import aiomysql
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from pymysql.constants import FIELD_TYPE
+from pymysql.converters import conversions, convert_datetime
 
 Row = tuple[Any, ...]
 
@@ -35,6 +38,22 @@ def _describe(sql: str) -> tuple[str, str | None]:
     if match is None:
         return sql.split(None, 1)[0].upper() if sql.strip() else "SQL", None
     return match["op"].upper(), match["table"]
+
+
+def _parse_datetime(text: str) -> datetime | str:
+    # datetime.fromisoformat is C code, several times faster than PyMySQL's regex parser, and
+    # every timeline row carries three datetimes. Zero dates and the like fall back to PyMySQL.
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return convert_datetime(text)
+
+
+_CONVERSIONS = {
+    **conversions,
+    FIELD_TYPE.DATETIME: _parse_datetime,
+    FIELD_TYPE.TIMESTAMP: _parse_datetime,
+}
 
 
 @dataclass(frozen=True)
@@ -149,6 +168,7 @@ class MysqlDatabase:
             init_command="SET time_zone = '+00:00'",
             pool_recycle=3600,
             connect_timeout=5,
+            conv=_CONVERSIONS,
         )
         return cls(pool, target, system)
 

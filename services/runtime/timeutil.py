@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf.timestamp_pb2 import Timestamp
+
+_EPOCH = datetime(1970, 1, 1)
 
 
 def to_datetime(ts: Timestamp) -> datetime:
     """A naive UTC datetime truncated to milliseconds, as stored in DATETIME(3)."""
-    micros = (ts.nanos // 1_000_000) * 1000
-    return datetime.fromtimestamp(ts.seconds, UTC).replace(microsecond=micros, tzinfo=None)
+    return _EPOCH + timedelta(seconds=ts.seconds, milliseconds=ts.nanos // 1_000_000)
 
 
 def to_timestamp(value: datetime) -> Timestamp:
     """A Timestamp from a naive-UTC or aware datetime."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    # Arithmetic instead of Timestamp.FromDatetime: this runs for every row a page returns.
+    delta = value - _EPOCH
+    return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def truncate_to_millis(ts: Timestamp) -> Timestamp:

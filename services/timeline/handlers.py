@@ -19,18 +19,7 @@ MAX_LIMIT = 100
 _SENT_AT = MESSAGE_COLUMNS.index("sent_at")
 THREAD_TYPES = {"user": message_pb2.THREAD_TYPE_USER, "group": message_pb2.THREAD_TYPE_GROUP}
 DIRECTIONS = {"in": message_pb2.DIRECTION_IN, "out": message_pb2.DIRECTION_OUT}
-_OPTIONAL_TEXT = (
-    "cli_msg_id",
-    "sender_id",
-    "sender_name",
-    "content",
-    "msg_type",
-    "attachments",
-    "mentions",
-    "quote_msg_id",
-    "quote_payload",
-    "quote_preview",
-)
+_TIMES = ("sent_at", "created_at", "updated_at")
 
 
 class TimelineHandlers(pb_grpc.TimelineServiceServicer):
@@ -165,24 +154,17 @@ def _cursor(
 
 
 def _stored_message(row: Row) -> message_pb2.StoredMessage:
-    values = dict(zip(MESSAGE_COLUMNS, row, strict=True))
-    msg = message_pb2.StoredMessage(
-        id=values["id"],
-        zalo_account_id=values["zalo_account_id"],
-        zalo_conversation_id=values["zalo_conversation_id"],
-        msg_id=values["msg_id"],
-        thread_id=values["thread_id"],
-        thread_type=THREAD_TYPES[values["thread_type"]],
-        direction=DIRECTIONS[values["direction"]],
-        sent_at=to_timestamp(values["sent_at"]),
-    )
-    for name in _OPTIONAL_TEXT:
-        if values[name] is not None:
-            setattr(msg, name, values[name])
-    for name in ("created_at", "updated_at"):
-        if values[name] is not None:
-            getattr(msg, name).CopyFrom(to_timestamp(values[name]))
-    return msg
+    # One constructor call with every present column: the fastest way to build a proto from a
+    # row, and the hot loop of every timeline page.
+    fields: dict[str, Any] = {
+        name: value for name, value in zip(MESSAGE_COLUMNS, row, strict=True) if value is not None
+    }
+    fields["thread_type"] = THREAD_TYPES[fields["thread_type"]]
+    fields["direction"] = DIRECTIONS[fields["direction"]]
+    for name in _TIMES:
+        if name in fields:
+            fields[name] = to_timestamp(fields[name])
+    return message_pb2.StoredMessage(**fields)
 
 
 def _conversation(row: Row) -> message_pb2.Conversation:

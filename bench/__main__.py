@@ -1,0 +1,118 @@
+"""make bench: measure the local stack against baselines taken in the same run.
+
+  python -m bench [--rows 1000000] [--ingest-messages 200000] [--only ingest,timeline]
+
+Prints a table, writes bench/results/latest.json and bench/results/<date>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from bench.common import Result, Stack
+from bench.dataset import ensure_timeline_rows
+from bench.ingest_e2e import run_ingest
+from bench.raw_insert import raw_insert_rate
+from bench.timeline_latency import run_timeline
+from services.runtime.mysql import MysqlDatabase
+
+RESULTS = Path(__file__).parent / "results"
+
+
+async def ingest_section(stack: Stack, messages: int) -> list[Result]:
+    raw1 = await raw_insert_rate(stack.mysql_bench_url, connections=1, rows=min(messages, 100_000))
+    raw4 = await raw_insert_rate(stack.mysql_bench_url, connections=4, rows=min(messages, 100_000))
+    run = await run_ingest(stack, messages=messages)
+    if run.stored != run.messages:
+        raise SystemExit(f"ingest lost messages: sent {run.messages}, stored {run.stored}")
+    return [
+        Result("ingest", "raw 200-row INSERT, 1 connection", raw1, "rows/s", "baseline"),
+        Result("ingest", "raw 200-row INSERT, 4 connections", raw4, "rows/s", "baseline"),
+        Result("ingest", "gRPC acknowledged (durable in Redis)", run.acknowledged_per_s, "msg/s"),
+        Result(
+            "ingest",
+            "end to end, committed in MariaDB",
+            run.committed_per_s,
+            "msg/s",
+            f"{run.committed_per_s / raw4:.2f}x raw 4-conn (target >= 0.50, >= 10,000 msg/s)",
+        ),
+    ]
+
+
+async def timeline_section(stack: Stack, rows: int, log: list[str]) -> list[Result]:
+    admin = await MysqlDatabase.connect(stack.mysql_admin_url)
+    try:
+        await ensure_timeline_rows(admin, rows, log)
+        total = await admin.fetchone("SELECT COUNT(*) FROM zalo_messages")
+    finally:
+        await admin.close()
+    run = await run_timeline(stack)
+    table_rows = int(total[0]) if total else 0
+    results = []
+    for page, bare, grpc in (
+        ("first", run.bare_first, run.grpc_first),
+        ("next", run.bare_next, run.grpc_next),
+    ):
+        note = f"at {table_rows:,} rows"
+        results += [
+            Result("timeline", f"{page} page, bare query p50", bare.p50, "ms", note),
+            Result("timeline", f"{page} page, bare query p99", bare.p99, "ms", "baseline"),
+            Result("timeline", f"{page} page, gRPC p50", grpc.p50, "ms"),
+            Result(
+                "timeline",
+                f"{page} page, gRPC p99",
+                grpc.p99,
+                "ms",
+                f"{grpc.p99 / bare.p99:.2f}x bare p99 (target <= 2x and <= 5 ms)",
+            ),
+        ]
+    return results
+
+
+def report(results: list[Result], args: argparse.Namespace) -> str:
+    lines = [
+        f"# Bench {time.strftime('%Y-%m-%d %H:%M')} — {os.cpu_count()} cores, "
+        f"{platform.python_implementation()} {platform.python_version()}",
+        "",
+        f"`python -m bench --rows {args.rows} --ingest-messages {args.ingest_messages}`",
+        "",
+        "| section | measure | value | unit | note |",
+        "|---|---|---:|---|---|",
+    ]
+    for r in results:
+        value = f"{r.value:,.0f}" if r.unit.endswith("/s") else f"{r.value:.2f}"
+        lines.append(f"| {r.section} | {r.name} | {value} | {r.unit} | {r.note} |")
+    return "\n".join(lines) + "\n"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="timeline data set size")
+    parser.add_argument("--ingest-messages", type=int, default=200_000)
+    parser.add_argument("--only", default="ingest,timeline")
+    args = parser.parse_args()
+    stack = Stack.from_env()
+    sections = set(args.only.split(","))
+    log: list[str] = []
+    results: list[Result] = []
+    if "ingest" in sections:
+        results += await ingest_section(stack, args.ingest_messages)
+    if "timeline" in sections:
+        results += await timeline_section(stack, args.rows, log)
+    for line in log:
+        print(line)
+    text = report(results, args)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{time.strftime('%Y-%m-%d')}.md").write_text(text)
+    (RESULTS / "latest.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+
+
+asyncio.run(main())

@@ -1,0 +1,74 @@
+"""Shared bench plumbing: where the local stack is, timing statistics, result rows."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass, field
+
+BENCH_ACCOUNT = 900_001  # the timeline data set
+E2E_ACCOUNT = 900_002  # end-to-end ingest runs
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Addresses and credentials of the running local stack (from deploy/local/stack.env)."""
+
+    mysql_admin_url: str
+    mysql_timeline_url: str
+    mysql_bench_url: str
+    redis_url: str
+    ingest_addr: str
+    timeline_addr: str
+
+    @classmethod
+    def from_env(cls) -> Stack:
+        e = os.environ
+        mysql = f"127.0.0.1:{e['MYSQL_PORT']}"
+        return cls(
+            mysql_admin_url=f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@{mysql}/agora",
+            mysql_timeline_url=(
+                f"mysql://agora_timeline:{e['MYSQL_TIMELINE_PASSWORD']}@{mysql}/agora"
+            ),
+            mysql_bench_url=f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@{mysql}/agora_bench",
+            redis_url=f"redis://:{e['REDIS_PASSWORD']}@127.0.0.1:{e['REDIS_PORT']}/0",
+            ingest_addr=f"127.0.0.1:{e['INGEST_PORT']}",
+            timeline_addr=f"127.0.0.1:{e['TIMELINE_PORT']}",
+        )
+
+
+def percentile(samples: list[float], p: float) -> float:
+    """The p-th percentile (0..100) of samples, nearest-rank."""
+    ordered = sorted(samples)
+    rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+@dataclass
+class Latency:
+    """Latency samples in milliseconds."""
+
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.samples, 50)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.samples, 99)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One line of the results table."""
+
+    section: str
+    name: str
+    value: float
+    unit: str
+    note: str = ""
