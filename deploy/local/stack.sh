@@ -87,13 +87,14 @@ open_path_for() {
   local user=$1 dir=$2
   is_root || return 0
   runuser -u "$user" -- test -x "$dir" && return 0
-  local d=$dir
-  while [ "$d" != "/" ]; do
-    if [ -d "$d" ] && ! runuser -u "$user" -- test -x "$d"; then
+  local d="" part
+  local IFS=/
+  for part in ${dir#/}; do
+    d="$d/$part"
+    if ! runuser -u "$user" -- test -x "$d"; then
       log "allowing $user to traverse $d (chmod o+x)"
       chmod o+x "$d"
     fi
-    d=$(dirname "$d")
   done
 }
 
