@@ -5,7 +5,7 @@ PY := .venv/bin/python
 SUB ?= 7
 ACCOUNTS ?= 1
 
-.PHONY: help setup protos up down logs token test lint unit-test k8s-validate bench
+.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
@@ -14,6 +14,7 @@ help:
 	@echo "make token       print a dev bearer token (SUB=7 ACCOUNTS=1,2)"
 	@echo "make test        lint, type-check, validate k8s, run every test against real servers"
 	@echo "make bench       benchmarks against the local stack (make up first)"
+	@echo "make capacity    table sizes, bytes per row, 50M-row projection, growth per day"
 
 setup:
 	@$(STACK) setup
@@ -48,3 +49,6 @@ test: lint
 
 bench:
 	@$(STACK) run $(PY) -m bench $(BENCH_ARGS)
+
+capacity:
+	@$(STACK) run $(PY) -m tools.capacity

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from bench.common import Result, Stack
 from bench.dataset import ensure_timeline_rows
 from bench.ingest_e2e import run_ingest
+from bench.prune import run_prune
 from bench.raw_insert import raw_insert_rate
 from bench.timeline_latency import run_timeline
 from services.runtime.mysql import MysqlDatabase
@@ -43,6 +45,34 @@ async def ingest_section(stack: Stack, messages: int) -> list[Result]:
             "msg/s",
             f"{run.committed_per_s / raw4:.2f}x raw 4-conn (target >= 0.50, >= 10,000 msg/s)",
         ),
+    ]
+
+
+async def prune_section(stack: Stack, messages: int) -> list[Result]:
+    runs = await run_prune(stack, messages=messages)
+    off = statistics.median(r.committed_per_s for r in runs if not r.prune)
+    on_runs = [r for r in runs if r.prune]
+    on = statistics.median(r.committed_per_s for r in on_runs)
+    during = statistics.median(r.pruned_during_ingest / r.ingest_seconds for r in on_runs)
+    overall = statistics.median(r.pruned_total / r.drain_seconds for r in on_runs)
+    cost = 1 - on / off
+    return [
+        Result("prune", "ingest end to end, prune off", off, "msg/s", "baseline"),
+        Result(
+            "prune",
+            "ingest end to end, prune on",
+            on,
+            "msg/s",
+            f"prune costs ingest {cost:.0%} (target <= 15%)",
+        ),
+        Result(
+            "prune",
+            "rows pruned while ingest runs",
+            during,
+            "rows/s",
+            f"{messages:,} messages into 50 conversations, debounce 1 s",
+        ),
+        Result("prune", "rows pruned until the backlog drained", overall, "rows/s"),
     ]
 
 
@@ -81,7 +111,8 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
         f"# Bench {time.strftime('%Y-%m-%d %H:%M')} — {os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}",
         "",
-        f"`python -m bench --rows {args.rows} --ingest-messages {args.ingest_messages}`",
+        f"`python -m bench --rows {args.rows} --ingest-messages {args.ingest_messages}"
+        f" --prune-messages {args.prune_messages} --only {args.only}`",
         "",
         "| section | measure | value | unit | note |",
         "|---|---|---:|---|---|",
@@ -96,7 +127,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000, help="timeline data set size")
     parser.add_argument("--ingest-messages", type=int, default=200_000)
-    parser.add_argument("--only", default="ingest,timeline")
+    parser.add_argument("--prune-messages", type=int, default=200_000)
+    parser.add_argument("--only", default="ingest,prune,timeline")
     args = parser.parse_args()
     stack = Stack.from_env()
     sections = set(args.only.split(","))
@@ -104,6 +136,8 @@ async def main() -> None:
     results: list[Result] = []
     if "ingest" in sections:
         results += await ingest_section(stack, args.ingest_messages)
+    if "prune" in sections:
+        results += await prune_section(stack, args.prune_messages)
     if "timeline" in sections:
         results += await timeline_section(stack, args.rows, log)
     for line in log:

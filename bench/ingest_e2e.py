@@ -57,18 +57,24 @@ def requests(
 
 
 async def run_ingest(
-    stack: Stack, *, messages: int, batch: int = 200, concurrency: int = 8, shards: int = 8
+    stack: Stack,
+    *,
+    messages: int,
+    batch: int = 200,
+    concurrency: int = 8,
+    shards: int = 8,
+    conversations: int = 1000,
 ) -> IngestRun:
     admin = await MysqlDatabase.connect(stack.mysql_admin_url)
     client = redis.Redis.from_url(stack.redis_url)
     streams = MessageStreams("agora:msg", shards)
-    run = f"e2e{int(time.time())}"
+    run = f"e2e{time.time_ns()}"
     try:
         await admin.execute(
             "INSERT IGNORE INTO zalo_accounts (id, display_name) VALUES (%s, 'bench e2e')",
             (E2E_ACCOUNT,),
         )
-        payloads = requests(run, messages, batch, conversations=1000)
+        payloads = requests(run, messages, batch, conversations=conversations)
         async with open_channel(stack.ingest_addr) as channel:
             stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
             queue: asyncio.Queue[pb.IngestMessagesRequest] = asyncio.Queue()

@@ -39,7 +39,14 @@ from services.timeline.server import build_server as build_timeline_server
 from tests.helpers import ACCOUNTS, Flusher, mint_token
 
 SHARDS = 4
-TABLES = ["zalo_agent_sent_messages", "zalo_messages", "zalo_conversations", "zalo_accounts"]
+TABLES = [
+    "zalo_agent_sent_messages",
+    "zalo_messages",
+    "zalo_messages_archive",
+    "zalo_conversations",
+    "zalo_accounts",
+    "capacity_snapshots",
+]
 
 
 def _env(name: str) -> str:
@@ -142,6 +149,7 @@ def flusher_settings(env: Env) -> FlusherSettings:
         message_stream_shards=SHARDS,
         flusher_consumer_name="test-flusher",
         flusher_block_ms=10,
+        prune_debounce_ms=0,
     )
 
 

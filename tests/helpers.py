@@ -10,7 +10,8 @@ from agora.messaging.v1 import message_pb2
 
 from services.flusher.config import FlusherSettings
 from services.flusher.message_repository import MessageRepository
-from services.flusher.server import message_consumer
+from services.flusher.prune import Pruner
+from services.flusher.server import message_consumer, pruner
 from services.runtime.mysql import MysqlDatabase
 from tools.jwt_token import mint
 
@@ -56,6 +57,8 @@ class Flusher:
 
     def __init__(self, settings: FlusherSettings, client: redis.Redis, db: MysqlDatabase) -> None:
         self.settings = settings
+        self.db = db
+        self.redis = client
         self.repo = MessageRepository(db)
         self.consumers = [
             message_consumer(settings, client, self.repo, shard)
@@ -71,3 +74,8 @@ class Flusher:
             while n := await consumer.run_once():
                 handled += n
         return handled
+
+    def pruner(self, **overrides: Any) -> Pruner:
+        """The real pruner with these settings overridden (e.g. archive_enabled=True)."""
+        settings = self.settings.model_copy(update=overrides)
+        return pruner(settings, self.redis, self.db)

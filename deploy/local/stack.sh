@@ -297,6 +297,9 @@ migrate() {
   local dbmate=("$venv/bin/dbmate" --no-dump-schema --wait --wait-timeout 30s)
   "${dbmate[@]}" --url "mysql://agora_migrator:$MYSQL_MIGRATOR_PASSWORD@127.0.0.1:$MYSQL_PORT/$db" \
     --migrations-dir "$root/migrations/mysql" up >/dev/null
+  # Table-level grants need the tables: the flusher maintains the archive's partitions (ALTER to
+  # add a month, DROP to remove one past retention) and may do nothing else to the schema.
+  mysql_root -e "GRANT ALTER, DROP ON $db.zalo_messages_archive TO 'agora_flusher'@'127.0.0.1'"
   if compgen -G "$root/migrations/postgres/*.sql" >/dev/null; then
     "${dbmate[@]}" --url "postgres://agora_migrator:$PG_MIGRATOR_PASSWORD@127.0.0.1:$PG_PORT/$db?sslmode=disable" \
       --migrations-dir "$root/migrations/postgres" up >/dev/null

@@ -30,3 +30,16 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings):
     flusher_consumer_name: str = Field(default_factory=_default_consumer_name)
     # Testing only: "after_commit" kills the process between COMMIT and ACK.
     flusher_fault_point: str = ""
+
+    # Retention (seed 000 §4–§6): the live table keeps the newest N messages per conversation.
+    prune_enabled: bool = True
+    retention_keep_per_conversation: int = Field(default=500, ge=1)
+    prune_chunk: int = Field(default=1000, ge=500, le=2000)
+    # Ten batches for one conversation inside this window make one prune.
+    prune_debounce_ms: int = Field(default=5000, ge=0)
+    prune_concurrency: int = Field(default=2, ge=1)
+    # Pruned rows move to zalo_messages_archive instead of being deleted.
+    archive_enabled: bool = False
+    archive_retention_months: int = Field(default=12, ge=1)
+    agent_sent_retention_days: int = Field(default=90, ge=1)
+    maintenance_interval_seconds: float = Field(default=3600, gt=0)

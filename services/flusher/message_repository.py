@@ -63,8 +63,8 @@ class MessageRepository:
         self._ids: dict[ConversationKey, int] = {}
         self._id_cache_size = id_cache_size
 
-    async def apply(self, entries: Sequence[events.MessageStreamEntry]) -> None:
-        """Apply a batch of entries in one transaction."""
+    async def apply(self, entries: Sequence[events.MessageStreamEntry]) -> set[int]:
+        """Apply a batch in one transaction; returns the ids of conversations that got messages."""
         conversations: dict[ConversationKey, tuple[str, datetime]] = {}
         messages: list[tuple[ConversationKey, message_pb2.Message]] = []
         reads: dict[ConversationKey, datetime] = {}
@@ -115,6 +115,7 @@ class MessageRepository:
             if agent_sent:
                 await tx.executemany(INSERT_AGENT_SENT, agent_sent)
         self._remember(ids)
+        return set(ids.values())
 
     async def _conversation_ids(
         self, tx: Connection, keys: Iterable[ConversationKey]

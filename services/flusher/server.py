@@ -1,12 +1,17 @@
-"""flusher process bootstrap: health server, Redis, MySQL, and the shard consumers."""
+"""flusher process bootstrap: Redis, MySQL, shard consumers, pruning, periodic jobs, status port."""
 
 from __future__ import annotations
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.asyncio import Redis
 
 from services.flusher.config import FlusherSettings
 from services.flusher.message_handler import MessageEntryHandler
 from services.flusher.message_repository import MessageRepository
+from services.flusher.periodic import Job, PeriodicJobs
+from services.flusher.prune import PruneQueue, Pruner, PruneSettings
+from services.flusher.retention import RetentionJobs
+from services.flusher.retention_repository import RetentionRepository
 from services.flusher.shard_leases import ShardLeases
 from services.flusher.shard_supervisor import ShardSupervisor
 from services.flusher.stream_consumer import ConsumerConfig, ShardConsumer
@@ -14,6 +19,11 @@ from services.runtime import config, logs, redis_client, telemetry
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
 from services.runtime.message_stream import GROUP, MessageStreams
 from services.runtime.mysql import MysqlDatabase, is_transient
+from services.runtime.port_mux import PortMux
+from services.runtime.redis_lock import RedisLocks
+
+PRUNE_PREFIX = "agora:prune"
+JOBS_PREFIX = "agora:jobs"
 
 
 def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
@@ -28,21 +38,73 @@ def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
     )
 
 
+def prune_queue(settings: FlusherSettings, redis: Redis) -> PruneQueue | None:
+    return PruneQueue(redis, PRUNE_PREFIX) if settings.prune_enabled else None
+
+
 def message_consumer(
     settings: FlusherSettings, redis: Redis, repo: MessageRepository, shard: int
 ) -> ShardConsumer[object]:
     """The consumer of one message stream shard."""
     streams = MessageStreams(settings.message_stream_prefix, settings.message_stream_shards)
+    handler = MessageEntryHandler(repo, prune_queue(settings, redis), settings.prune_debounce_ms)
     consumer: ShardConsumer[object] = ShardConsumer(
         redis,
         stream=streams.stream(shard),
         dead_letters=streams.dead_letters,
         backlog_key=streams.backlog_key,
-        handler=MessageEntryHandler(repo),  # type: ignore[arg-type]
+        handler=handler,  # type: ignore[arg-type]
         config=consumer_config(settings),
         is_transient=is_transient,
     )
     return consumer
+
+
+def pruner(settings: FlusherSettings, redis: Redis, mysql: MysqlDatabase) -> Pruner:
+    return Pruner(
+        RetentionRepository(mysql),
+        PruneQueue(redis, PRUNE_PREFIX),
+        RedisLocks(redis),
+        PruneSettings(
+            keep=settings.retention_keep_per_conversation,
+            chunk=settings.prune_chunk,
+            archive=settings.archive_enabled,
+            debounce_ms=settings.prune_debounce_ms,
+            concurrency=settings.prune_concurrency,
+        ),
+        lock_prefix=f"{PRUNE_PREFIX}:lock",
+    )
+
+
+def retention_jobs(settings: FlusherSettings, mysql: MysqlDatabase) -> RetentionJobs:
+    return RetentionJobs(
+        mysql,
+        RetentionRepository(mysql),
+        archive_retention_months=settings.archive_retention_months,
+        agent_sent_retention_days=settings.agent_sent_retention_days,
+    )
+
+
+def periodic_jobs(settings: FlusherSettings, redis: Redis, jobs: RetentionJobs) -> PeriodicJobs:
+    interval = settings.maintenance_interval_seconds
+
+    async def partitions() -> None:
+        await jobs.maintain_partitions()
+
+    async def cleanup() -> None:
+        await jobs.cleanup_agent_sent()
+
+    schedule = [
+        Job("cleanup-agent-sent", interval, cleanup),
+        Job("capacity-sample", interval, jobs.sample_capacity),
+    ]
+    if settings.archive_enabled:
+        schedule.append(Job("archive-partitions", interval, partitions))
+    return PeriodicJobs(redis, JOBS_PREFIX, schedule)
+
+
+def _metrics() -> tuple[str, bytes]:
+    return CONTENT_TYPE_LATEST, generate_latest()
 
 
 async def main() -> None:
@@ -66,18 +128,33 @@ async def main() -> None:
         lambda shard: message_consumer(settings, redis, repo, shard),
         refresh_seconds=settings.flusher_lease_ttl_ms / 3000,
     )
+    jobs = retention_jobs(settings, mysql)
+    background = [supervisor.run, periodic_jobs(settings, redis, jobs).run]
+    if settings.prune_enabled:
+        background.append(pruner(settings, redis, mysql).run)
+
+    # The flusher serves no RPCs: its port answers gRPC health (for probes) and GET /metrics.
     server = GrpcServer(
         service_names=[],
         register=lambda _: None,
-        host=settings.grpc_host,
-        port=settings.grpc_port,
+        host="127.0.0.1",
+        port=0,
         grace_seconds=settings.grpc_grace_seconds,
         drain_seconds=settings.grpc_drain_seconds,
     )
-
-    async def close() -> None:
+    status_port = PortMux(
+        host=settings.grpc_host,
+        port=settings.grpc_port,
+        grpc_port=server.port,
+        routes={"/metrics": _metrics},
+    )
+    try:
+        if settings.archive_enabled:
+            # This month's and next month's partitions must exist before a row is archived.
+            await jobs.maintain_partitions()
+        await status_port.start()
+        await run_until_terminated(server, background=background, cleanup=[status_port.stop])
+    finally:
         await mysql.close()
         await redis.aclose()
         shutdown_telemetry()
-
-    await run_until_terminated(server, background=[supervisor.run], cleanup=[close])

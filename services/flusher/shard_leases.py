@@ -14,19 +14,7 @@ import zlib
 
 import redis.asyncio as redis
 
-# Renew or release only a lease this replica still holds.
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+from services.runtime.redis_lock import RedisLocks
 
 
 class ShardLeases:
@@ -40,8 +28,7 @@ class ShardLeases:
         self._shards = shards
         self._member = member
         self._ttl_ms = ttl_ms
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
+        self._locks = RedisLocks(client)
         self.owned: set[int] = set()
 
     def _key(self, shard: int) -> str:
@@ -65,10 +52,10 @@ class ShardLeases:
 
         held = {s for s, holder in enumerate(holders) if holder == me}
         for shard in sorted(held):
-            if not await self._renew(keys=[self._key(shard)], args=[self._member, self._ttl_ms]):
+            if not await self._locks.extend(self._key(shard), self._member, self._ttl_ms):
                 held.discard(shard)
         for shard in sorted(held, reverse=True)[: max(len(held) - fair, 0)]:
-            await self._release(keys=[self._key(shard)], args=[self._member])
+            await self._locks.release(self._key(shard), self._member)
             held.discard(shard)
         # Start looking at a member-specific offset so replicas do not all race for shard 0.
         offset = zlib.crc32(self._member.encode()) % self._shards
@@ -76,8 +63,8 @@ class ShardLeases:
             if len(held) >= fair:
                 break
             shard = (offset + i) % self._shards
-            if holders[shard] is None and await self._redis.set(
-                self._key(shard), self._member, nx=True, px=self._ttl_ms
+            if holders[shard] is None and await self._locks.acquire(
+                self._key(shard), self._member, self._ttl_ms
             ):
                 held.add(shard)
         self.owned = held
@@ -86,6 +73,6 @@ class ShardLeases:
     async def release_all(self) -> None:
         """Give every lease back at shutdown so another replica takes over at once."""
         for shard in sorted(self.owned):
-            await self._release(keys=[self._key(shard)], args=[self._member])
+            await self._locks.release(self._key(shard), self._member)
         await self._redis.zrem(self._members_key, self._member)
         self.owned = set()

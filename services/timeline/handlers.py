@@ -41,7 +41,9 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         )
         if conversation_id is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
-        page = await self._repo.list_messages(conversation_id, request.limit, before)
+        page = await self._repo.list_messages(
+            conversation_id, request.limit, before, include_archive=request.include_archive
+        )
         response = pb.ListMessagesResponse(
             messages=[_stored_message(row) for row in page.rows], has_more=page.has_more
         )

@@ -36,6 +36,7 @@ MESSAGE_COLUMNS = (
     "updated_at",
 )
 _SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM zalo_messages"
+_SENT_AT = MESSAGE_COLUMNS.index("sent_at")
 
 FIND_CONVERSATION = """
 SELECT id, last_read_at FROM zalo_conversations WHERE zalo_account_id = %s AND thread_id = %s
@@ -51,6 +52,9 @@ WHERE zalo_conversation_id = %s
   AND (sent_at < %s OR (sent_at = %s AND id < %s))
 ORDER BY sent_at DESC, id DESC
 LIMIT %s"""
+
+ARCHIVE_FIRST_PAGE = FIRST_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
+ARCHIVE_NEXT_PAGE = NEXT_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
 
 COUNT_UNREAD = """
 SELECT COUNT(*) FROM zalo_messages
@@ -127,17 +131,42 @@ class TimelineRepository:
         return None if row is None else ConversationRef(int(row[0]), row[1])
 
     async def list_messages(
-        self, conversation_id: int, limit: int, before: tuple[datetime, int] | None
+        self,
+        conversation_id: int,
+        limit: int,
+        before: tuple[datetime, int] | None,
+        *,
+        include_archive: bool = False,
     ) -> Page:
-        """Newest first; `before` is the (sent_at, id) of the previous page's oldest message."""
-        if before is None:
-            rows = await self._db.fetchall(FIRST_PAGE, (conversation_id, limit + 1))
-        else:
-            sent_at, msg_id = before
-            rows = await self._db.fetchall(
-                NEXT_PAGE, (conversation_id, sent_at, sent_at, msg_id, limit + 1)
+        """Newest first; `before` is the (sent_at, id) of the previous page's oldest message.
+
+        With the archive, both tables are read with the same cursor and merged: a row is in
+        exactly one of them (prune moves it in one transaction), so nothing shows twice, and a late
+        backfill still in the live table sorts among archived rows correctly.
+        """
+        first, next_ = (FIRST_PAGE, NEXT_PAGE)
+        rows = await self._page(first, next_, conversation_id, limit, before)
+        if include_archive:
+            rows += await self._page(
+                ARCHIVE_FIRST_PAGE, ARCHIVE_NEXT_PAGE, conversation_id, limit, before
             )
+            rows.sort(key=lambda r: (r[_SENT_AT], r[0]), reverse=True)
         return Page(rows[:limit], len(rows) > limit)
+
+    async def _page(
+        self,
+        first: str,
+        next_: str,
+        conversation_id: int,
+        limit: int,
+        before: tuple[datetime, int] | None,
+    ) -> list[Row]:
+        if before is None:
+            return await self._db.fetchall(first, (conversation_id, limit + 1))
+        sent_at, msg_id = before
+        return await self._db.fetchall(
+            next_, (conversation_id, sent_at, sent_at, msg_id, limit + 1)
+        )
 
     async def count_unread(self, conversation: ConversationRef) -> int:
         row = await self._db.fetchone(

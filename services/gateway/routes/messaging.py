@@ -68,10 +68,16 @@ async def list_messages(
     limit: Limit = 50,
     before_sent_at: Annotated[str | None, Query(description="Cursor, with before_id")] = None,
     before_id: CursorId = None,
+    include_archive: Annotated[
+        bool, Query(description="Continue into archived history beyond the newest 500")
+    ] = False,
 ) -> schemas.MessagesPage:
     require_account(user, account_id)
     rpc = timeline_pb.ListMessagesRequest(
-        account_id=account_id, conversation_key=conversation_key, limit=limit
+        account_id=account_id,
+        conversation_key=conversation_key,
+        limit=limit,
+        include_archive=include_archive,
     )
     before = _cursor_time(before_sent_at, "before_sent_at")
     if before is not None:
