@@ -92,7 +92,7 @@ async def _round(stack: Stack, prune: bool, messages: int, conversations: int) -
 
 
 async def run_prune(
-    stack: Stack, *, messages: int = 200_000, conversations: int = 50, rounds: int = 2
+    stack: Stack, *, messages: int = 200_000, conversations: int = 50, rounds: int = 3
 ) -> list[PruneRun]:
     """Alternate prune off / on `rounds` times; the stack's flusher is restored afterwards."""
     await _supervisorctl("stop", "services:flusher")

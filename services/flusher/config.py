@@ -37,7 +37,9 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings):
     prune_chunk: int = Field(default=1000, ge=500, le=2000)
     # Ten batches for one conversation inside this window make one prune.
     prune_debounce_ms: int = Field(default=5000, ge=0)
-    prune_concurrency: int = Field(default=2, ge=1)
+    # One prune at a time per replica: measured, two in parallel cost ingest twice as much (14% vs
+    # 7-9%) for the same overall prune rate; the backlog drains between bursts.
+    prune_concurrency: int = Field(default=1, ge=1)
     # Pruned rows move to zalo_messages_archive instead of being deleted.
     archive_enabled: bool = False
     archive_retention_months: int = Field(default=12, ge=1)

@@ -92,7 +92,7 @@ class PruneSettings:
     chunk: int = 1000
     archive: bool = False
     debounce_ms: int = 5000
-    concurrency: int = 2
+    concurrency: int = 1
     lease_ms: int = 60_000
     lock_ttl_ms: int = 30_000
 
