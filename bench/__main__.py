@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench.common import Result, Stack
 from bench.dataset import ensure_timeline_rows
+from bench.forum_latency import run_forum
 from bench.ingest_e2e import run_ingest
 from bench.prune import run_prune
 from bench.raw_insert import raw_insert_rate
@@ -106,6 +107,25 @@ async def timeline_section(stack: Stack, rows: int, log: list[str]) -> list[Resu
     return results
 
 
+async def forum_section(stack: Stack) -> list[Result]:
+    run = await run_forum(stack)
+    note = f"at {run.comments:,} comments"
+    results = []
+    for page, bare, grpc in (
+        ("feed page", run.bare_feed, run.grpc_feed),
+        ("comments page", run.bare_comments, run.grpc_comments),
+    ):
+        results += [
+            Result("forum", f"{page}, bare query p50", bare.p50, "ms", note),
+            Result("forum", f"{page}, bare query p99", bare.p99, "ms", "baseline"),
+            Result("forum", f"{page}, gRPC p50", grpc.p50, "ms"),
+            Result(
+                "forum", f"{page}, gRPC p99", grpc.p99, "ms", f"{grpc.p99 / bare.p99:.2f}x bare p99"
+            ),
+        ]
+    return results
+
+
 def report(results: list[Result], args: argparse.Namespace) -> str:
     lines = [
         f"# Bench {time.strftime('%Y-%m-%d %H:%M')} — {os.cpu_count()} cores, "
@@ -128,7 +148,7 @@ async def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="timeline data set size")
     parser.add_argument("--ingest-messages", type=int, default=200_000)
     parser.add_argument("--prune-messages", type=int, default=200_000)
-    parser.add_argument("--only", default="ingest,prune,timeline")
+    parser.add_argument("--only", default="ingest,prune,timeline,forum")
     args = parser.parse_args()
     stack = Stack.from_env()
     sections = set(args.only.split(","))
@@ -140,6 +160,8 @@ async def main() -> None:
         results += await prune_section(stack, args.prune_messages)
     if "timeline" in sections:
         results += await timeline_section(stack, args.rows, log)
+    if "forum" in sections:
+        results += await forum_section(stack)
     for line in log:
         print(line)
     text = report(results, args)

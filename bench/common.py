@@ -17,6 +17,7 @@ class Stack:
     mysql_admin_url: str
     mysql_timeline_url: str
     mysql_bench_url: str
+    pg_timeline_url: str
     redis_url: str
     ingest_addr: str
     timeline_addr: str
@@ -31,6 +32,10 @@ class Stack:
                 f"mysql://agora_timeline:{e['MYSQL_TIMELINE_PASSWORD']}@{mysql}/agora"
             ),
             mysql_bench_url=f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@{mysql}/agora_bench",
+            pg_timeline_url=(
+                f"postgresql://agora_timeline:{e['PG_TIMELINE_PASSWORD']}"
+                f"@127.0.0.1:{e['PG_PORT']}/agora"
+            ),
             redis_url=f"redis://:{e['REDIS_PASSWORD']}@127.0.0.1:{e['REDIS_PORT']}/0",
             ingest_addr=f"127.0.0.1:{e['INGEST_PORT']}",
             timeline_addr=f"127.0.0.1:{e['TIMELINE_PORT']}",

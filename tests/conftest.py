@@ -10,6 +10,7 @@ import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
@@ -25,18 +26,21 @@ from services.gateway.app import create_app
 from services.gateway.clients import Clients
 from services.gateway.config import GatewaySettings
 from services.ingest.config import IngestSettings
-from services.ingest.server import build_handlers
+from services.ingest.server import build_forum_handlers, build_handlers
 from services.ingest.server import build_server as build_ingest_server
-from services.runtime import telemetry
+from services.runtime import postgres, telemetry
 from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.message_stream import MessageStreams
 from services.runtime.mysql import MysqlDatabase
 from services.timeline.config import TimelineSettings
+from services.timeline.forum_handlers import ForumReadHandlers
+from services.timeline.forum_repository import ForumReadRepository
 from services.timeline.handlers import TimelineHandlers
 from services.timeline.repository import TimelineRepository
 from services.timeline.server import build_server as build_timeline_server
 from tests.helpers import ACCOUNTS, Flusher, mint_token
+from tools.forum_data import load_lab
 
 SHARDS = 4
 TABLES = [
@@ -47,6 +51,7 @@ TABLES = [
     "zalo_accounts",
     "capacity_snapshots",
 ]
+PG_TABLES = "comment_likes, post_likes, comments, posts, course_members, courses"
 
 
 def _env(name: str) -> str:
@@ -62,6 +67,11 @@ class Env:
     mysql_admin_url: str
     mysql_flusher_url: str
     mysql_timeline_url: str
+    pg_admin_url: str
+    pg_ingest_url: str
+    pg_timeline_url: str
+    pg_likes_url: str
+    pg_flusher_url: str
     jwt_secret: str
 
 
@@ -72,6 +82,11 @@ def env() -> Env:
         mysql_admin_url=_env("TEST_MYSQL_ADMIN_URL"),
         mysql_flusher_url=_env("TEST_MYSQL_FLUSHER_URL"),
         mysql_timeline_url=_env("TEST_MYSQL_TIMELINE_URL"),
+        pg_admin_url=_env("TEST_PG_ADMIN_URL"),
+        pg_ingest_url=_env("TEST_PG_INGEST_URL"),
+        pg_timeline_url=_env("TEST_PG_TIMELINE_URL"),
+        pg_likes_url=_env("TEST_PG_LIKES_URL"),
+        pg_flusher_url=_env("TEST_PG_FLUSHER_URL"),
         jwt_secret=_env("TEST_JWT_SECRET"),
     )
 
@@ -109,6 +124,32 @@ async def timeline_db(env: Env) -> AsyncIterator[MysqlDatabase]:
     await db.close()
 
 
+async def _pool(url: str, name: str) -> asyncpg.Pool:
+    return await postgres.connect(url, max_size=10, name=name)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def pg_admin(env: Env) -> AsyncIterator[asyncpg.Pool]:
+    """The migrator role on agora_test: resets tables and checks stored state."""
+    pool = await _pool(env.pg_admin_url, "tests")
+    yield pool
+    await pool.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def pg_ingest(env: Env) -> AsyncIterator[asyncpg.Pool]:
+    pool = await _pool(env.pg_ingest_url, "ingest")
+    yield pool
+    await pool.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def pg_timeline(env: Env) -> AsyncIterator[asyncpg.Pool]:
+    pool = await _pool(env.pg_timeline_url, "timeline")
+    yield pool
+    await pool.close()
+
+
 @pytest_asyncio.fixture(scope="session")
 async def redis_client(env: Env) -> AsyncIterator[redis.Redis]:
     client = redis.Redis.from_url(env.redis_url)
@@ -117,8 +158,8 @@ async def redis_client(env: Env) -> AsyncIterator[redis.Redis]:
 
 
 @pytest_asyncio.fixture
-async def clean(admin_db: MysqlDatabase, redis_client: redis.Redis) -> None:
-    """Empty tables (plus the test accounts) and an empty Redis database."""
+async def clean(admin_db: MysqlDatabase, pg_admin: asyncpg.Pool, redis_client: redis.Redis) -> None:
+    """Empty tables plus the test accounts and the seed's forum lab; an empty Redis database."""
     async with admin_db.connection() as conn:
         await conn.execute("SET FOREIGN_KEY_CHECKS = 0")
         for table in TABLES:
@@ -128,6 +169,9 @@ async def clean(admin_db: MysqlDatabase, redis_client: redis.Redis) -> None:
             "INSERT INTO zalo_accounts (id, display_name) VALUES (%s, %s)",
             [(a, f"Account {a}") for a in ACCOUNTS],
         )
+    async with pg_admin.acquire() as conn:
+        await conn.execute(f"TRUNCATE {PG_TABLES} RESTART IDENTITY")
+        await load_lab(conn)
     await redis_client.flushdb()
 
 
@@ -138,7 +182,9 @@ def streams() -> MessageStreams:
 
 @pytest.fixture(scope="session")
 def ingest_settings(env: Env) -> IngestSettings:
-    return IngestSettings(redis_url=env.redis_url, message_stream_shards=SHARDS)
+    return IngestSettings(
+        redis_url=env.redis_url, postgres_url=env.pg_ingest_url, message_stream_shards=SHARDS
+    )
 
 
 @pytest.fixture(scope="session")
@@ -155,10 +201,16 @@ def flusher_settings(env: Env) -> FlusherSettings:
 
 @pytest_asyncio.fixture(scope="session")
 async def ingest_server(
-    spans: InMemorySpanExporter, ingest_settings: IngestSettings, redis_client: redis.Redis
+    spans: InMemorySpanExporter,
+    ingest_settings: IngestSettings,
+    redis_client: redis.Redis,
+    pg_ingest: asyncpg.Pool,
 ) -> AsyncIterator[GrpcServer]:
     server = build_ingest_server(
-        ingest_settings, build_handlers(ingest_settings, redis_client), port=0
+        ingest_settings,
+        build_handlers(ingest_settings, redis_client),
+        build_forum_handlers(pg_ingest),
+        port=0,
     )
     await server.start()
     yield server
@@ -167,11 +219,14 @@ async def ingest_server(
 
 @pytest_asyncio.fixture(scope="session")
 async def timeline_server(
-    spans: InMemorySpanExporter, env: Env, timeline_db: MysqlDatabase
+    spans: InMemorySpanExporter, env: Env, timeline_db: MysqlDatabase, pg_timeline: asyncpg.Pool
 ) -> AsyncIterator[GrpcServer]:
-    settings = TimelineSettings(mysql_url=env.mysql_timeline_url)
+    settings = TimelineSettings(mysql_url=env.mysql_timeline_url, postgres_url=env.pg_timeline_url)
     server = build_timeline_server(
-        settings, TimelineHandlers(TimelineRepository(timeline_db)), port=0
+        settings,
+        TimelineHandlers(TimelineRepository(timeline_db)),
+        ForumReadHandlers(ForumReadRepository(pg_timeline)),
+        port=0,
     )
     await server.start()
     yield server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 import grpc
 import pytest
 import redis.asyncio as redis
@@ -9,7 +10,7 @@ from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.ingest.config import IngestSettings
-from services.ingest.server import build_handlers, build_server
+from services.ingest.server import build_forum_handlers, build_handlers, build_server
 from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_errors import field_violations
 from services.runtime.message_stream import MessageStreams
@@ -63,9 +64,12 @@ async def test_backlog_bound_refuses_whole_batch_and_stores_nothing(
     streams: MessageStreams,
     flusher: Flusher,
     admin_db: MysqlDatabase,
+    pg_ingest: asyncpg.Pool,
 ) -> None:
     settings = ingest_settings.model_copy(update={"message_queue_max": 10})
-    server = build_server(settings, build_handlers(settings, redis_client), port=0)
+    server = build_server(
+        settings, build_handlers(settings, redis_client), build_forum_handlers(pg_ingest), port=0
+    )
     await server.start()
     try:
         async with open_channel(f"127.0.0.1:{server.port}") as channel:

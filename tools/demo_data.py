@@ -1,7 +1,9 @@
 """Load the demo data of the local stack (idempotent: fixed ids, so a reload changes nothing).
 
 Zalo accounts are registered outside this system, so they are inserted directly; messages go
-through the real path: gRPC ingest → stream → flusher → MariaDB.
+through the real path: gRPC ingest → stream → flusher → MariaDB. The forum gets the seed's lab
+(tools/forum_data.py) and a realistic volume: 2,000 courses, 50,000 students, 20,000 posts,
+268,000 comments.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, message_pb2
 
 from services.runtime.grpc_client import open_channel
 from services.runtime.mysql import MysqlDatabase
+from tools.forum_data import Volume, load_lab, load_volume
 
 ACCOUNTS = {1: "Demo Shop", 2: "Demo Clinic", 3: "Demo School"}
 BASE = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
@@ -85,9 +89,29 @@ async def load() -> int:
         await db.close()
 
 
+async def load_forum() -> bool:
+    e = os.environ
+    conn = await asyncpg.connect(
+        f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}@127.0.0.1:{e['PG_PORT']}/agora"
+    )
+    try:
+        await load_lab(conn)
+        return await load_volume(conn, Volume())
+    finally:
+        await conn.close()
+
+
 def main() -> None:
     count = asyncio.run(load())
-    print(f"demo data: accounts {sorted(ACCOUNTS)}, {count} messages in 7 conversations")
+    print(f"demo data: Zalo accounts {sorted(ACCOUNTS)}, {count} messages in 7 conversations")
+    loaded = asyncio.run(load_forum())
+    volume = Volume()
+    print(
+        "demo data: forum lab (course 42: posts 1, 2; course 99: post 3; users 7, 8, 9 in 42)"
+        f"{' + ' if loaded else ', '}{volume.courses:,} courses, {volume.students:,} students,"
+        f" {volume.courses * volume.posts_per_course:,} posts, {volume.comments:,} comments"
+        f"{'' if loaded else ' (already loaded)'}"
+    )
 
 
 if __name__ == "__main__":

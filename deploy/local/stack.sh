@@ -268,10 +268,17 @@ EOF
 }
 
 bootstrap_postgres() {
+  # One login role per service; the tables' grants come with the migrations (postgres-grants.sql).
+  local role password
+  for role in migrator ingest timeline likes flusher; do
+    password="PG_${role^^}_PASSWORD"
+    psql_admin -d postgres <<EOF
+SELECT 'CREATE ROLE agora_$role LOGIN' WHERE NOT EXISTS (
+  SELECT 1 FROM pg_roles WHERE rolname = 'agora_$role') \gexec
+ALTER ROLE agora_$role LOGIN PASSWORD '${!password}';
+EOF
+  done
   psql_admin -d postgres <<EOF
-SELECT format('CREATE ROLE agora_migrator LOGIN PASSWORD %L', '$PG_MIGRATOR_PASSWORD')
-WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agora_migrator') \gexec
-ALTER ROLE agora_migrator PASSWORD '$PG_MIGRATOR_PASSWORD';
 SELECT 'CREATE DATABASE agora OWNER agora_migrator'
 WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agora') \gexec
 SELECT 'CREATE DATABASE agora_test OWNER agora_migrator'
@@ -303,14 +310,16 @@ migrate() {
   if compgen -G "$root/migrations/postgres/*.sql" >/dev/null; then
     "${dbmate[@]}" --url "postgres://agora_migrator:$PG_MIGRATOR_PASSWORD@127.0.0.1:$PG_PORT/$db?sslmode=disable" \
       --migrations-dir "$root/migrations/postgres" up >/dev/null
+    psql_admin -d "$db" -f - <"$here/postgres-grants.sql" >/dev/null
   fi
 }
 
 up() {
   datastores
   migrate agora
-  log "starting services"
-  supervisorctl start services:* >/dev/null || true
+  # restart, not start: a second `make up` picks up changed code and settings.
+  log "(re)starting services"
+  supervisorctl restart services:* >/dev/null || true
   "$py" -m tools.wait_healthy \
     "grpc:127.0.0.1:$INGEST_PORT" "grpc:127.0.0.1:$TIMELINE_PORT" "grpc:127.0.0.1:$FLUSHER_PORT" \
     "http://127.0.0.1:$GATEWAY_PORT/healthz" \
@@ -326,9 +335,10 @@ agora is up.
   gRPC      ingest :$INGEST_PORT  timeline :$TIMELINE_PORT  flusher :$FLUSHER_PORT (health)
   logs      make logs        stop: make down
 
-Try:
+Try (user 7, Zalo accounts 1 and 2; a fresh token: make token SUB=7 ACCOUNTS=1,2):
   curl -s -H "Authorization: Bearer $token" \\
     'http://127.0.0.1:$GATEWAY_PORT/api/zalo-accounts/1/messages?conversation_key=demo-thread-1&limit=5'
+  curl -s -H "Authorization: Bearer $token" 'http://127.0.0.1:$GATEWAY_PORT/api/courses/42/posts'
 EOF
 }
 

@@ -14,7 +14,7 @@ from services.gateway import errors
 from services.gateway.auth import TokenVerifier
 from services.gateway.clients import Clients
 from services.gateway.config import GatewaySettings
-from services.gateway.routes import messaging
+from services.gateway.routes import forum, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
 
 _ERRORS = {
@@ -62,6 +62,7 @@ def create_app(settings: GatewaySettings, clients: Clients | None = None) -> Fas
         app.state.clients = clients
     errors.install(app)
     app.include_router(messaging.router)
+    app.include_router(forum.router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+from agora.forum.v1 import forum_read_service_pb2_grpc, forum_write_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
 
 from services.runtime.grpc_client import open_channel
@@ -16,6 +17,8 @@ class Clients:
 
     ingest: ingest_service_pb2_grpc.IngestServiceStub
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
+    forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
+    forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
     timeout: float
     channels: list[grpc.aio.Channel]
 
@@ -25,11 +28,17 @@ class Clients:
         # be applied twice if the first attempt reached the server).
         ingest = open_channel(ingest_addr)
         timeline = open_channel(
-            timeline_addr, idempotent_services=["agora.messaging.v1.TimelineService"]
+            timeline_addr,
+            idempotent_services=[
+                "agora.messaging.v1.TimelineService",
+                "agora.forum.v1.ForumReadService",
+            ],
         )
         return cls(
             ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
             timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
+            forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(ingest),
+            forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),
             timeout=timeout,
             channels=[ingest, timeline],
         )

@@ -200,3 +200,85 @@ class ErrorBody(BaseModel):
 class ErrorResponse(BaseModel):
     success: Literal[False] = False
     error: ErrorBody
+
+
+class Post(BaseModel):
+    id: int
+    course_id: int
+    user_id: int
+    title: str
+    body: str
+    like_count: int
+    comment_count: int
+    created_at: str
+
+
+class Comment(BaseModel):
+    id: int
+    post_id: int
+    parent_id: int | None = Field(description="The top-level comment a reply belongs to")
+    user_id: int
+    body: str
+    like_count: int
+    reply_count: int
+    reply_to_comment_id: int | None = Field(description="For a reply to a reply: which one")
+    reply_to_user_id: int | None = Field(description="For a reply to a reply: whose")
+    created_at: str
+
+
+class FeedPagination(BaseModel):
+    limit: int
+    has_more: bool
+    next_before_id: int | None
+
+
+class CommentPagination(BaseModel):
+    limit: int
+    has_more: bool
+    next_after_id: int | None
+
+
+class PostsPage(BaseModel):
+    success: Literal[True] = True
+    data: list[Post]
+    pagination: FeedPagination
+
+
+class PostResponse(BaseModel):
+    success: Literal[True] = True
+    data: Post
+
+
+class CommentsPage(BaseModel):
+    success: Literal[True] = True
+    data: list[Comment]
+    pagination: CommentPagination
+
+
+class CommentResponse(BaseModel):
+    success: Literal[True] = True
+    data: Comment
+
+
+class NewPost(BaseModel):
+    title: str = Field(description="1-200 characters")
+    body: str = Field(description="1-20,000 characters")
+
+
+class NewComment(BaseModel):
+    body: str = Field(description="1-20,000 characters")
+    parent_id: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**63 - 1,
+        description="Reply to this comment (a reply to a reply is placed under its root)",
+    )
+
+
+class Deleted(BaseModel):
+    deleted: bool
+
+
+class DeletedResponse(BaseModel):
+    success: Literal[True] = True
+    data: Deleted

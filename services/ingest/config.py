@@ -8,9 +8,11 @@ from services.runtime.config import MessageStreamSettings, ServiceSettings
 
 
 class IngestSettings(ServiceSettings, MessageStreamSettings):
-    """ingest reads REDIS_URL (required) and the limits below from the environment."""
+    """ingest reads REDIS_URL and POSTGRES_URL (required) and the limits below."""
 
     redis_url: str
+    postgres_url: str
+    postgres_pool_size: int = Field(default=10, ge=1)
     grpc_port: int = 50051
     # Seed 000 §7: MESSAGE_QUEUE_MAX >= peak msg/s * outage seconds; 500 msg/s * 300 s by default.
     message_queue_max: int = Field(default=150_000, ge=1)

@@ -1,26 +1,40 @@
-"""timeline process bootstrap: settings, telemetry, MySQL pool, the gRPC server."""
+"""timeline process bootstrap: settings, telemetry, MySQL and PostgreSQL pools, the gRPC server."""
 
 from __future__ import annotations
 
+from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
-from services.runtime import config, logs, telemetry
+from services.runtime import config, logs, postgres, telemetry
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
 from services.runtime.mysql import MysqlDatabase
 from services.timeline.config import TimelineSettings
+from services.timeline.forum_handlers import ForumReadHandlers
+from services.timeline.forum_repository import ForumReadRepository
 from services.timeline.handlers import TimelineHandlers
 from services.timeline.repository import TimelineRepository
 
-SERVICE_NAMES = [timeline_service_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name]
+SERVICE_NAMES = [
+    timeline_service_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
+    forum_read_service_pb2.DESCRIPTOR.services_by_name["ForumReadService"].full_name,
+]
 
 
-def build_server(settings: TimelineSettings, handlers: TimelineHandlers, port: int) -> GrpcServer:
+def build_server(
+    settings: TimelineSettings,
+    messages: TimelineHandlers,
+    forum: ForumReadHandlers,
+    port: int,
+) -> GrpcServer:
     """The timeline gRPC server, not yet started (tests pass port 0)."""
+
+    def register(server: object) -> None:
+        timeline_service_pb2_grpc.add_TimelineServiceServicer_to_server(messages, server)
+        forum_read_service_pb2_grpc.add_ForumReadServiceServicer_to_server(forum, server)
+
     return GrpcServer(
         service_names=SERVICE_NAMES,
-        register=lambda s: timeline_service_pb2_grpc.add_TimelineServiceServicer_to_server(
-            handlers, s
-        ),
+        register=register,
         host=settings.grpc_host,
         port=port,
         grace_seconds=settings.grpc_grace_seconds,
@@ -33,10 +47,18 @@ async def main() -> None:
     logs.setup(settings.log_level)
     shutdown_telemetry = telemetry.setup("timeline")
     mysql = await MysqlDatabase.connect(settings.mysql_url, maxsize=settings.mysql_pool_size)
-    server = build_server(settings, TimelineHandlers(TimelineRepository(mysql)), settings.grpc_port)
-
-    async def close() -> None:
+    pool = await postgres.connect(
+        settings.postgres_url, max_size=settings.postgres_pool_size, name="timeline"
+    )
+    try:
+        server = build_server(
+            settings,
+            TimelineHandlers(TimelineRepository(mysql)),
+            ForumReadHandlers(ForumReadRepository(pool)),
+            settings.grpc_port,
+        )
+        await run_until_terminated(server)
+    finally:
+        await pool.close()
         await mysql.close()
         shutdown_telemetry()
-
-    await run_until_terminated(server, cleanup=[close])

@@ -1,0 +1,18 @@
+-- Least-privilege grants for the forum tables, applied to each database after its migrations.
+-- Roles are created (with their passwords) by the environment: deploy/local/stack.sh locally.
+
+-- ingest: forum writes (posts, comments and their counters); reads enrolment.
+GRANT SELECT ON courses, course_members TO agora_ingest;
+GRANT SELECT, INSERT, UPDATE ON posts, comments TO agora_ingest;
+
+-- timeline: reads only.
+GRANT SELECT ON courses, course_members, posts, comments, post_likes, comment_likes
+  TO agora_timeline;
+
+-- likes: authorization checks and warming a user's liked set; never writes.
+GRANT SELECT ON course_members, posts, comments, post_likes, comment_likes TO agora_likes;
+
+-- flusher: like rows and the like counters, nothing else.
+GRANT SELECT, INSERT, DELETE ON post_likes, comment_likes TO agora_flusher;
+GRANT SELECT ON posts, comments TO agora_flusher;
+GRANT UPDATE (like_count) ON posts, comments TO agora_flusher;

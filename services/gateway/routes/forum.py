@@ -1,0 +1,222 @@
+"""Course forum routes: feed, posts, comments, replies, create and delete.
+
+The token's subject is the acting user; the services check enrolment (403) and that the post or
+comment belongs to the course of the URL (404).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from agora.forum.v1 import forum_pb2
+from agora.forum.v1 import forum_read_service_pb2 as read_pb
+from agora.forum.v1 import forum_write_service_pb2 as write_pb
+from fastapi import APIRouter, Path, Query, Request
+
+from services.gateway import schemas
+from services.gateway.auth import CurrentUser
+from services.gateway.clients import Clients
+from services.gateway.convert import time_text
+
+router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
+
+Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
+Limit = Annotated[int, Query(ge=1, le=100)]
+Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
+
+
+def _clients(request: Request) -> Clients:
+    clients: Clients = request.app.state.clients
+    return clients
+
+
+def post_json(p: forum_pb2.Post) -> schemas.Post:
+    return schemas.Post(
+        id=p.id,
+        course_id=p.course_id,
+        user_id=p.user_id,
+        title=p.title,
+        body=p.body,
+        like_count=p.like_count,
+        comment_count=p.comment_count,
+        created_at=time_text(p.created_at),
+    )
+
+
+def comment_json(c: forum_pb2.Comment) -> schemas.Comment:
+    def optional(name: str) -> int | None:
+        return int(getattr(c, name)) if c.HasField(name) else None
+
+    return schemas.Comment(
+        id=c.id,
+        post_id=c.post_id,
+        parent_id=optional("parent_id"),
+        user_id=c.user_id,
+        body=c.body,
+        like_count=c.like_count,
+        reply_count=c.reply_count,
+        reply_to_comment_id=optional("reply_to_comment_id"),
+        reply_to_user_id=optional("reply_to_user_id"),
+        created_at=time_text(c.created_at),
+    )
+
+
+@router.get("/posts", summary="The course feed, newest first", response_model=schemas.PostsPage)
+async def list_posts(
+    request: Request,
+    user: CurrentUser,
+    course_id: Id,
+    limit: Limit = 20,
+    before_id: Cursor = None,
+) -> schemas.PostsPage:
+    rpc = read_pb.ListPostsRequest(course_id=course_id, user_id=user.user_id, limit=limit)
+    if before_id is not None:
+        rpc.before_id = before_id
+    clients = _clients(request)
+    reply = await clients.forum_read.ListPosts(rpc, timeout=clients.timeout)
+    return schemas.PostsPage(
+        data=[post_json(p) for p in reply.posts],
+        pagination=schemas.FeedPagination(
+            limit=limit,
+            has_more=reply.has_more,
+            next_before_id=reply.next_before_id if reply.HasField("next_before_id") else None,
+        ),
+    )
+
+
+@router.post(
+    "/posts", summary="Create a post", response_model=schemas.PostResponse, status_code=201
+)
+async def create_post(
+    request: Request, user: CurrentUser, course_id: Id, body: schemas.NewPost
+) -> schemas.PostResponse:
+    clients = _clients(request)
+    reply = await clients.forum_write.CreatePost(
+        write_pb.CreatePostRequest(
+            course_id=course_id, user_id=user.user_id, title=body.title, body=body.body
+        ),
+        timeout=clients.timeout,
+    )
+    return schemas.PostResponse(data=post_json(reply.post))
+
+
+@router.get("/posts/{post_id}", summary="One post", response_model=schemas.PostResponse)
+async def get_post(
+    request: Request, user: CurrentUser, course_id: Id, post_id: Id
+) -> schemas.PostResponse:
+    clients = _clients(request)
+    reply = await clients.forum_read.GetPost(
+        read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
+        timeout=clients.timeout,
+    )
+    return schemas.PostResponse(data=post_json(reply.post))
+
+
+@router.delete(
+    "/posts/{post_id}", summary="Delete your post", response_model=schemas.DeletedResponse
+)
+async def delete_post(
+    request: Request, user: CurrentUser, course_id: Id, post_id: Id
+) -> schemas.DeletedResponse:
+    clients = _clients(request)
+    await clients.forum_write.DeletePost(
+        write_pb.DeletePostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
+        timeout=clients.timeout,
+    )
+    return schemas.DeletedResponse(data=schemas.Deleted(deleted=True))
+
+
+@router.get(
+    "/posts/{post_id}/comments",
+    summary="Top-level comments of a post, oldest first",
+    response_model=schemas.CommentsPage,
+)
+async def list_comments(
+    request: Request,
+    user: CurrentUser,
+    course_id: Id,
+    post_id: Id,
+    limit: Limit = 20,
+    after_id: Cursor = None,
+) -> schemas.CommentsPage:
+    rpc = read_pb.ListCommentsRequest(
+        course_id=course_id, post_id=post_id, user_id=user.user_id, limit=limit
+    )
+    if after_id is not None:
+        rpc.after_id = after_id
+    clients = _clients(request)
+    reply = await clients.forum_read.ListComments(rpc, timeout=clients.timeout)
+    return _comments_page(reply, limit)
+
+
+@router.post(
+    "/posts/{post_id}/comments",
+    summary="Comment on a post, or reply to a comment with parent_id",
+    response_model=schemas.CommentResponse,
+    status_code=201,
+)
+async def create_comment(
+    request: Request, user: CurrentUser, course_id: Id, post_id: Id, body: schemas.NewComment
+) -> schemas.CommentResponse:
+    rpc = write_pb.CreateCommentRequest(
+        course_id=course_id, post_id=post_id, user_id=user.user_id, body=body.body
+    )
+    if body.parent_id is not None:
+        rpc.parent_id = body.parent_id
+    clients = _clients(request)
+    reply = await clients.forum_write.CreateComment(rpc, timeout=clients.timeout)
+    return schemas.CommentResponse(data=comment_json(reply.comment))
+
+
+@router.get(
+    "/comments/{comment_id}/replies",
+    summary="Replies of a top-level comment, oldest first",
+    response_model=schemas.CommentsPage,
+)
+async def list_replies(
+    request: Request,
+    user: CurrentUser,
+    course_id: Id,
+    comment_id: Id,
+    limit: Limit = 20,
+    after_id: Cursor = None,
+) -> schemas.CommentsPage:
+    rpc = read_pb.ListRepliesRequest(
+        course_id=course_id, comment_id=comment_id, user_id=user.user_id, limit=limit
+    )
+    if after_id is not None:
+        rpc.after_id = after_id
+    clients = _clients(request)
+    reply = await clients.forum_read.ListReplies(rpc, timeout=clients.timeout)
+    return _comments_page(reply, limit)
+
+
+@router.delete(
+    "/comments/{comment_id}",
+    summary="Delete your comment or reply",
+    response_model=schemas.DeletedResponse,
+)
+async def delete_comment(
+    request: Request, user: CurrentUser, course_id: Id, comment_id: Id
+) -> schemas.DeletedResponse:
+    clients = _clients(request)
+    await clients.forum_write.DeleteComment(
+        write_pb.DeleteCommentRequest(
+            course_id=course_id, comment_id=comment_id, user_id=user.user_id
+        ),
+        timeout=clients.timeout,
+    )
+    return schemas.DeletedResponse(data=schemas.Deleted(deleted=True))
+
+
+def _comments_page(
+    reply: read_pb.ListCommentsResponse | read_pb.ListRepliesResponse, limit: int
+) -> schemas.CommentsPage:
+    return schemas.CommentsPage(
+        data=[comment_json(c) for c in reply.comments],
+        pagination=schemas.CommentPagination(
+            limit=limit,
+            has_more=reply.has_more,
+            next_after_id=reply.next_after_id if reply.HasField("next_after_id") else None,
+        ),
+    )

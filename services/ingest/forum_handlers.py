@@ -1,0 +1,145 @@
+"""The ForumWriteService RPC surface: checks, enrolment, then one statement per write."""
+
+from __future__ import annotations
+
+import grpc
+from agora.forum.v1 import forum_write_service_pb2 as pb
+from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
+
+from services.ingest.forum_repository import ForumWriteRepository
+from services.runtime.forum import comment_from_row, post_from_row
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+
+MAX_TITLE = 200
+MAX_BODY = 20_000
+
+
+def check_text(value: str, field: str, limit: int) -> FieldViolation | None:
+    if not value.strip():
+        return FieldViolation(field, "must not be empty")
+    if len(value) > limit:
+        return FieldViolation(field, f"must be at most {limit} characters")
+    if "\x00" in value:
+        return FieldViolation(field, "must not contain NUL characters")
+    return None
+
+
+def check_ids(**ids: int) -> list[FieldViolation]:
+    return [FieldViolation(name, "is required") for name, value in ids.items() if value <= 0]
+
+
+class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
+    """Posts, comments, replies and their soft deletes."""
+
+    def __init__(self, repo: ForumWriteRepository) -> None:
+        self._repo = repo
+
+    async def CreatePost(
+        self, request: pb.CreatePostRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreatePostResponse:
+        problems = check_ids(course_id=request.course_id, user_id=request.user_id)
+        for violation in (
+            check_text(request.title, "title", MAX_TITLE),
+            check_text(request.body, "body", MAX_BODY),
+        ):
+            if violation:
+                problems.append(violation)
+        if problems:
+            await abort_invalid(context, problems)
+        await self._require_member(request.course_id, request.user_id, context)
+        row = await self._repo.create_post(
+            request.course_id, request.user_id, request.title.strip(), request.body
+        )
+        return pb.CreatePostResponse(post=post_from_row(row))
+
+    async def CreateComment(
+        self, request: pb.CreateCommentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateCommentResponse:
+        problems = check_ids(
+            course_id=request.course_id, post_id=request.post_id, user_id=request.user_id
+        )
+        body = check_text(request.body, "body", MAX_BODY)
+        if body:
+            problems.append(body)
+        if request.HasField("parent_id") and request.parent_id <= 0:
+            problems.append(FieldViolation("parent_id", "must be a comment id"))
+        if problems:
+            await abort_invalid(context, problems)
+        await self._require_member(request.course_id, request.user_id, context)
+        post = await self._repo.find_post(request.post_id)
+        if post is None or post.course_id != request.course_id:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
+
+        if not request.HasField("parent_id"):
+            row = await self._repo.create_comment(
+                request.course_id, request.post_id, request.user_id, request.body
+            )
+            if row is None:  # deleted meanwhile
+                await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
+            return pb.CreateCommentResponse(comment=comment_from_row(row))
+
+        parent = await self._repo.find_parent(request.parent_id)
+        if parent is None or parent.deleted:
+            await abort_invalid(context, [FieldViolation("parent_id", "no such comment")])
+        if parent.post_id != request.post_id:
+            await abort_invalid(context, [FieldViolation("parent_id", "belongs to another post")])
+        # Two levels only (seed 002 §2.3): a reply to a reply goes under its root comment and
+        # remembers which reply, and whose, it answered.
+        reply_to = (parent.id, parent.user_id) if parent.is_reply else None
+        row = await self._repo.create_reply(
+            request.course_id,
+            request.post_id,
+            parent.root_id,
+            request.user_id,
+            request.body,
+            reply_to,
+        )
+        if row is None:
+            await abort_invalid(
+                context, [FieldViolation("parent_id", "the comment thread was deleted")]
+            )
+        return pb.CreateCommentResponse(comment=comment_from_row(row))
+
+    async def DeletePost(
+        self, request: pb.DeletePostRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeletePostResponse:
+        problems = check_ids(
+            course_id=request.course_id, post_id=request.post_id, user_id=request.user_id
+        )
+        if problems:
+            await abort_invalid(context, problems)
+        await self._require_member(request.course_id, request.user_id, context)
+        post = await self._repo.find_post(request.post_id)
+        if post is None or post.course_id != request.course_id:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
+        if post.user_id != request.user_id:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
+        if not await self._repo.delete_post(request.course_id, request.post_id, request.user_id):
+            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
+        return pb.DeletePostResponse()
+
+    async def DeleteComment(
+        self, request: pb.DeleteCommentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteCommentResponse:
+        problems = check_ids(
+            course_id=request.course_id, comment_id=request.comment_id, user_id=request.user_id
+        )
+        if problems:
+            await abort_invalid(context, problems)
+        await self._require_member(request.course_id, request.user_id, context)
+        comment = await self._repo.find_comment(request.comment_id)
+        if comment is None or comment.course_id != request.course_id:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
+        if comment.user_id != request.user_id:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
+        if not await self._repo.delete_comment(request.comment_id, request.user_id):
+            await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
+        return pb.DeleteCommentResponse()
+
+    async def _require_member(
+        self, course_id: int, user_id: int, context: grpc.aio.ServicerContext
+    ) -> None:
+        if not await self._repo.is_member(course_id, user_id):
+            await abort(
+                context, grpc.StatusCode.PERMISSION_DENIED, "you are not enrolled in this course"
+            )

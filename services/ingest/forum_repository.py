@@ -1,0 +1,175 @@
+"""ingest's PostgreSQL access: forum posts and comments, counters in the same statement.
+
+Every write is one statement (CTEs), so a counter can never disagree with the rows it counts, under
+any concurrency: the row lock on the counted row serializes the increments, and each statement adds
+only what it actually inserted or deleted (seed 002 §2.1, §2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from asyncpg import Record
+
+from services.runtime.forum import COMMENT_COLUMNS, POST_COLUMNS, is_member
+
+INSERT_POST = f"""
+INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, $3, $4)
+RETURNING {POST_COLUMNS}"""
+
+# The post must be live and in the course of the request.
+INSERT_COMMENT = f"""
+WITH target AS (
+  SELECT id FROM posts WHERE id = $1 AND course_id = $2 AND deleted_at IS NULL FOR UPDATE),
+ins AS (
+  INSERT INTO comments (post_id, user_id, body) SELECT id, $3, $4 FROM target
+  RETURNING {COMMENT_COLUMNS}),
+counted AS (
+  UPDATE posts SET comment_count = comment_count + 1 WHERE id IN (SELECT post_id FROM ins))
+SELECT {COMMENT_COLUMNS} FROM ins"""
+
+# The parent a reply is written to, with its root (itself when it is top-level) and its post.
+FIND_PARENT = """
+SELECT c.id, c.post_id, c.parent_id, c.user_id, c.deleted_at IS NOT NULL AS deleted,
+       p.course_id, p.deleted_at IS NOT NULL AS post_deleted
+FROM comments c JOIN posts p ON p.id = c.post_id
+WHERE c.id = $1"""
+
+# Insert only if the root is still a live top-level comment of a live post of the course; bump
+# the root's reply_count and the post's comment_count in the same statement.
+INSERT_REPLY = f"""
+WITH root AS (
+  SELECT c.id, c.post_id FROM comments c JOIN posts p ON p.id = c.post_id
+  WHERE c.id = $1 AND c.parent_id IS NULL AND c.deleted_at IS NULL
+    AND p.id = $2 AND p.course_id = $3 AND p.deleted_at IS NULL
+  FOR UPDATE OF c),
+ins AS (
+  INSERT INTO comments (post_id, parent_id, user_id, body, reply_to_comment_id, reply_to_user_id)
+  SELECT post_id, id, $4, $5, $6, $7 FROM root
+  RETURNING {COMMENT_COLUMNS}),
+replies AS (
+  UPDATE comments SET reply_count = reply_count + 1 WHERE id IN (SELECT parent_id FROM ins)),
+counted AS (
+  UPDATE posts SET comment_count = comment_count + 1 WHERE id IN (SELECT post_id FROM ins))
+SELECT {COMMENT_COLUMNS} FROM ins"""
+
+FIND_POST = "SELECT course_id, user_id FROM posts WHERE id = $1 AND deleted_at IS NULL"
+
+DELETE_POST = """
+UPDATE posts SET deleted_at = now()
+WHERE id = $1 AND course_id = $2 AND user_id = $3 AND deleted_at IS NULL
+RETURNING id"""
+
+FIND_COMMENT = """
+SELECT c.user_id, p.course_id
+FROM comments c JOIN posts p ON p.id = c.post_id
+LEFT JOIN comments r ON r.id = c.parent_id
+WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL
+  AND (r.id IS NULL OR r.deleted_at IS NULL)"""
+
+# A deleted reply leaves its root's reply_count and, while the root is visible, the post's
+# comment_count; a deleted root takes itself and its visible replies out of the post's count. Row
+# locks on the root order a concurrent reply/delete pair, and each side reads the other's result.
+DELETE_COMMENT = """
+WITH del AS (
+  UPDATE comments SET deleted_at = now()
+  WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
+  RETURNING id, post_id, parent_id, reply_count),
+root AS (
+  UPDATE comments r SET reply_count = r.reply_count - 1
+  FROM del WHERE r.id = del.parent_id
+  RETURNING r.deleted_at IS NULL AS visible),
+counted AS (
+  UPDATE posts p SET comment_count = p.comment_count - CASE
+      WHEN del.parent_id IS NULL THEN 1 + del.reply_count
+      WHEN (SELECT visible FROM root) THEN 1
+      ELSE 0 END
+  FROM del WHERE p.id = del.post_id)
+SELECT id FROM del"""
+
+
+@dataclass(frozen=True)
+class Parent:
+    id: int
+    post_id: int
+    root_id: int
+    user_id: int
+    is_reply: bool
+    deleted: bool
+    course_id: int
+    post_deleted: bool
+
+
+@dataclass(frozen=True)
+class Author:
+    user_id: int
+    course_id: int
+
+
+class ForumWriteRepository:
+    """Forum writes; every method is one round trip or one transaction."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def is_member(self, course_id: int, user_id: int) -> bool:
+        return await is_member(self._pool, course_id, user_id)
+
+    async def create_post(self, course_id: int, user_id: int, title: str, body: str) -> Record:
+        row = await self._pool.fetchrow(INSERT_POST, course_id, user_id, title, body)
+        if row is None:  # an INSERT … RETURNING always returns its row
+            raise RuntimeError("INSERT INTO posts returned no row")
+        return row
+
+    async def create_comment(
+        self, course_id: int, post_id: int, user_id: int, body: str
+    ) -> Record | None:
+        """The new top-level comment, or None when the post is not live in the course."""
+        return await self._pool.fetchrow(INSERT_COMMENT, post_id, course_id, user_id, body)
+
+    async def find_parent(self, comment_id: int) -> Parent | None:
+        row = await self._pool.fetchrow(FIND_PARENT, comment_id)
+        if row is None:
+            return None
+        is_reply = row["parent_id"] is not None
+        return Parent(
+            id=row["id"],
+            post_id=row["post_id"],
+            root_id=row["parent_id"] if is_reply else row["id"],
+            user_id=row["user_id"],
+            is_reply=is_reply,
+            deleted=row["deleted"],
+            course_id=row["course_id"],
+            post_deleted=row["post_deleted"],
+        )
+
+    async def create_reply(
+        self,
+        course_id: int,
+        post_id: int,
+        root_id: int,
+        user_id: int,
+        body: str,
+        reply_to: tuple[int, int] | None,
+    ) -> Record | None:
+        """The new reply under `root_id`, or None when the root or its post went away."""
+        to_comment, to_user = reply_to if reply_to else (None, None)
+        return await self._pool.fetchrow(
+            INSERT_REPLY, root_id, post_id, course_id, user_id, body, to_comment, to_user
+        )
+
+    async def find_post(self, post_id: int) -> Author | None:
+        row = await self._pool.fetchrow(FIND_POST, post_id)
+        return None if row is None else Author(row["user_id"], row["course_id"])
+
+    async def delete_post(self, course_id: int, post_id: int, user_id: int) -> bool:
+        return await self._pool.fetchval(DELETE_POST, post_id, course_id, user_id) is not None
+
+    async def find_comment(self, comment_id: int) -> Author | None:
+        """The author and course of a visible comment."""
+        row = await self._pool.fetchrow(FIND_COMMENT, comment_id)
+        return None if row is None else Author(row["user_id"], row["course_id"])
+
+    async def delete_comment(self, comment_id: int, user_id: int) -> bool:
+        return await self._pool.fetchval(DELETE_COMMENT, comment_id, user_id) is not None

@@ -1,0 +1,34 @@
+"""PostgreSQL pools (asyncpg; spans come from opentelemetry-instrumentation-asyncpg)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+
+async def connect(url: str, *, min_size: int = 1, max_size: int = 10, name: str) -> asyncpg.Pool:
+    """A pool to `url` (postgresql://user:password@host:port/db), sessions in UTC."""
+    pool = await asyncpg.create_pool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        command_timeout=10,
+        server_settings={"application_name": name, "timezone": "UTC"},
+    )
+    if pool is None:  # only when create_pool is not awaited
+        raise RuntimeError("asyncpg.create_pool returned no pool")
+    return pool
+
+
+# SQLSTATEs after which the same statement may succeed later: serialization failure, deadlock,
+# and the connection/shutdown classes. Anything else is about the data or the query.
+TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when retrying later can succeed (connection trouble, deadlock, serialization)."""
+    if isinstance(exc, (ConnectionError, TimeoutError, asyncpg.InterfaceError)):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", "") or ""
+        return state in TRANSIENT_SQLSTATES or state.startswith("08")
+    return False

@@ -1,0 +1,249 @@
+"""The course forum through the gateway and gRPC, against real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from agora.forum.v1 import forum_write_service_pb2 as write_pb
+from agora.forum.v1 import forum_write_service_pb2_grpc
+
+from services.runtime.grpc_client import open_channel
+from services.runtime.grpc_server import GrpcServer
+from services.timeline import forum_repository as q
+from tests.conftest import Env
+from tests.helpers import mint_token
+from tools.forum_data import Volume, load_volume
+
+pytestmark = pytest.mark.asyncio
+COURSE = "/api/courses/42"
+
+
+def as_user(env: Env, user: int) -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=user, accounts=[])}"}
+
+
+async def counters(pg: asyncpg.Pool, post_id: int, comment_id: int) -> tuple[int, int]:
+    row = await pg.fetchrow(
+        "SELECT (SELECT comment_count FROM posts WHERE id = $1),"
+        " (SELECT reply_count FROM comments WHERE id = $2)",
+        post_id,
+        comment_id,
+    )
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def test_fifty_concurrent_replies_keep_both_counters_exact(
+    ingest_server: GrpcServer, pg_admin: asyncpg.Pool, clean: None
+) -> None:
+    async with open_channel(f"127.0.0.1:{ingest_server.port}") as channel:
+        stub = forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
+        await asyncio.gather(
+            *(
+                stub.CreateComment(
+                    write_pb.CreateCommentRequest(
+                        course_id=42, post_id=1, user_id=7 + i % 3, body=f"reply {i}", parent_id=1
+                    )
+                )
+                for i in range(50)
+            )
+        )
+    assert await counters(pg_admin, post_id=1, comment_id=1) == (52, 50)
+    actual = await pg_admin.fetchrow(
+        "SELECT count(*) FILTER (WHERE parent_id = 1), count(*) FROM comments WHERE post_id = 1"
+    )
+    assert tuple(actual) == (50, 52)  # type: ignore[arg-type]
+
+
+async def test_a_reply_to_a_reply_goes_under_the_root_and_remembers_whom_it_answered(
+    gateway: httpx.AsyncClient, env: Env, pg_admin: asyncpg.Pool, clean: None
+) -> None:
+    first = await gateway.post(
+        f"{COURSE}/posts/1/comments",
+        json={"body": "Được ạ", "parent_id": 1},
+        headers=as_user(env, 9),
+    )
+    assert first.status_code == 201, first.text
+    reply = first.json()["data"]
+    second = await gateway.post(
+        f"{COURSE}/posts/1/comments",
+        json={"body": "@9 cảm ơn", "parent_id": reply["id"]},
+        headers=as_user(env, 7),
+    )
+    assert second.status_code == 201, second.text
+    nested = second.json()["data"]
+    assert nested["parent_id"] == 1
+    assert nested["reply_to_comment_id"] == reply["id"]
+    assert nested["reply_to_user_id"] == 9
+    assert reply["reply_to_user_id"] is None
+    assert await counters(pg_admin, post_id=1, comment_id=1) == (4, 2)
+
+
+async def walk(
+    gateway: httpx.AsyncClient, path: str, headers: dict[str, str], cursor: str
+) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    params: dict[str, int] = {"limit": 7}
+    for _ in range(100):
+        response = await gateway.get(path, params=params, headers=headers)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        items += body["data"]
+        if not body["pagination"]["has_more"]:
+            return items
+        params = {"limit": 7, cursor: body["pagination"][f"next_{cursor}"]}
+    raise AssertionError("pagination did not end")
+
+
+async def test_pages_walk_every_item_once_and_never_show_deleted_ones(
+    gateway: httpx.AsyncClient, env: Env, clean: None
+) -> None:
+    author = as_user(env, 8)
+    posts = []
+    for i in range(40):
+        created = await gateway.post(
+            f"{COURSE}/posts", json={"title": f"Post {i}", "body": "..."}, headers=author
+        )
+        posts.append(created.json()["data"]["id"])
+    for post in posts[::5]:
+        deleted = await gateway.delete(f"{COURSE}/posts/{post}", headers=author)
+        assert deleted.status_code == 200
+    feed = await walk(gateway, f"{COURSE}/posts", author, "before_id")
+    expected_posts = sorted(set(posts) - set(posts[::5]) | {1, 2}, reverse=True)
+    assert [p["id"] for p in feed] == expected_posts
+
+    target = posts[1]
+    comments = []
+    for i in range(30):
+        created = await gateway.post(
+            f"{COURSE}/posts/{target}/comments", json={"body": f"c{i}"}, headers=author
+        )
+        comments.append(created.json()["data"]["id"])
+    replies = []
+    for i in range(25):
+        created = await gateway.post(
+            f"{COURSE}/posts/{target}/comments",
+            json={"body": f"r{i}", "parent_id": comments[0]},
+            headers=author,
+        )
+        replies.append(created.json()["data"]["id"])
+    for item in comments[1::4] + replies[::3]:
+        deleted = await gateway.delete(f"{COURSE}/comments/{item}", headers=author)
+        assert deleted.status_code == 200, deleted.text
+
+    top = await walk(gateway, f"{COURSE}/posts/{target}/comments", author, "after_id")
+    assert [c["id"] for c in top] == sorted(set(comments) - set(comments[1::4]))
+    thread = await walk(gateway, f"{COURSE}/comments/{comments[0]}/replies", author, "after_id")
+    assert [c["id"] for c in thread] == sorted(set(replies) - set(replies[::3]))
+    post = (await gateway.get(f"{COURSE}/posts/{target}", headers=author)).json()["data"]
+    assert post["comment_count"] == len(top) + len(thread)
+    assert top[0]["reply_count"] == len(thread)
+
+    # Deleting the root hides its thread and takes it out of the post's count.
+    await gateway.delete(f"{COURSE}/comments/{comments[0]}", headers=author)
+    post = (await gateway.get(f"{COURSE}/posts/{target}", headers=author)).json()["data"]
+    assert post["comment_count"] == len(top) - 1
+    gone = await gateway.get(f"{COURSE}/comments/{comments[0]}/replies", headers=author)
+    assert gone.status_code == 404
+
+
+async def test_access_rules(gateway: httpx.AsyncClient, env: Env, clean: None) -> None:
+    member, stranger = as_user(env, 7), as_user(env, 50)
+    assert (await gateway.get(f"{COURSE}/posts")).status_code == 401
+    not_enrolled = await gateway.get(f"{COURSE}/posts", headers=stranger)
+    assert not_enrolled.status_code == 403
+    assert not_enrolled.json()["error"]["code"] == "permission_denied"
+    for path in (f"{COURSE}/posts/3", f"{COURSE}/posts/3/comments"):
+        cross = await gateway.get(path, headers=member)
+        assert cross.status_code == 404, path
+    cross_write = await gateway.post(
+        f"{COURSE}/posts/3/comments", json={"body": "hi"}, headers=member
+    )
+    assert cross_write.status_code == 404
+    someone_elses = await gateway.delete(f"{COURSE}/posts/1", headers=member)
+    assert someone_elses.status_code == 403
+    comment_of_9 = await gateway.delete(f"{COURSE}/comments/2", headers=member)
+    assert comment_of_9.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/posts", {"title": "ok", "body": ""}, "body"),
+        ("/posts", {"title": "   ", "body": "x"}, "title"),
+        ("/posts", {"title": "t" * 201, "body": "x"}, "title"),
+        ("/posts", {"title": "ok", "body": "b" * 20_001}, "body"),
+        ("/posts", {"title": "ok"}, "body"),
+        ("/posts/1/comments", {"body": ""}, "body"),
+        ("/posts/1/comments", {"body": "x", "parent_id": 999_999}, "parent_id"),
+        ("/posts/2/comments", {"body": "x", "parent_id": 1}, "parent_id"),
+        ("/posts/1/comments", {"body": "x", "parent_id": 0}, "parent_id"),
+    ],
+)
+async def test_invalid_input_is_422_naming_the_field(
+    gateway: httpx.AsyncClient,
+    env: Env,
+    clean: None,
+    path: str,
+    body: dict[str, object],
+    field: str,
+) -> None:
+    response = await gateway.post(COURSE + path, json=body, headers=as_user(env, 7))
+    assert response.status_code == 422, response.text
+    assert field in [f["field"] for f in response.json()["error"]["fields"]]
+
+
+async def test_a_deleted_parent_cannot_be_replied_to(
+    gateway: httpx.AsyncClient, env: Env, clean: None
+) -> None:
+    deleted = await gateway.delete(f"{COURSE}/comments/2", headers=as_user(env, 9))
+    assert deleted.status_code == 200
+    again = await gateway.delete(f"{COURSE}/comments/2", headers=as_user(env, 9))
+    assert again.status_code == 404
+    reply = await gateway.post(
+        f"{COURSE}/posts/1/comments", json={"body": "x", "parent_id": 2}, headers=as_user(env, 7)
+    )
+    assert reply.status_code == 422
+    assert reply.json()["error"]["fields"][0]["field"] == "parent_id"
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes += plan_nodes(child)
+    return nodes
+
+
+async def test_comment_and_reply_pages_use_the_partial_indexes_with_few_buffers(
+    pg_admin: asyncpg.Pool, pg_timeline: asyncpg.Pool, clean: None
+) -> None:
+    async with pg_admin.acquire() as conn:
+        await load_volume(conn, Volume(courses=200, students=5000, posts_per_course=10))
+    total = await pg_admin.fetchval("SELECT count(*) FROM comments")
+    assert total >= 266_666
+    # The busiest thread of the last post, as the seed's "show replies" click.
+    row = await pg_admin.fetchrow(
+        "SELECT post_id, parent_id FROM comments WHERE parent_id IS NOT NULL"
+        " GROUP BY post_id, parent_id ORDER BY post_id DESC, count(*) DESC LIMIT 1"
+    )
+    assert row is not None
+    post, root = row
+    cases = [
+        (q.COMMENTS_PAGE, (post, 0, 21), "comments_top"),
+        (q.COMMENTS_PAGE, (post, 40, 21), "comments_top"),
+        (q.REPLIES_PAGE, (root, 0, 11), "comments_reply"),
+    ]
+    async with pg_timeline.acquire() as conn:
+        for sql, args, index in cases:
+            reply = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
+            plan = json.loads(reply)[0]["Plan"]
+            scans = [n for n in plan_nodes(plan) if n.get("Index Name")]
+            assert [n["Node Type"] for n in scans] == ["Index Scan"], plan
+            assert scans[0]["Index Name"] == index
+            buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+            assert buffers <= 40, (sql, buffers)
