@@ -5,7 +5,7 @@ PY := .venv/bin/python
 SUB ?= 7
 ACCOUNTS ?= 1
 
-.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity
+.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
@@ -15,6 +15,7 @@ help:
 	@echo "make test        lint, type-check, validate k8s, run every test against real servers"
 	@echo "make bench       benchmarks against the local stack (make up first)"
 	@echo "make capacity    table sizes, bytes per row, 50M-row projection, growth per day"
+	@echo "make dead-letters  list dead letters; REPLAY=<id> or REPLAY=all puts them back"
 
 setup:
 	@$(STACK) setup
@@ -52,3 +53,6 @@ bench:
 
 capacity:
 	@$(STACK) run $(PY) -m tools.capacity
+
+dead-letters:
+	@$(STACK) run $(PY) -m tools.dead_letters --replay "$(REPLAY)"

@@ -28,9 +28,16 @@ from services.gateway.config import GatewaySettings
 from services.ingest.config import IngestSettings
 from services.ingest.server import build_forum_handlers, build_handlers
 from services.ingest.server import build_server as build_ingest_server
+from services.likes.config import LikesSettings
+from services.likes.handlers import LikeHandlers
+from services.likes.redis_store import BufferedLikes
+from services.likes.repository import ForumChecks
+from services.likes.server import build_server as build_likes_server
+from services.likes.sync_store import SyncLikes
 from services.runtime import postgres, telemetry
 from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_server import GrpcServer
+from services.runtime.like_stream import LikeStreams
 from services.runtime.message_stream import MessageStreams
 from services.runtime.mysql import MysqlDatabase
 from services.timeline.config import TimelineSettings
@@ -39,10 +46,9 @@ from services.timeline.forum_repository import ForumReadRepository
 from services.timeline.handlers import TimelineHandlers
 from services.timeline.repository import TimelineRepository
 from services.timeline.server import build_server as build_timeline_server
-from tests.helpers import ACCOUNTS, Flusher, mint_token
+from tests.helpers import ACCOUNTS, SHARDS, Flusher, mint_token
 from tools.forum_data import load_lab
 
-SHARDS = 4
 TABLES = [
     "zalo_agent_sent_messages",
     "zalo_messages",
@@ -72,6 +78,7 @@ class Env:
     pg_timeline_url: str
     pg_likes_url: str
     pg_flusher_url: str
+    pg_likes_writer_url: str
     jwt_secret: str
 
 
@@ -87,6 +94,7 @@ def env() -> Env:
         pg_timeline_url=_env("TEST_PG_TIMELINE_URL"),
         pg_likes_url=_env("TEST_PG_LIKES_URL"),
         pg_flusher_url=_env("TEST_PG_FLUSHER_URL"),
+        pg_likes_writer_url=_env("TEST_PG_LIKES_WRITER_URL"),
         jwt_secret=_env("TEST_JWT_SECRET"),
     )
 
@@ -151,6 +159,27 @@ async def pg_timeline(env: Env) -> AsyncIterator[asyncpg.Pool]:
 
 
 @pytest_asyncio.fixture(scope="session")
+async def pg_likes(env: Env) -> AsyncIterator[asyncpg.Pool]:
+    pool = await _pool(env.pg_likes_url, "likes")
+    yield pool
+    await pool.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def pg_likes_writer(env: Env) -> AsyncIterator[asyncpg.Pool]:
+    pool = await _pool(env.pg_likes_writer_url, "likes")
+    yield pool
+    await pool.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def pg_flusher(env: Env) -> AsyncIterator[asyncpg.Pool]:
+    pool = await _pool(env.pg_flusher_url, "flusher")
+    yield pool
+    await pool.close()
+
+
+@pytest_asyncio.fixture(scope="session")
 async def redis_client(env: Env) -> AsyncIterator[redis.Redis]:
     client = redis.Redis.from_url(env.redis_url)
     yield client
@@ -192,7 +221,9 @@ def flusher_settings(env: Env) -> FlusherSettings:
     return FlusherSettings(
         redis_url=env.redis_url,
         mysql_url=env.mysql_flusher_url,
+        postgres_url=env.pg_flusher_url,
         message_stream_shards=SHARDS,
+        like_stream_shards=SHARDS,
         flusher_consumer_name="test-flusher",
         flusher_block_ms=10,
         prune_debounce_ms=0,
@@ -255,25 +286,73 @@ def flusher(
     flusher_settings: FlusherSettings,
     redis_client: redis.Redis,
     flusher_db: MysqlDatabase,
+    pg_flusher: asyncpg.Pool,
 ) -> Flusher:
-    """Drains the message streams into MySQL, in this process, on demand."""
-    return Flusher(flusher_settings, redis_client, flusher_db)
+    """Drains the message and like streams, in this process, on demand."""
+    return Flusher(flusher_settings, redis_client, flusher_db, pg_flusher)
+
+
+def _likes_server(settings: LikesSettings, handlers: LikeHandlers) -> GrpcServer:
+    return build_likes_server(settings, handlers, port=0)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def likes_server(
+    spans: InMemorySpanExporter, env: Env, redis_client: redis.Redis, pg_likes: asyncpg.Pool
+) -> AsyncIterator[GrpcServer]:
+    """The likes service in buffered mode (the default)."""
+    settings = LikesSettings(
+        postgres_url=env.pg_likes_url, redis_url=env.redis_url, like_stream_shards=SHARDS
+    )
+    checks = ForumChecks(pg_likes)
+    store = BufferedLikes(
+        redis_client, LikeStreams("forum", SHARDS), checks, settings.liked_set_ttl_seconds
+    )
+    server = _likes_server(settings, LikeHandlers(checks, store))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def sync_likes_server(
+    spans: InMemorySpanExporter, env: Env, pg_likes: asyncpg.Pool, pg_likes_writer: asyncpg.Pool
+) -> AsyncIterator[GrpcServer]:
+    """The likes service in sync mode (seed level 1)."""
+    settings = LikesSettings(
+        likes_mode="sync", postgres_url=env.pg_likes_url, postgres_write_url=env.pg_likes_writer_url
+    )
+    server = _likes_server(
+        settings, LikeHandlers(ForumChecks(pg_likes), SyncLikes(pg_likes_writer))
+    )
+    await server.start()
+    yield server
+    await server.stop()
 
 
 @pytest_asyncio.fixture(scope="session")
 async def gateway(
-    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer
+    env: Env,
+    ingest_server: GrpcServer,
+    timeline_server: GrpcServer,
+    likes_server: GrpcServer,
+    redis_client: redis.Redis,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the gateway app, wired to the in-process gRPC services."""
     settings = GatewaySettings(
         jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
         ingest_addr=f"127.0.0.1:{ingest_server.port}",
         timeline_addr=f"127.0.0.1:{timeline_server.port}",
+        likes_addr=f"127.0.0.1:{likes_server.port}",
+        redis_url=env.redis_url,
     )
     clients = Clients.connect(
-        ingest_addr=settings.ingest_addr, timeline_addr=settings.timeline_addr, timeout=5
+        ingest_addr=settings.ingest_addr,
+        timeline_addr=settings.timeline_addr,
+        likes_addr=settings.likes_addr,
+        timeout=5,
     )
-    app = create_app(settings, clients)
+    app = create_app(settings, clients, redis_client)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
         yield client

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import asyncpg
+import pytest
 import redis.asyncio as redis
 from agora.messaging.v1 import message_pb2
 
 from services.flusher.config import FlusherSettings
+from services.flusher.like_repository import LikeRepository
 from services.flusher.message_repository import MessageRepository
 from services.flusher.prune import Pruner
-from services.flusher.server import message_consumer, pruner
+from services.flusher.reconcile import Reconciler
+from services.flusher.server import like_consumer, message_consumer, pruner, reconciler
 from services.runtime.mysql import MysqlDatabase
 from tools.jwt_token import mint
 
 ACCOUNTS = (1, 2, 3)
+SHARDS = 4  # stream shards in tests (both message and like streams)
+ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 8, 2, 10, 0, tzinfo=UTC)
 
 
@@ -55,20 +67,27 @@ def at(seconds: float) -> datetime:
 class Flusher:
     """Runs the real message consumers of every shard until the streams are drained."""
 
-    def __init__(self, settings: FlusherSettings, client: redis.Redis, db: MysqlDatabase) -> None:
+    def __init__(
+        self, settings: FlusherSettings, client: redis.Redis, db: MysqlDatabase, pg: asyncpg.Pool
+    ) -> None:
         self.settings = settings
         self.db = db
         self.redis = client
         self.repo = MessageRepository(db)
+        self.likes = LikeRepository(pg)
         self.consumers = [
             message_consumer(settings, client, self.repo, shard)
             for shard in range(settings.message_stream_shards)
+        ]
+        self.like_consumers = [
+            like_consumer(settings, client, self.likes, shard)
+            for shard in range(settings.like_stream_shards)
         ]
 
     async def drain(self) -> int:
         """Apply everything pending or new; returns the number of entries handled."""
         handled = 0
-        for consumer in self.consumers:
+        for consumer in self.consumers + self.like_consumers:
             await consumer.ensure_group()
             await consumer.claim_abandoned()
             while n := await consumer.run_once():
@@ -79,3 +98,47 @@ class Flusher:
         """The real pruner with these settings overridden (e.g. archive_enabled=True)."""
         settings = self.settings.model_copy(update=overrides)
         return pruner(settings, self.redis, self.db)
+
+    def reconciler(self) -> Reconciler:
+        return reconciler(self.settings, self.redis, self.likes)
+
+
+async def run_flusher(
+    env: Any, *, fault_point: str, name: str, until_drained: list[str] | None = None
+) -> int:
+    """Run the real flusher process; returns its exit code."""
+    process_env = {
+        **os.environ,
+        "REDIS_URL": env.redis_url,
+        "MYSQL_URL": env.mysql_flusher_url,
+        "POSTGRES_URL": env.pg_flusher_url,
+        "MESSAGE_STREAM_SHARDS": str(SHARDS),
+        "LIKE_STREAM_SHARDS": str(SHARDS),
+        "GRPC_PORT": "0",
+        "FLUSHER_FAULT_POINT": fault_point,
+        "FLUSHER_CONSUMER_NAME": name,
+        "FLUSHER_LEASE_TTL_MS": "1000",
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+    proc = subprocess.Popen(  # noqa: ASYNC220 (a child process, waited for below)
+        [sys.executable, "-m", "services.flusher"], cwd=ROOT, env=process_env
+    )
+    try:
+        if until_drained is None:
+            return await asyncio.to_thread(proc.wait, 60)
+        client = redis.Redis.from_url(env.redis_url)
+        try:
+            for _ in range(300):
+                lengths = [await client.xlen(s) for s in until_drained]
+                if sum(lengths) == 0:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the restarted flusher did not drain the streams")
+        finally:
+            await client.aclose()
+        proc.send_signal(signal.SIGTERM)
+        return await asyncio.to_thread(proc.wait, 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

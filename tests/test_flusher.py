@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +16,8 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 from services.flusher.config import FlusherSettings
 from services.runtime.message_stream import GROUP, MessageStreams
 from services.runtime.mysql import MysqlDatabase
-from tests.conftest import SHARDS, Env
-from tests.helpers import Flusher, at, message
+from tests.conftest import Env
+from tests.helpers import Flusher, at, message, run_flusher
 
 pytestmark = pytest.mark.asyncio
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,48 +135,9 @@ async def test_killed_between_commit_and_ack_then_restarted_loses_and_duplicates
     assert sum(pending) > 0, "and before ACK: the batch must still be pending"
 
     # The replacement pod has another name: it must claim pod-a's entries, not just read new ones.
-    await run_flusher(env, fault_point="", name="pod-b", until_drained=streams)
+    await run_flusher(env, fault_point="", name="pod-b", until_drained=streams.all_streams())
 
     stored = await count_by_msg_id(admin_db)
     assert sorted(stored) == sorted(sent)
     assert set(stored.values()) == {1}
     assert int(await redis_client.get(streams.backlog_key) or 0) == 0
-
-
-async def run_flusher(
-    env: Env, *, fault_point: str, name: str, until_drained: MessageStreams | None = None
-) -> int:
-    """Run the real flusher process; returns its exit code."""
-    process_env = {
-        **os.environ,
-        "REDIS_URL": env.redis_url,
-        "MYSQL_URL": env.mysql_flusher_url,
-        "MESSAGE_STREAM_SHARDS": str(SHARDS),
-        "GRPC_PORT": "0",
-        "FLUSHER_FAULT_POINT": fault_point,
-        "FLUSHER_CONSUMER_NAME": name,
-        "FLUSHER_LEASE_TTL_MS": "1000",
-        "OTEL_TRACES_EXPORTER": "none",
-    }
-    proc = subprocess.Popen(  # noqa: ASYNC220 (a child process, waited for below)
-        [sys.executable, "-m", "services.flusher"], cwd=ROOT, env=process_env
-    )
-    try:
-        if until_drained is None:
-            return await asyncio.to_thread(proc.wait, 60)
-        client = redis.Redis.from_url(env.redis_url)
-        try:
-            for _ in range(300):
-                lengths = [await client.xlen(s) for s in until_drained.all_streams()]
-                if sum(lengths) == 0:
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail("the restarted flusher did not drain the streams")
-        finally:
-            await client.aclose()
-        proc.send_signal(signal.SIGTERM)
-        return await asyncio.to_thread(proc.wait, 30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()

@@ -16,3 +16,8 @@ GRANT SELECT ON course_members, posts, comments, post_likes, comment_likes TO ag
 GRANT SELECT, INSERT, DELETE ON post_likes, comment_likes TO agora_flusher;
 GRANT SELECT ON posts, comments TO agora_flusher;
 GRANT UPDATE (like_count) ON posts, comments TO agora_flusher;
+
+-- likes in sync mode (LIKES_MODE=sync, seed level 1): writes likes and their counters directly.
+GRANT SELECT, INSERT, DELETE ON post_likes, comment_likes TO agora_likes_writer;
+GRANT SELECT ON posts, comments TO agora_likes_writer;
+GRANT UPDATE (like_count) ON posts, comments TO agora_likes_writer;

@@ -151,7 +151,7 @@ serverurl=unix://$var/run/supervisor.sock
 programs=mariadb,postgres,redis
 
 [group:services]
-programs=ingest,timeline,flusher,gateway
+programs=ingest,timeline,likes,flusher,gateway
 
 [program:mariadb]
 command=/usr/sbin/mariadbd --defaults-file=$here/mariadb.cnf --datadir=$var/mariadb/data
@@ -186,7 +186,7 @@ redirect_stderr=true
 stdout_logfile=$var/log/redis.log
 EOF
   local name
-  for name in ingest timeline flusher gateway; do
+  for name in ingest timeline likes flusher gateway; do
     cat >>"$var/supervisord.conf" <<EOF
 
 [program:$name]
@@ -270,7 +270,7 @@ EOF
 bootstrap_postgres() {
   # One login role per service; the tables' grants come with the migrations (postgres-grants.sql).
   local role password
-  for role in migrator ingest timeline likes flusher; do
+  for role in migrator ingest timeline likes likes_writer flusher; do
     password="PG_${role^^}_PASSWORD"
     psql_admin -d postgres <<EOF
 SELECT 'CREATE ROLE agora_$role LOGIN' WHERE NOT EXISTS (
@@ -321,7 +321,8 @@ up() {
   log "(re)starting services"
   supervisorctl restart services:* >/dev/null || true
   "$py" -m tools.wait_healthy \
-    "grpc:127.0.0.1:$INGEST_PORT" "grpc:127.0.0.1:$TIMELINE_PORT" "grpc:127.0.0.1:$FLUSHER_PORT" \
+    "grpc:127.0.0.1:$INGEST_PORT" "grpc:127.0.0.1:$TIMELINE_PORT" "grpc:127.0.0.1:$LIKES_PORT" \
+    "grpc:127.0.0.1:$FLUSHER_PORT" \
     "http://127.0.0.1:$GATEWAY_PORT/healthz" \
     || { supervisorctl status || true; die "services are not healthy (make logs)"; }
   log "loading demo data"
@@ -332,7 +333,7 @@ up() {
 
 agora is up.
   gateway   http://127.0.0.1:$GATEWAY_PORT   (OpenAPI: http://127.0.0.1:$GATEWAY_PORT/docs)
-  gRPC      ingest :$INGEST_PORT  timeline :$TIMELINE_PORT  flusher :$FLUSHER_PORT (health)
+  gRPC      ingest :$INGEST_PORT  timeline :$TIMELINE_PORT  likes :$LIKES_PORT  flusher :$FLUSHER_PORT (health, /metrics)
   logs      make logs        stop: make down
 
 Try (user 7, Zalo accounts 1 and 2; a fresh token: make token SUB=7 ACCOUNTS=1,2):

@@ -7,18 +7,20 @@ import socket
 
 from pydantic import Field
 
-from services.runtime.config import MessageStreamSettings, ServiceSettings
+from services.runtime.config import LikeStreamSettings, MessageStreamSettings, ServiceSettings
 
 
 def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class FlusherSettings(ServiceSettings, MessageStreamSettings):
-    """flusher reads REDIS_URL and MYSQL_URL (required) and the tuning below."""
+class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings):
+    """flusher reads REDIS_URL, MYSQL_URL and POSTGRES_URL (required) and the tuning below."""
 
     redis_url: str
     mysql_url: str
+    postgres_url: str
+    postgres_pool_size: int = Field(default=8, ge=1)
     grpc_port: int = 50054
     mysql_pool_size: int = Field(default=8, ge=1)
     # Messages per MySQL transaction (entries are never split, so one may exceed it).
@@ -45,3 +47,7 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings):
     archive_retention_months: int = Field(default=12, ge=1)
     agent_sent_retention_days: int = Field(default=90, ge=1)
     maintenance_interval_seconds: float = Field(default=3600, gt=0)
+
+    # Like counters (seed 002 level 2 job): recount what flushes touched, and everything nightly.
+    reconcile_interval_seconds: float = Field(default=10, gt=0)
+    reconcile_full_interval_seconds: float = Field(default=86_400, gt=0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 FLUSHED_MESSAGES = Counter(
     "agora_flush_messages", "Messages committed to MySQL by the flusher", ["stream"]
@@ -26,3 +26,13 @@ ARCHIVE_PMAX_ROWS = Gauge(
 ARCHIVE_PARTITIONS = Gauge("agora_archive_partitions", "Monthly partitions of the archive")
 CLEANUP_ROWS = Counter("agora_cleanup_rows", "Rows deleted by retention cleanup", ["table"])
 JOB_RUNS = Counter("agora_job_runs", "Periodic job runs", ["job", "outcome"])
+
+LIKES_FLUSHED = Counter("agora_likes_flushed", "Like events applied to PostgreSQL")
+LIKE_FLUSH_LAG = Histogram(
+    "agora_like_flush_lag_seconds",
+    "From the like's XADD to its COMMIT",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+COUNTER_DRIFT = Counter(
+    "agora_like_counter_drift", "like_count rows reconciliation found wrong and fixed", ["kind"]
+)

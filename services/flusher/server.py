@@ -6,17 +6,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.asyncio import Redis
 
 from services.flusher.config import FlusherSettings
+from services.flusher.like_handler import LikeEntryHandler
+from services.flusher.like_repository import LikeRepository
 from services.flusher.message_handler import MessageEntryHandler
 from services.flusher.message_repository import MessageRepository
 from services.flusher.periodic import Job, PeriodicJobs
 from services.flusher.prune import PruneQueue, Pruner, PruneSettings
+from services.flusher.reconcile import Reconciler
 from services.flusher.retention import RetentionJobs
 from services.flusher.retention_repository import RetentionRepository
 from services.flusher.shard_leases import ShardLeases
 from services.flusher.shard_supervisor import ShardSupervisor
 from services.flusher.stream_consumer import ConsumerConfig, ShardConsumer
-from services.runtime import config, logs, redis_client, telemetry
+from services.runtime import config, logs, postgres, redis_client, telemetry
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
+from services.runtime.like_stream import GROUP as LIKE_GROUP
+from services.runtime.like_stream import LikeStreams
 from services.runtime.message_stream import GROUP, MessageStreams
 from services.runtime.mysql import MysqlDatabase, is_transient
 from services.runtime.port_mux import PortMux
@@ -26,9 +31,9 @@ PRUNE_PREFIX = "agora:prune"
 JOBS_PREFIX = "agora:jobs"
 
 
-def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
+def consumer_config(settings: FlusherSettings, group: str = GROUP) -> ConsumerConfig:
     return ConsumerConfig(
-        group=GROUP,
+        group=group,
         consumer=settings.flusher_consumer_name,
         read_count=settings.flusher_read_count,
         batch_max=settings.flusher_batch_max,
@@ -60,6 +65,28 @@ def message_consumer(
     return consumer
 
 
+def like_consumer(
+    settings: FlusherSettings, redis: Redis, repo: LikeRepository, shard: int
+) -> ShardConsumer[object]:
+    """The consumer of one like stream shard."""
+    streams = LikeStreams(settings.like_stream_prefix, settings.like_stream_shards)
+    consumer: ShardConsumer[object] = ShardConsumer(
+        redis,
+        stream=streams.stream(shard),
+        dead_letters=streams.dead_letters,
+        backlog_key=None,
+        handler=LikeEntryHandler(repo, redis, streams),  # type: ignore[arg-type]
+        config=consumer_config(settings, LIKE_GROUP),
+        is_transient=postgres.is_transient,
+    )
+    return consumer
+
+
+def reconciler(settings: FlusherSettings, redis: Redis, repo: LikeRepository) -> Reconciler:
+    streams = LikeStreams(settings.like_stream_prefix, settings.like_stream_shards)
+    return Reconciler(repo, redis, streams)
+
+
 def pruner(settings: FlusherSettings, redis: Redis, mysql: MysqlDatabase) -> Pruner:
     return Pruner(
         RetentionRepository(mysql),
@@ -85,7 +112,9 @@ def retention_jobs(settings: FlusherSettings, mysql: MysqlDatabase) -> Retention
     )
 
 
-def periodic_jobs(settings: FlusherSettings, redis: Redis, jobs: RetentionJobs) -> PeriodicJobs:
+def periodic_jobs(
+    settings: FlusherSettings, redis: Redis, jobs: RetentionJobs, reconcile: Reconciler
+) -> PeriodicJobs:
     interval = settings.maintenance_interval_seconds
 
     async def partitions() -> None:
@@ -94,9 +123,17 @@ def periodic_jobs(settings: FlusherSettings, redis: Redis, jobs: RetentionJobs) 
     async def cleanup() -> None:
         await jobs.cleanup_agent_sent()
 
+    async def recount_dirty() -> None:
+        await reconcile.recount_dirty()
+
+    async def recount_all() -> None:
+        await reconcile.recount_all()
+
     schedule = [
         Job("cleanup-agent-sent", interval, cleanup),
         Job("capacity-sample", interval, jobs.sample_capacity),
+        Job("reconcile-dirty-likes", settings.reconcile_interval_seconds, recount_dirty),
+        Job("reconcile-all-likes", settings.reconcile_full_interval_seconds, recount_all, 3600),
     ]
     if settings.archive_enabled:
         schedule.append(Job("archive-partitions", interval, partitions))
@@ -114,7 +151,23 @@ async def main() -> None:
     redis = redis_client.connect(settings.redis_url)
     await redis_client.require_safe_for_streams(redis)
     mysql = await MysqlDatabase.connect(settings.mysql_url, maxsize=settings.mysql_pool_size)
+    pg = await postgres.connect(
+        settings.postgres_url, max_size=settings.postgres_pool_size, name="flusher"
+    )
     repo = MessageRepository(mysql)
+    likes = LikeRepository(pg)
+    like_streams = LikeStreams(settings.like_stream_prefix, settings.like_stream_shards)
+    like_supervisor = ShardSupervisor(
+        ShardLeases(
+            redis,
+            prefix=like_streams.lease_prefix(),
+            shards=like_streams.shards,
+            member=settings.flusher_consumer_name,
+            ttl_ms=settings.flusher_lease_ttl_ms,
+        ),
+        lambda shard: like_consumer(settings, redis, likes, shard),
+        refresh_seconds=settings.flusher_lease_ttl_ms / 3000,
+    )
     streams = MessageStreams(settings.message_stream_prefix, settings.message_stream_shards)
     leases = ShardLeases(
         redis,
@@ -129,7 +182,11 @@ async def main() -> None:
         refresh_seconds=settings.flusher_lease_ttl_ms / 3000,
     )
     jobs = retention_jobs(settings, mysql)
-    background = [supervisor.run, periodic_jobs(settings, redis, jobs).run]
+    background = [
+        supervisor.run,
+        like_supervisor.run,
+        periodic_jobs(settings, redis, jobs, reconciler(settings, redis, likes)).run,
+    ]
     if settings.prune_enabled:
         background.append(pruner(settings, redis, mysql).run)
 
@@ -155,6 +212,7 @@ async def main() -> None:
         await status_port.start()
         await run_until_terminated(server, background=background, cleanup=[status_port.stop])
     finally:
+        await pg.close()
         await mysql.close()
         await redis.aclose()
         shutdown_telemetry()

@@ -9,13 +9,16 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from redis.asyncio import Redis
 
 from services.gateway import errors
 from services.gateway.auth import TokenVerifier
 from services.gateway.clients import Clients
 from services.gateway.config import GatewaySettings
+from services.gateway.rate_limit import RateLimiter
 from services.gateway.routes import forum, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
+from services.runtime import redis_client
 
 _ERRORS = {
     status: {"model": ErrorResponse, "description": text}
@@ -31,20 +34,27 @@ _ERRORS = {
 }
 
 
-def create_app(settings: GatewaySettings, clients: Clients | None = None) -> FastAPI:
-    """The gateway app. Tests pass their own clients; otherwise channels open at start-up."""
+def create_app(
+    settings: GatewaySettings, clients: Clients | None = None, redis: Redis | None = None
+) -> FastAPI:
+    """The gateway app. Tests pass their own clients and Redis; otherwise both open at start-up."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        owned = clients is None
-        app.state.clients = clients or Clients.connect(
+        if clients is not None and redis is not None:
+            yield
+            return
+        app.state.clients = Clients.connect(
             ingest_addr=settings.ingest_addr,
             timeline_addr=settings.timeline_addr,
+            likes_addr=settings.likes_addr,
             timeout=settings.rpc_timeout_seconds,
         )
+        own_redis = redis_client.connect(settings.redis_url, max_connections=32)
+        app.state.like_limiter = _like_limiter(settings, own_redis)
         yield
-        if owned:
-            await app.state.clients.close()
+        await own_redis.aclose()
+        await app.state.clients.close()
 
     app = FastAPI(
         title="agora gateway",
@@ -58,8 +68,9 @@ def create_app(settings: GatewaySettings, clients: Clients | None = None) -> Fas
         audience=settings.jwt_audience,
         issuer=settings.jwt_issuer,
     )
-    if clients is not None:
+    if clients is not None and redis is not None:
         app.state.clients = clients
+        app.state.like_limiter = _like_limiter(settings, redis)
     errors.install(app)
     app.include_router(messaging.router)
     app.include_router(forum.router)
@@ -72,6 +83,10 @@ def create_app(settings: GatewaySettings, clients: Clients | None = None) -> Fas
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _like_limiter(settings: GatewaySettings, redis: Redis) -> RateLimiter:
+    return RateLimiter(redis, "agora:ratelimit:like", settings.like_toggles_per_minute, 60)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
-from agora.forum.v1 import forum_read_service_pb2_grpc, forum_write_service_pb2_grpc
+from agora.forum.v1 import (
+    forum_read_service_pb2_grpc,
+    forum_write_service_pb2_grpc,
+    like_service_pb2_grpc,
+)
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
 
 from services.runtime.grpc_client import open_channel
@@ -19,11 +23,14 @@ class Clients:
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
+    likes: like_service_pb2_grpc.LikeServiceStub
     timeout: float
     channels: list[grpc.aio.Channel]
 
     @classmethod
-    def connect(cls, *, ingest_addr: str, timeline_addr: str, timeout: float) -> Clients:
+    def connect(
+        cls, *, ingest_addr: str, timeline_addr: str, likes_addr: str, timeout: float
+    ) -> Clients:
         # Reads are retried by the channel on UNAVAILABLE; writes are not (a retried write could
         # be applied twice if the first attempt reached the server).
         ingest = open_channel(ingest_addr)
@@ -34,13 +41,16 @@ class Clients:
                 "agora.forum.v1.ForumReadService",
             ],
         )
+        # Setting a like to a state is idempotent, and LikedMap only reads: both may be retried.
+        likes = open_channel(likes_addr, idempotent_services=["agora.forum.v1.LikeService"])
         return cls(
             ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
             timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
             forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(ingest),
             forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),
+            likes=like_service_pb2_grpc.LikeServiceStub(likes),
             timeout=timeout,
-            channels=[ingest, timeline],
+            channels=[ingest, timeline, likes],
         )
 
     async def close(self) -> None:

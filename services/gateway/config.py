@@ -8,12 +8,16 @@ from services.runtime.config import ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):
-    """gateway reads JWT_SECRET, INGEST_ADDR and TIMELINE_ADDR (required) from the environment."""
+    """gateway reads JWT_SECRET, the service addresses and REDIS_URL (required)."""
 
     # HS256 needs a key of at least 256 bits (RFC 7518 §3.2).
     jwt_secret: SecretStr = Field(min_length=32)
     ingest_addr: str
     timeline_addr: str
+    likes_addr: str
+    # Rate-limit counters only: the gateway keeps no other state.
+    redis_url: str
+    like_toggles_per_minute: int = Field(default=60, ge=1)
     gateway_host: str = "0.0.0.0"
     gateway_port: int = 8080
     # Deadline of every gRPC call the gateway makes on behalf of a request.

@@ -72,6 +72,7 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.fields = list(fields)
+        self.retry_after: int | None = None
 
     @classmethod
     def unauthenticated(cls, message: str) -> ApiError:
@@ -106,7 +107,11 @@ class ApiError(Exception):
         body: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.fields:
             body["fields"] = [{"field": f.field, "message": f.description} for f in self.fields]
-        headers = {"Retry-After": _RETRY_AFTER[self.status]} if self.status in _RETRY_AFTER else {}
+        headers = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(self.retry_after)
+        elif self.status in _RETRY_AFTER:
+            headers["Retry-After"] = _RETRY_AFTER[self.status]
         if self.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
         return JsonResponse({"success": False, "error": body}, self.status, headers=headers)

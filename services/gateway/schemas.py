@@ -211,6 +211,9 @@ class Post(BaseModel):
     like_count: int
     comment_count: int
     created_at: str
+    liked_by_me: bool | None = Field(
+        description="Whether the caller liked it; null when the likes service is unavailable"
+    )
 
 
 class Comment(BaseModel):
@@ -224,6 +227,9 @@ class Comment(BaseModel):
     reply_to_comment_id: int | None = Field(description="For a reply to a reply: which one")
     reply_to_user_id: int | None = Field(description="For a reply to a reply: whose")
     created_at: str
+    liked_by_me: bool | None = Field(
+        description="Whether the caller liked it; null when the likes service is unavailable"
+    )
 
 
 class FeedPagination(BaseModel):
@@ -282,3 +288,13 @@ class Deleted(BaseModel):
 class DeletedResponse(BaseModel):
     success: Literal[True] = True
     data: Deleted
+
+
+class LikeBody(BaseModel):
+    like: bool = Field(description="true to like, false to unlike")
+
+
+class LikeResponse(BaseModel):
+    success: Literal[True] = True
+    liked: bool
+    changed: bool = Field(description="false when it already was in the requested state")

@@ -38,6 +38,15 @@ class MessageStreamSettings(BaseSettings):
     message_stream_prefix: str = "agora:msg"
 
 
+class LikeStreamSettings(BaseSettings):
+    """How the like streams are laid out; the likes service and the flusher must agree."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
+
+    like_stream_shards: int = Field(default=8, ge=1, le=1024)
+    like_stream_prefix: str = "forum"
+
+
 def load(cls: type[S]) -> S:
     """Build settings `cls` from the environment or exit with the variables that are wrong."""
     try:

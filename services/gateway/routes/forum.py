@@ -6,17 +6,24 @@ comment belongs to the course of the URL (404).
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
+import grpc
 from agora.forum.v1 import forum_pb2
 from agora.forum.v1 import forum_read_service_pb2 as read_pb
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
+from agora.forum.v1 import like_service_pb2 as like_pb
 from fastapi import APIRouter, Path, Query, Request
 
 from services.gateway import schemas
-from services.gateway.auth import CurrentUser
+from services.gateway.auth import CurrentUser, Principal
 from services.gateway.clients import Clients
 from services.gateway.convert import time_text
+from services.gateway.errors import ApiError
+from services.gateway.rate_limit import RateLimiter
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
 
@@ -30,7 +37,35 @@ def _clients(request: Request) -> Clients:
     return clients
 
 
-def post_json(p: forum_pb2.Post) -> schemas.Post:
+async def liked_flags(
+    clients: Clients, user: Principal, course_id: int, targets: list[like_pb.Target]
+) -> list[bool | None]:
+    """liked_by_me for each target: one LikedMap call (one SMISMEMBER); None if unavailable."""
+    if not targets:
+        return []
+    try:
+        reply = await clients.likes.LikedMap(
+            like_pb.LikedMapRequest(user_id=user.user_id, course_id=course_id, targets=targets),
+            timeout=clients.timeout,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise
+        # The page is still worth showing; the UI learns the like state is unknown.
+        log.warning("likes unavailable, liked_by_me unknown: %s", exc.details())
+        return [None] * len(targets)
+    return list(reply.liked)
+
+
+def _posts(ids: list[int]) -> list[like_pb.Target]:
+    return [like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=i) for i in ids]
+
+
+def _comments(ids: list[int]) -> list[like_pb.Target]:
+    return [like_pb.Target(kind=like_pb.TARGET_KIND_COMMENT, id=i) for i in ids]
+
+
+def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> schemas.Post:
     return schemas.Post(
         id=p.id,
         course_id=p.course_id,
@@ -40,10 +75,11 @@ def post_json(p: forum_pb2.Post) -> schemas.Post:
         like_count=p.like_count,
         comment_count=p.comment_count,
         created_at=time_text(p.created_at),
+        liked_by_me=liked_by_me,
     )
 
 
-def comment_json(c: forum_pb2.Comment) -> schemas.Comment:
+def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> schemas.Comment:
     def optional(name: str) -> int | None:
         return int(getattr(c, name)) if c.HasField(name) else None
 
@@ -58,6 +94,7 @@ def comment_json(c: forum_pb2.Comment) -> schemas.Comment:
         reply_to_comment_id=optional("reply_to_comment_id"),
         reply_to_user_id=optional("reply_to_user_id"),
         created_at=time_text(c.created_at),
+        liked_by_me=liked_by_me,
     )
 
 
@@ -74,8 +111,9 @@ async def list_posts(
         rpc.before_id = before_id
     clients = _clients(request)
     reply = await clients.forum_read.ListPosts(rpc, timeout=clients.timeout)
+    liked = await liked_flags(clients, user, course_id, _posts([p.id for p in reply.posts]))
     return schemas.PostsPage(
-        data=[post_json(p) for p in reply.posts],
+        data=[post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
         pagination=schemas.FeedPagination(
             limit=limit,
             has_more=reply.has_more,
@@ -97,7 +135,7 @@ async def create_post(
         ),
         timeout=clients.timeout,
     )
-    return schemas.PostResponse(data=post_json(reply.post))
+    return schemas.PostResponse(data=post_json(reply.post, liked_by_me=False))
 
 
 @router.get("/posts/{post_id}", summary="One post", response_model=schemas.PostResponse)
@@ -109,7 +147,8 @@ async def get_post(
         read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         timeout=clients.timeout,
     )
-    return schemas.PostResponse(data=post_json(reply.post))
+    [liked] = await liked_flags(clients, user, course_id, _posts([reply.post.id]))
+    return schemas.PostResponse(data=post_json(reply.post, liked))
 
 
 @router.delete(
@@ -146,7 +185,7 @@ async def list_comments(
         rpc.after_id = after_id
     clients = _clients(request)
     reply = await clients.forum_read.ListComments(rpc, timeout=clients.timeout)
-    return _comments_page(reply, limit)
+    return await _comments_page(clients, user, course_id, reply, limit)
 
 
 @router.post(
@@ -165,7 +204,7 @@ async def create_comment(
         rpc.parent_id = body.parent_id
     clients = _clients(request)
     reply = await clients.forum_write.CreateComment(rpc, timeout=clients.timeout)
-    return schemas.CommentResponse(data=comment_json(reply.comment))
+    return schemas.CommentResponse(data=comment_json(reply.comment, liked_by_me=False))
 
 
 @router.get(
@@ -188,7 +227,7 @@ async def list_replies(
         rpc.after_id = after_id
     clients = _clients(request)
     reply = await clients.forum_read.ListReplies(rpc, timeout=clients.timeout)
-    return _comments_page(reply, limit)
+    return await _comments_page(clients, user, course_id, reply, limit)
 
 
 @router.delete(
@@ -209,14 +248,58 @@ async def delete_comment(
     return schemas.DeletedResponse(data=schemas.Deleted(deleted=True))
 
 
-def _comments_page(
-    reply: read_pb.ListCommentsResponse | read_pb.ListRepliesResponse, limit: int
+async def _comments_page(
+    clients: Clients,
+    user: Principal,
+    course_id: int,
+    reply: read_pb.ListCommentsResponse | read_pb.ListRepliesResponse,
+    limit: int,
 ) -> schemas.CommentsPage:
+    liked = await liked_flags(clients, user, course_id, _comments([c.id for c in reply.comments]))
     return schemas.CommentsPage(
-        data=[comment_json(c) for c in reply.comments],
+        data=[comment_json(c, flag) for c, flag in zip(reply.comments, liked, strict=True)],
         pagination=schemas.CommentPagination(
             limit=limit,
             has_more=reply.has_more,
             next_after_id=reply.next_after_id if reply.HasField("next_after_id") else None,
         ),
     )
+
+
+async def _set_like(
+    request: Request, user: Principal, course_id: int, target: like_pb.Target, like: bool
+) -> schemas.LikeResponse:
+    limiter: RateLimiter = request.app.state.like_limiter
+    decision = await limiter.hit(user.user_id)
+    if not decision.allowed:
+        error = ApiError(429, "resource_exhausted", "too many like toggles; try again later")
+        error.retry_after = decision.retry_after
+        raise error
+    clients = _clients(request)
+    reply = await clients.likes.SetLike(
+        like_pb.SetLikeRequest(user_id=user.user_id, course_id=course_id, target=target, like=like),
+        timeout=clients.timeout,
+    )
+    return schemas.LikeResponse(liked=reply.liked, changed=reply.changed)
+
+
+@router.post(
+    "/posts/{post_id}/like",
+    summary="Like or unlike a post (60 toggles a minute per user)",
+    response_model=schemas.LikeResponse,
+)
+async def like_post(
+    request: Request, user: CurrentUser, course_id: Id, post_id: Id, body: schemas.LikeBody
+) -> schemas.LikeResponse:
+    return await _set_like(request, user, course_id, _posts([post_id])[0], body.like)
+
+
+@router.post(
+    "/comments/{comment_id}/like",
+    summary="Like or unlike a comment or reply (60 toggles a minute per user)",
+    response_model=schemas.LikeResponse,
+)
+async def like_comment(
+    request: Request, user: CurrentUser, course_id: Id, comment_id: Id, body: schemas.LikeBody
+) -> schemas.LikeResponse:
+    return await _set_like(request, user, course_id, _comments([comment_id])[0], body.like)

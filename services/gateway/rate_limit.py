@@ -1,0 +1,39 @@
+"""Per-user rate limits in Redis (fixed windows): 60 like toggles a minute, then 429."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as redis
+
+# Count this call in the current window; the key expires with the window.
+_HIT = """
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return n
+"""
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    retry_after: int  # seconds until the window resets
+
+
+class RateLimiter:
+    """At most `limit` calls per `window` seconds per subject."""
+
+    def __init__(self, client: redis.Redis, prefix: str, limit: int, window: int) -> None:
+        self._hit = client.register_script(_HIT)
+        self._prefix = prefix
+        self._limit = limit
+        self._window = window
+
+    async def hit(self, subject: int | str) -> Decision:
+        now = int(time.time())
+        window_start = now - now % self._window
+        count = await self._hit(
+            keys=[f"{self._prefix}:{subject}:{window_start}"], args=[self._window + 1]
+        )
+        return Decision(int(count) <= self._limit, window_start + self._window - now)

@@ -1,0 +1,5 @@
+import asyncio
+
+from services.likes.server import main
+
+asyncio.run(main())

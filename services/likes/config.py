@@ -1,0 +1,32 @@
+"""likes settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from services.runtime.config import LikeStreamSettings, ServiceSettings
+
+
+class LikesSettings(ServiceSettings, LikeStreamSettings):
+    """likes reads POSTGRES_URL (read-only role) and, by mode, REDIS_URL or POSTGRES_WRITE_URL."""
+
+    # buffered (seed level 3, the default): Redis SET + Lua + stream, the flusher writes batches.
+    # sync (seed level 1): one INSERT … ON CONFLICT DO NOTHING RETURNING statement per like.
+    likes_mode: Literal["buffered", "sync"] = "buffered"
+    postgres_url: str
+    redis_url: str | None = None
+    postgres_write_url: str | None = None
+    grpc_port: int = 50053
+    postgres_pool_size: int = Field(default=10, ge=1)
+    # A user's liked SET lives this long after their last toggle (seed: 7 days).
+    liked_set_ttl_seconds: int = Field(default=604_800, ge=60)
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> LikesSettings:
+        if self.likes_mode == "buffered" and not self.redis_url:
+            raise ValueError("REDIS_URL is required when LIKES_MODE=buffered")
+        if self.likes_mode == "sync" and not self.postgres_write_url:
+            raise ValueError("POSTGRES_WRITE_URL is required when LIKES_MODE=sync")
+        return self

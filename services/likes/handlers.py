@@ -1,0 +1,97 @@
+"""The LikeService RPC surface: checks first (enrolment, target in course), then the store."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import grpc
+from agora.forum.v1 import like_service_pb2 as pb
+from agora.forum.v1 import like_service_pb2_grpc as pb_grpc
+
+from services.likes.redis_store import ColdSetError
+from services.likes.repository import ForumChecks
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.like_stream import member
+
+MAX_TARGETS = 500
+KIND_LETTERS = {pb.TARGET_KIND_POST: "p", pb.TARGET_KIND_COMMENT: "c"}
+
+
+class LikeStore(Protocol):
+    """Where likes are kept: Redis + stream (buffered) or PostgreSQL directly (sync)."""
+
+    async def set_like(
+        self, user_id: int, course_id: int, kind: str, target_id: int, like: bool
+    ) -> bool: ...
+
+    async def liked_map(self, user_id: int, course_id: int, targets: list[str]) -> list[bool]: ...
+
+
+def _check_target(target: pb.Target, field: str) -> FieldViolation | None:
+    if target.kind not in KIND_LETTERS:
+        return FieldViolation(f"{field}.kind", "must be POST or COMMENT")
+    if target.id <= 0:
+        return FieldViolation(f"{field}.id", "is required")
+    return None
+
+
+class LikeHandlers(pb_grpc.LikeServiceServicer):
+    """Likes for enrolled users, on targets of their course only."""
+
+    def __init__(self, checks: ForumChecks, store: LikeStore) -> None:
+        self._checks = checks
+        self._store = store
+
+    async def SetLike(
+        self, request: pb.SetLikeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetLikeResponse:
+        problems = [
+            FieldViolation(name, "is required")
+            for name, value in (("user_id", request.user_id), ("course_id", request.course_id))
+            if value <= 0
+        ]
+        target = _check_target(request.target, "target")
+        if target:
+            problems.append(target)
+        if problems:
+            await abort_invalid(context, problems)
+        kind = KIND_LETTERS[request.target.kind]
+        # Redis cannot know any of this (seed trap 6): ask the database before touching it.
+        if not await self._checks.is_member(request.course_id, request.user_id):
+            await abort(
+                context, grpc.StatusCode.PERMISSION_DENIED, "you are not enrolled in this course"
+            )
+        if not await self._checks.target_in_course(kind, request.target.id, request.course_id):
+            what = "post" if kind == "p" else "comment"
+            await abort(context, grpc.StatusCode.NOT_FOUND, f"{what} not found in this course")
+        try:
+            changed = await self._store.set_like(
+                request.user_id, request.course_id, kind, request.target.id, request.like
+            )
+        except ColdSetError as exc:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+        return pb.SetLikeResponse(changed=changed, liked=request.like)
+
+    async def LikedMap(
+        self, request: pb.LikedMapRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LikedMapResponse:
+        problems = [
+            FieldViolation(name, "is required")
+            for name, value in (("user_id", request.user_id), ("course_id", request.course_id))
+            if value <= 0
+        ]
+        if len(request.targets) > MAX_TARGETS:
+            problems.append(FieldViolation("targets", f"must hold at most {MAX_TARGETS}"))
+        for i, target in enumerate(request.targets):
+            violation = _check_target(target, f"targets[{i}]")
+            if violation:
+                problems.append(violation)
+        if problems:
+            await abort_invalid(context, problems)
+        if not await self._checks.is_member(request.course_id, request.user_id):
+            await abort(
+                context, grpc.StatusCode.PERMISSION_DENIED, "you are not enrolled in this course"
+            )
+        members = [member(KIND_LETTERS[t.kind], t.id) for t in request.targets]
+        liked = await self._store.liked_map(request.user_id, request.course_id, members)
+        return pb.LikedMapResponse(liked=liked)
