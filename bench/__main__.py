@@ -21,6 +21,7 @@ from bench.common import Result, Stack
 from bench.dataset import ensure_timeline_rows
 from bench.forum_latency import run_forum
 from bench.ingest_e2e import run_ingest
+from bench.likes_hot import run_likes
 from bench.prune import run_prune
 from bench.raw_insert import raw_insert_rate
 from bench.timeline_latency import run_timeline
@@ -126,6 +127,61 @@ async def forum_section(stack: Stack) -> list[Result]:
     return results
 
 
+async def likes_section(stack: Stack) -> list[Result]:
+    sync, buffered, apply = await run_likes(stack)
+    results = []
+    for run in (sync, buffered):
+        exact = "counter exact" if run.counter_exact else "COUNTER WRONG"
+        results += [
+            Result(
+                "likes",
+                f"{run.mode}: likes/s, one hot post, 64 users",
+                run.per_second,
+                "likes/s",
+                "baseline"
+                if run.mode == "sync"
+                else f"{run.per_second / sync.per_second:.1f}x sync (target >= 2x)",
+            ),
+            Result("likes", f"{run.mode}: SetLike p50", run.latency.p50, "ms"),
+            Result(
+                "likes",
+                f"{run.mode}: SetLike p99",
+                run.latency.p99,
+                "ms",
+                ""
+                if run.mode == "sync"
+                else f"{run.latency.p99 / sync.latency.p99:.3f}x sync p99 (target <= 0.1x)",
+            ),
+            Result(
+                "likes",
+                f"{run.mode}: PostgreSQL write transactions per like",
+                run.write_transactions / run.likes,
+                "tx/like",
+                f"{exact}; all transactions incl. read checks:"
+                f" {run.pg_transactions / run.likes:.2f}/like"
+                + ("" if run.mode == "sync" else " (target <= 0.01 writes/like)"),
+            ),
+        ]
+    results += [
+        Result("likes", "buffered: flush lag p50", (buffered.flush_lag_p50 or 0) * 1000, "ms"),
+        Result(
+            "likes",
+            "buffered: flush lag p99",
+            (buffered.flush_lag_p99 or 0) * 1000,
+            "ms",
+            "target <= 1000 ms",
+        ),
+        Result(
+            "likes",
+            "flusher apply from a backlog",
+            apply,
+            "likes/s",
+            f"{apply / sync.per_second:.0f}x sync (target >= 30x)",
+        ),
+    ]
+    return results
+
+
 def report(results: list[Result], args: argparse.Namespace) -> str:
     lines = [
         f"# Bench {time.strftime('%Y-%m-%d %H:%M')} — {os.cpu_count()} cores, "
@@ -138,7 +194,7 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
         "|---|---|---:|---|---|",
     ]
     for r in results:
-        value = f"{r.value:,.0f}" if r.unit.endswith("/s") else f"{r.value:.2f}"
+        value = f"{r.value:,.0f}" if r.unit.endswith("/s") else f"{r.value:.3g}"
         lines.append(f"| {r.section} | {r.name} | {value} | {r.unit} | {r.note} |")
     return "\n".join(lines) + "\n"
 
@@ -148,7 +204,7 @@ async def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="timeline data set size")
     parser.add_argument("--ingest-messages", type=int, default=200_000)
     parser.add_argument("--prune-messages", type=int, default=200_000)
-    parser.add_argument("--only", default="ingest,prune,timeline,forum")
+    parser.add_argument("--only", default="ingest,prune,timeline,forum,likes")
     args = parser.parse_args()
     stack = Stack.from_env()
     sections = set(args.only.split(","))
@@ -162,6 +218,8 @@ async def main() -> None:
         results += await timeline_section(stack, args.rows, log)
     if "forum" in sections:
         results += await forum_section(stack)
+    if "likes" in sections:
+        results += await likes_section(stack)
     for line in log:
         print(line)
     text = report(results, args)

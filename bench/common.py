@@ -18,6 +18,8 @@ class Stack:
     mysql_timeline_url: str
     mysql_bench_url: str
     pg_timeline_url: str
+    pg_admin_url: str
+    likes_addr: str
     redis_url: str
     ingest_addr: str
     timeline_addr: str
@@ -36,6 +38,11 @@ class Stack:
                 f"postgresql://agora_timeline:{e['PG_TIMELINE_PASSWORD']}"
                 f"@127.0.0.1:{e['PG_PORT']}/agora"
             ),
+            pg_admin_url=(
+                f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}"
+                f"@127.0.0.1:{e['PG_PORT']}/agora"
+            ),
+            likes_addr=f"127.0.0.1:{e['LIKES_PORT']}",
             redis_url=f"redis://:{e['REDIS_PASSWORD']}@127.0.0.1:{e['REDIS_PORT']}/0",
             ingest_addr=f"127.0.0.1:{e['INGEST_PORT']}",
             timeline_addr=f"127.0.0.1:{e['TIMELINE_PORT']}",

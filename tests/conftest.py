@@ -308,7 +308,7 @@ async def likes_server(
     store = BufferedLikes(
         redis_client, LikeStreams("forum", SHARDS), checks, settings.liked_set_ttl_seconds
     )
-    server = _likes_server(settings, LikeHandlers(checks, store))
+    server = _likes_server(settings, LikeHandlers(store))
     await server.start()
     yield server
     await server.stop()
@@ -323,7 +323,7 @@ async def sync_likes_server(
         likes_mode="sync", postgres_url=env.pg_likes_url, postgres_write_url=env.pg_likes_writer_url
     )
     server = _likes_server(
-        settings, LikeHandlers(ForumChecks(pg_likes), SyncLikes(pg_likes_writer))
+        settings, LikeHandlers(SyncLikes(ForumChecks(pg_likes), pg_likes_writer))
     )
     await server.start()
     yield server

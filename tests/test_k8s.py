@@ -16,7 +16,9 @@ def test_there_is_a_base_with_every_service() -> None:
     deployments = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
     services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
     accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
-    assert deployments == services == accounts == {"ingest", "timeline", "flusher", "gateway"}
+    assert (
+        deployments == services == accounts == {"ingest", "timeline", "likes", "flusher", "gateway"}
+    )
 
 
 @pytest.mark.parametrize("directory", k8s_validate.kustomizations(), ids=str)

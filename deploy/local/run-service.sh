@@ -4,6 +4,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 name=$1
+# Variables the caller set win over the files (the bench and the tests override single settings).
+overrides=$(export -p)
 set -a
 # shellcheck source=/dev/null
 source "$here/stack.env"
@@ -11,5 +13,6 @@ source "$here/stack.env"
 source "$here/env/$name.env"
 OTEL_SERVICE_NAME=${OTEL_SERVICE_NAME:-$name}
 set +a
+eval "$overrides"
 cd "$root"
 exec "$root/.venv/bin/python" -m "services.$name"

@@ -48,6 +48,8 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     agent_sent_retention_days: int = Field(default=90, ge=1)
     maintenance_interval_seconds: float = Field(default=3600, gt=0)
 
+    # Likes: wait up to this long after the first new like for a fuller batch (flush lag bound).
+    like_flush_linger_ms: int = Field(default=500, ge=0, le=5000)
     # Like counters (seed 002 level 2 job): recount what flushes touched, and everything nightly.
     reconcile_interval_seconds: float = Field(default=10, gt=0)
     reconcile_full_interval_seconds: float = Field(default=86_400, gt=0)

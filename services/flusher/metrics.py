@@ -5,9 +5,11 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 FLUSHED_MESSAGES = Counter(
-    "agora_flush_messages", "Messages committed to MySQL by the flusher", ["stream"]
+    "agora_flush_entries", "Stream units (messages, likes) committed by the flusher", ["stream"]
 )
-FLUSH_BATCHES = Counter("agora_flush_batches", "Batches committed by the flusher", ["stream"])
+FLUSH_BATCHES = Counter(
+    "agora_flush_batches", "Batch transactions committed by the flusher", ["stream"]
+)
 DEAD_LETTERS = Counter("agora_dead_letters", "Entries moved to a dead-letter stream", ["stream"])
 
 PRUNE_BACKLOG = Gauge(
@@ -31,7 +33,7 @@ LIKES_FLUSHED = Counter("agora_likes_flushed", "Like events applied to PostgreSQ
 LIKE_FLUSH_LAG = Histogram(
     "agora_like_flush_lag_seconds",
     "From the like's XADD to its COMMIT",
-    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30),
 )
 COUNTER_DRIFT = Counter(
     "agora_like_counter_drift", "like_count rows reconciliation found wrong and fixed", ["kind"]

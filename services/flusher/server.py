@@ -31,15 +31,30 @@ PRUNE_PREFIX = "agora:prune"
 JOBS_PREFIX = "agora:jobs"
 
 
-def consumer_config(settings: FlusherSettings, group: str = GROUP) -> ConsumerConfig:
+def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
+    """Message streams: entries carry up to a whole ingest call each; no linger (chat latency)."""
     return ConsumerConfig(
-        group=group,
+        group=GROUP,
         consumer=settings.flusher_consumer_name,
         read_count=settings.flusher_read_count,
         batch_max=settings.flusher_batch_max,
         block_ms=settings.flusher_block_ms,
         max_deliveries=settings.flusher_max_deliveries,
         fault_point=settings.flusher_fault_point,
+    )
+
+
+def like_consumer_config(settings: FlusherSettings) -> ConsumerConfig:
+    """Like streams: one like per entry, read a batch at a time and lingered over."""
+    return ConsumerConfig(
+        group=LIKE_GROUP,
+        consumer=settings.flusher_consumer_name,
+        read_count=settings.flusher_batch_max,
+        batch_max=settings.flusher_batch_max,
+        block_ms=settings.flusher_block_ms,
+        max_deliveries=settings.flusher_max_deliveries,
+        fault_point=settings.flusher_fault_point,
+        linger_ms=settings.like_flush_linger_ms,
     )
 
 
@@ -61,6 +76,7 @@ def message_consumer(
         handler=handler,  # type: ignore[arg-type]
         config=consumer_config(settings),
         is_transient=is_transient,
+        family="messages",
     )
     return consumer
 
@@ -76,8 +92,9 @@ def like_consumer(
         dead_letters=streams.dead_letters,
         backlog_key=None,
         handler=LikeEntryHandler(repo, redis, streams),  # type: ignore[arg-type]
-        config=consumer_config(settings, LIKE_GROUP),
+        config=like_consumer_config(settings),
         is_transient=postgres.is_transient,
+        family="likes",
     )
     return consumer
 

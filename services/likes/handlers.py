@@ -8,12 +8,12 @@ import grpc
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc as pb_grpc
 
-from services.likes.redis_store import ColdSetError
-from services.likes.repository import ForumChecks
+from services.likes.errors import ColdSetError, NotEnrolledError, TargetNotFoundError
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.like_stream import member
 
 MAX_TARGETS = 500
+NOT_ENROLLED = "you are not enrolled in this course"
 KIND_LETTERS = {pb.TARGET_KIND_POST: "p", pb.TARGET_KIND_COMMENT: "c"}
 
 
@@ -38,8 +38,7 @@ def _check_target(target: pb.Target, field: str) -> FieldViolation | None:
 class LikeHandlers(pb_grpc.LikeServiceServicer):
     """Likes for enrolled users, on targets of their course only."""
 
-    def __init__(self, checks: ForumChecks, store: LikeStore) -> None:
-        self._checks = checks
+    def __init__(self, store: LikeStore) -> None:
         self._store = store
 
     async def SetLike(
@@ -56,18 +55,15 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
         if problems:
             await abort_invalid(context, problems)
         kind = KIND_LETTERS[request.target.kind]
-        # Redis cannot know any of this (seed trap 6): ask the database before touching it.
-        if not await self._checks.is_member(request.course_id, request.user_id):
-            await abort(
-                context, grpc.StatusCode.PERMISSION_DENIED, "you are not enrolled in this course"
-            )
-        if not await self._checks.target_in_course(kind, request.target.id, request.course_id):
-            what = "post" if kind == "p" else "comment"
-            await abort(context, grpc.StatusCode.NOT_FOUND, f"{what} not found in this course")
         try:
             changed = await self._store.set_like(
                 request.user_id, request.course_id, kind, request.target.id, request.like
             )
+        except NotEnrolledError:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)
+        except TargetNotFoundError:
+            what = "post" if kind == "p" else "comment"
+            await abort(context, grpc.StatusCode.NOT_FOUND, f"{what} not found in this course")
         except ColdSetError as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         return pb.SetLikeResponse(changed=changed, liked=request.like)
@@ -88,10 +84,9 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
                 problems.append(violation)
         if problems:
             await abort_invalid(context, problems)
-        if not await self._checks.is_member(request.course_id, request.user_id):
-            await abort(
-                context, grpc.StatusCode.PERMISSION_DENIED, "you are not enrolled in this course"
-            )
         members = [member(KIND_LETTERS[t.kind], t.id) for t in request.targets]
-        liked = await self._store.liked_map(request.user_id, request.course_id, members)
+        try:
+            liked = await self._store.liked_map(request.user_id, request.course_id, members)
+        except NotEnrolledError:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)
         return pb.LikedMapResponse(liked=liked)

@@ -53,10 +53,10 @@ async def main() -> None:
                 settings.postgres_write_url, max_size=settings.postgres_pool_size, name="likes"
             )
             closers.append(write_pool.close)
-            store = SyncLikes(write_pool)
+            store = SyncLikes(checks, write_pool)
         else:
             raise SystemExit("likes: no store configured")
-        server = build_server(settings, LikeHandlers(checks, store), settings.grpc_port)
+        server = build_server(settings, LikeHandlers(store), settings.grpc_port)
         await run_until_terminated(server)
     finally:
         for close in closers:

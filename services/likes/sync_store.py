@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncpg
 
+from services.likes.errors import NotEnrolledError, TargetNotFoundError
+from services.likes.repository import ForumChecks
+
 LIKE_POST = """
 WITH ins AS (
   INSERT INTO post_likes (post_id, user_id)
@@ -53,16 +56,24 @@ _STATEMENTS = {
 class SyncLikes:
     """SetLike / LikedMap straight against PostgreSQL."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, checks: ForumChecks, pool: asyncpg.Pool) -> None:
+        self._checks = checks
         self._pool = pool
 
     async def set_like(
         self, user_id: int, course_id: int, kind: str, target_id: int, like: bool
     ) -> bool:
+        check = await self._checks.check(course_id, user_id, (kind, target_id), False)
+        if not check.member:
+            raise NotEnrolledError
+        if not check.target:
+            raise TargetNotFoundError
         sql = _STATEMENTS[(kind, like)]
         return await self._pool.fetchval(sql, target_id, user_id, course_id) is not None
 
     async def liked_map(self, user_id: int, course_id: int, targets: list[str]) -> list[bool]:
+        if not (await self._checks.check(course_id, user_id, None, False)).member:
+            raise NotEnrolledError
         posts = [int(t[2:]) for t in targets if t.startswith("p:")]
         comments = [int(t[2:]) for t in targets if t.startswith("c:")]
         liked: set[str] = set()

@@ -43,7 +43,8 @@ class LikeStreamSettings(BaseSettings):
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
-    like_stream_shards: int = Field(default=8, ge=1, le=1024)
+    # Each shard has one consumer; fewer shards mean fuller like batches (see FLUSHER linger).
+    like_stream_shards: int = Field(default=4, ge=1, le=1024)
     like_stream_prefix: str = "forum"
 
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 import asyncpg
 
 
+async def _reset(conn: asyncpg.Connection) -> None:
+    # The services never change session state (no SET, LISTEN, advisory locks or open cursors),
+    # so asyncpg's default reset query would only add a round trip — and a transaction — to every
+    # release. An unfinished transaction is still rolled back.
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
 async def connect(url: str, *, min_size: int = 1, max_size: int = 10, name: str) -> asyncpg.Pool:
     """A pool to `url` (postgresql://user:password@host:port/db), sessions in UTC."""
     pool = await asyncpg.create_pool(
@@ -12,6 +20,7 @@ async def connect(url: str, *, min_size: int = 1, max_size: int = 10, name: str)
         min_size=min_size,
         max_size=max_size,
         command_timeout=10,
+        reset=_reset,
         server_settings={"application_name": name, "timezone": "UTC"},
     )
     if pool is None:  # only when create_pool is not awaited
