@@ -5,7 +5,7 @@ PY := .venv/bin/python
 SUB ?= 7
 ACCOUNTS ?= 1
 
-.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters
+.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
@@ -14,6 +14,7 @@ help:
 	@echo "make token       print a dev bearer token (SUB=7 ACCOUNTS=1,2)"
 	@echo "make test        lint, type-check, validate k8s, run every test against real servers"
 	@echo "make bench       benchmarks against the local stack (make up first)"
+	@echo "make chaos       every fault under load + the negative control; updates docs/reliability.md"
 	@echo "make capacity    table sizes, bytes per row, 50M-row projection, growth per day"
 	@echo "make dead-letters  list dead letters; REPLAY=<id> or REPLAY=all puts them back"
 
@@ -56,3 +57,8 @@ capacity:
 
 dead-letters:
 	@$(STACK) run $(PY) -m tools.dead_letters --replay "$(REPLAY)"
+
+chaos: setup
+	@$(STACK) datastores
+	@$(STACK) migrate agora_test
+	@$(STACK) run $(PY) -m tests.chaos

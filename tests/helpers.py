@@ -115,7 +115,7 @@ async def run_flusher(
         "MESSAGE_STREAM_SHARDS": str(SHARDS),
         "LIKE_STREAM_SHARDS": str(SHARDS),
         "GRPC_PORT": "0",
-        "FLUSHER_FAULT_POINT": fault_point,
+        "FAULT_POINT": fault_point,
         "FLUSHER_CONSUMER_NAME": name,
         "FLUSHER_LEASE_TTL_MS": "1000",
         "OTEL_TRACES_EXPORTER": "none",

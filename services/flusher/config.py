@@ -30,8 +30,6 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     flusher_max_deliveries: int = Field(default=5, ge=1)
     flusher_lease_ttl_ms: int = Field(default=10_000, ge=1000)
     flusher_consumer_name: str = Field(default_factory=_default_consumer_name)
-    # Testing only: "after_commit" kills the process between COMMIT and ACK.
-    flusher_fault_point: str = ""
 
     # Retention (seed 000 §4–§6): the live table keeps the newest N messages per conversation.
     prune_enabled: bool = True

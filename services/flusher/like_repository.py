@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from services.runtime.faults import fault
+
 _EVENTS = "ev(tid, uid, cid) AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]))"
 
 APPLY = {
@@ -129,6 +131,7 @@ class LikeRepository:
                     [o.course_id for o in group],
                 )
                 touched["post" if kind == "p" else "comment"].update(r[0] for r in rows)
+            fault("before_commit")
         return touched
 
     async def reconcile(self, kind: str, ids: Sequence[int]) -> list[Drift]:

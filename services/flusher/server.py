@@ -40,7 +40,6 @@ def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
         batch_max=settings.flusher_batch_max,
         block_ms=settings.flusher_block_ms,
         max_deliveries=settings.flusher_max_deliveries,
-        fault_point=settings.flusher_fault_point,
     )
 
 
@@ -53,7 +52,6 @@ def like_consumer_config(settings: FlusherSettings) -> ConsumerConfig:
         batch_max=settings.flusher_batch_max,
         block_ms=settings.flusher_block_ms,
         max_deliveries=settings.flusher_max_deliveries,
-        fault_point=settings.flusher_fault_point,
         linger_ms=settings.like_flush_linger_ms,
     )
 

@@ -7,6 +7,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+import redis.asyncio as redis
+
 from services.flusher.shard_leases import ShardLeases
 from services.flusher.stream_consumer import ShardConsumer
 
@@ -30,7 +32,13 @@ class ShardSupervisor:
     async def run(self, stop: asyncio.Event) -> None:
         try:
             while not stop.is_set():
-                owned = await self._leases.refresh()
+                try:
+                    owned = await self._leases.refresh()
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+                    # Redis restarting: keep the consumers (they retry on their own) and the
+                    # shards we hold; leases are checked again on the next tick.
+                    log.warning("shard leases unavailable: %s", exc)
+                    owned = set(self._running)
                 for shard in owned - self._running.keys():
                     shard_stop = asyncio.Event()
                     task = asyncio.create_task(self._make_consumer(shard).run(shard_stop))
@@ -47,7 +55,8 @@ class ShardSupervisor:
         finally:
             for shard in list(self._running):
                 await self._stop(shard)
-            await self._leases.release_all()
+            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+                await self._leases.release_all()
 
     async def _stop(self, shard: int) -> None:
         shard_stop, task = self._running.pop(shard)

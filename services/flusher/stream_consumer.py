@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -22,6 +20,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind
 
 from services.flusher import metrics
+from services.runtime.faults import fault
 from services.runtime.telemetry import extract_context, span_context_of
 
 log = logging.getLogger(__name__)
@@ -102,8 +101,6 @@ class ConsumerConfig:
     # After the first new entries arrive, keep collecting up to batch_max for this long: fewer,
     # larger transactions (likes: one UPDATE of a hot post per batch) for a bounded delay.
     linger_ms: int = 0
-    # Testing only: "after_commit" kills the process between COMMIT and ACK (kill -9 semantics).
-    fault_point: str = ""
 
 
 @dataclass
@@ -190,6 +187,12 @@ class ShardConsumer(Generic[T]):
                 backoff = 0.1
             except _Stopped:
                 return
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                # Redis came back without its data (no AOF): recreate the group and go on.
+                log.error("%s: consumer group is gone, recreating it", self._stream)
+                claimed = False
             except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
                 # Redis restarting: what was read and not acknowledged is still pending there.
                 log.warning(
@@ -311,8 +314,7 @@ class ShardConsumer(Generic[T]):
             },
         ):
             await self._handler.apply(items)
-            if self._config.fault_point == "after_commit":
-                os.kill(os.getpid(), signal.SIGKILL)
+            fault("after_commit")
             await self._acknowledge(entries)
         self.stats.applied += size
         self.stats.batches += 1

@@ -15,6 +15,7 @@ from services.gateway import errors
 from services.gateway.auth import TokenVerifier
 from services.gateway.clients import Clients
 from services.gateway.config import GatewaySettings
+from services.gateway.load_shedding import InFlightLimit
 from services.gateway.rate_limit import RateLimiter
 from services.gateway.routes import forum, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
@@ -81,6 +82,7 @@ def create_app(
         return {"status": "ok"}
 
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
+    app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -18,6 +18,8 @@ class GatewaySettings(ServiceSettings):
     # Rate-limit counters only: the gateway keeps no other state.
     redis_url: str
     like_toggles_per_minute: int = Field(default=60, ge=1)
+    # Requests in flight past this are answered 503 at once (load shedding, not timeouts).
+    gateway_max_in_flight: int = Field(default=256, ge=1)
     gateway_host: str = "0.0.0.0"
     gateway_port: int = 8080
     # Deadline of every gRPC call the gateway makes on behalf of a request.

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
+from services.runtime.ids import ID_PATTERN
+
 
 class Message(BaseModel):
     id: int
@@ -169,9 +171,9 @@ class IngestBody(BaseModel):
 
 
 class AgentSentBody(BaseModel):
-    thread_id: str
-    cli_msg_id: str
-    msg_id: str | None = None
+    thread_id: str = Field(pattern=ID_PATTERN)
+    cli_msg_id: str = Field(pattern=ID_PATTERN)
+    msg_id: str | None = Field(default=None, pattern=ID_PATTERN)
     agent_user_id: int | None = Field(default=None, ge=0)
     content: str | None = None
     sent_at: str | None = None
@@ -267,12 +269,12 @@ class CommentResponse(BaseModel):
 
 
 class NewPost(BaseModel):
-    title: str = Field(description="1-200 characters")
-    body: str = Field(description="1-20,000 characters")
+    title: str = Field(min_length=1, max_length=200, description="1-200 characters, not blank")
+    body: str = Field(min_length=1, max_length=20_000, description="1-20,000 characters")
 
 
 class NewComment(BaseModel):
-    body: str = Field(description="1-20,000 characters")
+    body: str = Field(min_length=1, max_length=20_000, description="1-20,000 characters")
     parent_id: int | None = Field(
         default=None,
         ge=1,

@@ -14,8 +14,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.ingest.config import IngestSettings
 from services.ingest.repository import BacklogFull, MessageStreamRepository
-from services.ingest.validation import Limits, check_id, validate_batch
+from services.ingest.validation import Limits, validate_batch
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.ids import check_id
 from services.runtime.message_stream import MessageStreams
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 

@@ -6,7 +6,6 @@ Pure functions of the message and the clock, so they are tested without any serv
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,9 +13,8 @@ from datetime import UTC, datetime
 from agora.messaging.v1 import message_pb2
 
 from services.runtime.grpc_errors import FieldViolation
+from services.runtime.ids import check_id
 
-# Ids end up in URLs, unique keys and log lines: keep them to an unambiguous ASCII set.
-_ID = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 # Zalo launched in 2012: an earlier sent_at is a broken clock or a unit mistake (s vs ms).
 EARLIEST_SENT_AT = datetime(2012, 1, 1, tzinfo=UTC)
 MAX_JSON_DEPTH = 64  # MySQL refuses documents nested deeper than 100
@@ -29,15 +27,6 @@ class Limits:
     content_max_chars: int
     json_max_bytes: int
     sent_at_max_future_seconds: int
-
-
-def check_id(value: str, field: str, *, required: bool) -> FieldViolation | None:
-    """None when `value` is a valid id (or an allowed empty one), else the violation."""
-    if not value:
-        return FieldViolation(field, "is required") if required else None
-    if not _ID.fullmatch(value):
-        return FieldViolation(field, "must be 1-64 characters of A-Z a-z 0-9 . _ : @ -")
-    return None
 
 
 def check_json(text: str, field: str, limits: Limits) -> FieldViolation | None:

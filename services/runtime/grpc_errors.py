@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,3 +66,66 @@ def field_violations(error: grpc.aio.AioRpcError) -> list[FieldViolation]:
             detail.Unpack(bad)
             found.extend(FieldViolation(v.field, v.description) for v in bad.field_violations)
     return found
+
+
+@dataclass(frozen=True)
+class _Malformed:
+    detail: str
+
+
+def _is_transient(exc: BaseException) -> bool:
+    # Imported here: the datastore modules import this one.
+    import redis.exceptions
+
+    from services.runtime import mysql, postgres
+
+    return (
+        mysql.is_transient(exc)
+        or postgres.is_transient(exc)
+        or isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError))
+    )
+
+
+class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Turns two kinds of failure into the status a caller can act on, instead of UNKNOWN:
+    bytes that are not the request message (corrupt wire data, invalid UTF-8 in a string) are
+    INVALID_ARGUMENT; a datastore that is down or restarting is UNAVAILABLE (retry later)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+            return handler
+        deserialize = handler.request_deserializer
+        inner = handler.unary_unary
+
+        def safe_deserialize(data: bytes) -> Any:
+            try:
+                return deserialize(data)
+            except DecodeError as exc:
+                return _Malformed(str(exc).split(": ", 1)[-1])
+
+        async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, _Malformed):
+                await abort_invalid(
+                    context,
+                    [FieldViolation("request", f"is not a valid message: {request.detail}")],
+                )
+            try:
+                return await inner(request, context)
+            except Exception as exc:
+                if not _is_transient(exc):
+                    raise
+                log.warning("datastore unavailable: %s", exc)
+                await abort(
+                    context, grpc.StatusCode.UNAVAILABLE, "a datastore is unavailable; retry"
+                )
+
+        return grpc.unary_unary_rpc_method_handler(
+            behavior,
+            request_deserializer=safe_deserialize,
+            response_serializer=handler.response_serializer,
+        )

@@ -17,6 +17,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+from services.runtime.grpc_errors import ErrorMappingInterceptor
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -42,7 +44,7 @@ class GrpcServer:
         self._drain = drain_seconds
         self.health = health.aio.HealthServicer()
         self._server = grpc.aio.server(
-            interceptors=[aio_server_interceptor()],
+            interceptors=[aio_server_interceptor(), ErrorMappingInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -23,6 +23,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import conversions, convert_datetime
 
+from services.runtime.faults import fault
+
 Row = tuple[Any, ...]
 
 _tracer = trace.get_tracer(__name__)
@@ -187,6 +189,7 @@ class MysqlDatabase:
             except BaseException:
                 await _rollback_quietly(conn)
                 raise
+            fault("before_commit")
             await conn.commit()
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:

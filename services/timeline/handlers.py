@@ -11,6 +11,7 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.ids import check_id
 from services.runtime.mysql import Row
 from services.runtime.timeutil import to_datetime, to_timestamp
 from services.timeline.repository import MESSAGE_COLUMNS, TimelineRepository
@@ -91,8 +92,9 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetQuotePayloadResponse:
         problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
-        if not request.msg_id:
-            problems.append(FieldViolation("msg_id", "is required"))
+        violation = check_id(request.msg_id, "msg_id", required=True)
+        if violation:
+            problems.append(violation)
         if problems:
             await abort_invalid(context, problems)
         found, payload = await self._repo.quote_payload(request.account_id, request.msg_id)
@@ -123,11 +125,8 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
 
 def _check_conversation(account_id: int, conversation_key: str) -> list[FieldViolation]:
     problems = [] if account_id else [FieldViolation("account_id", "is required")]
-    if not conversation_key:
-        problems.append(FieldViolation("conversation_key", "is required"))
-    elif len(conversation_key) > 64:
-        problems.append(FieldViolation("conversation_key", "must be at most 64 characters"))
-    return problems
+    violation = check_id(conversation_key, "conversation_key", required=True)
+    return [*problems, violation] if violation else problems
 
 
 def _check_limit(limit: int) -> list[FieldViolation]:

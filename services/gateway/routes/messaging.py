@@ -27,15 +27,16 @@ from services.gateway.convert import (
 )
 from services.gateway.errors import ApiError
 from services.runtime.grpc_errors import FieldViolation
+from services.runtime.ids import ID_PATTERN
 
 router = APIRouter(prefix="/api/zalo-accounts/{account_id}", tags=["messaging"])
 
 AccountId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Zalo account id")]
 ConversationKey = Annotated[
-    str, Query(min_length=1, max_length=64, description="The conversation's Zalo thread id")
+    str, Query(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
 ConversationKeyPath = Annotated[
-    str, Path(min_length=1, max_length=64, description="The conversation's Zalo thread id")
+    str, Path(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
 Limit = Annotated[int, Query(ge=1, le=100)]
 CursorId = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
@@ -144,7 +145,7 @@ async def quote_payload(
     request: Request,
     user: CurrentUser,
     account_id: AccountId,
-    msg_id: Annotated[str, Path(min_length=1, max_length=64)],
+    msg_id: Annotated[str, Path(pattern=ID_PATTERN)],
 ) -> schemas.QuotePayloadResponse:
     require_account(user, account_id)
     clients = _clients(request)

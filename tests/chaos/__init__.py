@@ -1,0 +1,1 @@
+"""Fault injection under load, with Jepsen-style accounting (make chaos; quick run in make test)."""

@@ -1,0 +1,250 @@
+"""Hostile input against the real processes: the gateway fuzzed from its own OpenAPI document
+(schemathesis), malformed gRPC, SQL-looking strings and auth attacks — each answered with the
+documented 4xx / gRPC status, and the stored data checked to be unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import grpc
+import httpx
+import jwt
+import pytest
+import pytest_asyncio
+from agora.forum.v1 import forum_write_service_pb2 as forum_pb
+from agora.forum.v1 import forum_write_service_pb2_grpc
+from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
+from agora.messaging.v1 import ingest_service_pb2_grpc
+
+from services.runtime.grpc_errors import field_violations
+from services.runtime.mysql import MysqlDatabase
+from tests.chaos.run import prepare
+from tests.chaos.stack import ROOT, ChaosStack
+from tests.conftest import Env
+from tests.helpers import at, message, mint_token
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest_asyncio.fixture(scope="module")
+async def live() -> AsyncIterator[ChaosStack]:
+    """Every service as its own process, behind the real gateway."""
+    await prepare()  # the chaos account and course exist; the seed lab comes from `clean`
+    stack = ChaosStack(full=True)
+    await stack.start()
+    yield stack
+    await stack.stop()
+
+
+async def snapshot(env: Env) -> dict[str, Any]:
+    """Row counts and checksums of every table a hostile request could touch."""
+    db = await MysqlDatabase.connect(env.mysql_admin_url)
+    try:
+        mysql = {}
+        for table in ("zalo_messages", "zalo_conversations", "zalo_agent_sent_messages"):
+            row = await db.fetchone(f"CHECKSUM TABLE {table}")
+            mysql[table] = row[1] if row else None
+    finally:
+        await db.close()
+    conn = await asyncpg.connect(env.pg_admin_url)
+    try:
+        pg = {
+            table: await conn.fetchval(
+                f"SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM {table} t"
+            )
+            for table in ("posts", "comments", "post_likes", "comment_likes", "course_members")
+        }
+    finally:
+        await conn.close()
+    return {"mysql": mysql, "pg": pg}
+
+
+async def test_every_route_fuzzed_from_the_openapi_document(
+    live: ChaosStack, env: Env, clean: None
+) -> None:
+    """schemathesis (its own CLI, against the running gateway): no 5xx, and every response
+    matches the document — status code, content type and body schema."""
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1, 2])
+    port = live.services["gateway"].port
+    proc = await asyncio.create_subprocess_exec(
+        str(ROOT / ".venv/bin/schemathesis"),
+        "run",
+        f"http://127.0.0.1:{port}/openapi.json",
+        "--checks",
+        "not_a_server_error,status_code_conformance,content_type_conformance,"
+        "response_schema_conformance",
+        "--header",
+        f"Authorization: Bearer {token}",
+        "--max-examples",
+        "20",
+        "--seed",
+        "7",
+        "--generation-deterministic",
+        "--request-timeout",
+        "10",
+        "--continue-on-failure",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""},
+    )
+    output, _ = await proc.communicate()
+    report = output.decode(errors="replace")
+    assert proc.returncode == 0, report[-6000:]
+    assert " passed" in report, report[-2000:]
+
+
+def unsigned(claims: dict[str, object]) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
+
+
+async def test_auth_attacks_are_refused_and_change_nothing(
+    live: ChaosStack, env: Env, clean: None
+) -> None:
+    base = f"http://127.0.0.1:{live.services['gateway'].port}"
+    now = int(time.time())
+    secret = env.jwt_secret
+    attacks = {
+        "no token": {},
+        "expired": {"Authorization": f"Bearer {mint_token(secret, sub=7, accounts=[1], ttl=-60)}"},
+        "wrong signature": {"Authorization": f"Bearer {mint_token('x' * 40, sub=7, accounts=[1])}"},
+        "alg none": {
+            "Authorization": f"Bearer {unsigned({'sub': '7', 'accounts': [1], 'exp': now + 60})}"
+        },
+        "HS256 key confusion": {
+            "Authorization": "Bearer "
+            + jwt.encode(
+                {"sub": "7", "accounts": [1], "exp": now + 60},
+                "k" * 64,
+                algorithm="HS384",
+            )
+        },
+    }
+    before = await snapshot(env)
+    async with httpx.AsyncClient(base_url=base) as client:
+        for name, headers in attacks.items():
+            for method, path, body in (
+                (
+                    "POST",
+                    "/api/zalo-accounts/1/messages",
+                    {
+                        "messages": [
+                            {
+                                "msg_id": "evil",
+                                "thread_id": "t",
+                                "direction": "in",
+                                "sent_at": "2026-08-02T10:00:00Z",
+                            }
+                        ]
+                    },
+                ),
+                ("POST", "/api/courses/42/posts", {"title": "evil", "body": "evil"}),
+                ("DELETE", "/api/courses/42/posts/1", None),
+                ("POST", "/api/courses/42/posts/1/like", {"like": True}),
+            ):
+                response = await client.request(method, path, json=body, headers=headers)
+                assert response.status_code == 401, (name, path, response.text)
+        other = {"Authorization": f"Bearer {mint_token(secret, sub=7, accounts=[2])}"}
+        account = await client.post(
+            "/api/zalo-accounts/1/messages", json={"messages": []}, headers=other
+        )
+        assert account.status_code == 403
+        stranger = {"Authorization": f"Bearer {mint_token(secret, sub=5555, accounts=[])}"}
+        course = await client.post(
+            "/api/courses/42/posts", json={"title": "t", "body": "b"}, headers=stranger
+        )
+        assert course.status_code == 403
+        member = {"Authorization": f"Bearer {mint_token(secret, sub=8, accounts=[])}"}
+        theft = await client.delete("/api/courses/42/posts/1", headers=member)
+        assert theft.status_code == 403
+        cross = await client.post(
+            "/api/courses/42/posts/3/like", json={"like": True}, headers=member
+        )
+        assert cross.status_code == 404
+    assert await snapshot(env) == before
+
+
+async def test_malformed_grpc_is_invalid_argument_and_changes_nothing(
+    live: ChaosStack, env: Env, clean: None
+) -> None:
+    ingest_addr = f"127.0.0.1:{live.services['ingest'].port}"
+    before = await snapshot(env)
+    async with grpc.aio.insecure_channel(ingest_addr) as channel:
+        raw = channel.unary_unary(
+            "/agora.messaging.v1.IngestService/IngestMessages",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        for payload in (
+            b"\x08\x01\x12\x07\x1a\x05\xff\xfe\xfd\xfc\xfb",  # thread_id that is not UTF-8
+            b"\xff\xff\xff\xff",  # not protobuf at all
+            b"\x12\x90\x80\x80\x80\x10",  # a length running past the end
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as bad:
+                await raw(payload, timeout=5)
+            assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert field_violations(bad.value)[0].field == "request"
+        stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as too_many:
+            await stub.IngestMessages(
+                ingest_pb.IngestMessagesRequest(
+                    account_id=1, messages=[message(f"m{i}") for i in range(501)]
+                )
+            )
+        assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        hostile = [
+            message("1'; DROP TABLE zalo_messages; --"),
+            message("ok-1", thread="t'); DELETE FROM zalo_conversations; --"),
+            message("ok-2", attachments="[1, 2"),
+            message("ok-3", attachments='{"a": NaN}'),
+            message("ok-4", sent_at=at(10**10)),
+            message("ok-5", sent_at=at(-(10**9))),
+            message("ok-6"),
+            message("ok-7", mentions="[" * 200 + "]" * 200),
+        ]
+        hostile[6].content = "x" * 70_000
+        reply = await stub.IngestMessages(
+            ingest_pb.IngestMessagesRequest(account_id=1, messages=hostile)
+        )
+        assert reply.accepted == 0
+        assert [r.index for r in reply.rejected] == list(range(len(hostile)))
+    async with grpc.aio.insecure_channel(ingest_addr) as channel:
+        forum = forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as nul:
+            await forum.CreatePost(
+                forum_pb.CreatePostRequest(course_id=42, user_id=7, title="x\x00y", body="b")
+            )
+        assert nul.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert await snapshot(env) == before
+
+
+async def test_sql_looking_text_is_stored_verbatim_and_nothing_else_happens(
+    live: ChaosStack, env: Env, clean: None
+) -> None:
+    base = f"http://127.0.0.1:{live.services['gateway'].port}"
+    evil = "Robert'); DROP TABLE posts; --"
+    headers = {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=7, accounts=[])}"}
+    async with httpx.AsyncClient(base_url=base) as client:
+        created = await client.post(
+            "/api/courses/42/posts",
+            json={"title": evil, "body": evil + " \\' OR 1=1"},
+            headers=headers,
+        )
+        assert created.status_code == 201
+        post = created.json()["data"]
+        fetched = await client.get(f"/api/courses/42/posts/{post['id']}", headers=headers)
+    assert fetched.json()["data"]["title"] == evil
+    conn = await asyncpg.connect(env.pg_admin_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM posts") == 4
+    finally:
+        await conn.close()
