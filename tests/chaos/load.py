@@ -27,7 +27,8 @@ class Ledger:
     like_acked: set[tuple[int, int]] = field(default_factory=set)
     errors: Counter[str] = field(default_factory=Counter)
     error_samples: dict[str, str] = field(default_factory=dict)
-    ack_times: list[float] = field(default_factory=list)
+    message_ack_times: list[float] = field(default_factory=list)
+    like_ack_times: list[float] = field(default_factory=list)
 
 
 class Load:
@@ -57,12 +58,12 @@ class Load:
                 *(self._likes(like_stub, pairs, stop) for _ in range(like_senders)),
             )
 
-    async def _until_acked(self, call: object, stop: asyncio.Event) -> bool:
+    async def _until_acked(self, call: object, stop: asyncio.Event, times: list[float]) -> bool:
         backoff = 0.02
         while True:
             try:
                 await call()  # type: ignore[operator]
-                self.ledger.ack_times.append(time.monotonic())
+                times.append(time.monotonic())
                 return True
             except grpc.aio.AioRpcError as exc:
                 self.ledger.errors[exc.code().name] += 1
@@ -93,7 +94,8 @@ class Load:
                 ids.append(msg_id)
                 seq += 1
             self.ledger.sent.update(ids)
-            if await self._until_acked(lambda r=request: stub.IngestMessages(r, timeout=3), stop):
+            call = lambda r=request: stub.IngestMessages(r, timeout=3)  # noqa: E731
+            if await self._until_acked(call, stop, self.ledger.message_ack_times):
                 self.ledger.acked.update(ids)
 
     async def _likes(
@@ -112,5 +114,6 @@ class Load:
                 like=True,
             )
             self.ledger.like_sent.add((user, post))
-            if await self._until_acked(lambda r=request: stub.SetLike(r, timeout=3), stop):
+            call = lambda r=request: stub.SetLike(r, timeout=3)  # noqa: E731
+            if await self._until_acked(call, stop, self.ledger.like_ack_times):
                 self.ledger.like_acked.add((user, post))

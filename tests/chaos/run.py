@@ -38,7 +38,8 @@ class Outcome:
     pending: int
     dead_letters: int
     crashed: list[str]
-    recovery_s: float
+    message_gap_s: float
+    like_gap_s: float
     drained_s: float | None
     errors: dict[str, int]
     error_samples: dict[str, str]
@@ -189,9 +190,14 @@ async def run_scenario(
         await asyncio.sleep(after)
         stop.set()
         await task
-        # Recovery: the longest stretch without any acknowledgement, from the fault on.
-        times = sorted(t for t in load.ledger.ack_times if t >= injected)
-        gaps = [b - a for a, b in zip([injected, *times], times, strict=False)]
+        # Recovery: the longest stretch without an acknowledgement, from the fault on.
+        gaps = {
+            path: _longest_gap(times, injected)
+            for path, times in (
+                ("messages", load.ledger.message_ack_times),
+                ("likes", load.ledger.like_ack_times),
+            )
+        }
         drained = await stack.drained()
         counts = await account(load, posts, stack)
         # Nothing restarts a service here but the faults: one that died on its own is a bug.
@@ -207,7 +213,8 @@ async def run_scenario(
         sent=len(load.ledger.sent),
         acknowledged=len(load.ledger.acked),
         likes_acknowledged=len(load.ledger.like_acked),
-        recovery_s=max(gaps, default=float("nan")),
+        message_gap_s=gaps["messages"],
+        like_gap_s=gaps["likes"],
         drained_s=drained,
         errors=dict(load.ledger.errors),
         error_samples=dict(load.ledger.error_samples),
@@ -217,11 +224,16 @@ async def run_scenario(
     )
 
 
+def _longest_gap(times: list[float], since: float) -> float:
+    after = sorted(t for t in times if t >= since)
+    return max((b - a for a, b in zip([since, *after], after, strict=False)), default=float("nan"))
+
+
 def table(outcomes: list[Outcome]) -> str:
     lines = [
         "| fault | msgs sent | acked | stored | lost | dup | unexpected | out of order |"
         " likes acked | stored | lost | counter drift | pending | dead letters |"
-        " longest ack gap | drained in | verdict |",
+        " longest ack gap msgs / likes | drained in | verdict |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for o in outcomes:
@@ -236,6 +248,7 @@ def table(outcomes: list[Outcome]) -> str:
             f"| {o.fault} | {o.sent:,} | {o.acknowledged:,} | {o.stored:,} | {o.lost} |"
             f" {o.duplicates} | {o.unexpected} | {o.out_of_order} | {o.likes_acknowledged:,} |"
             f" {o.likes_stored:,} | {o.likes_lost} | {o.counter_drift} | {o.pending} |"
-            f" {o.dead_letters} | {o.recovery_s:.2f} s | {drained} | {verdict} |"
+            f" {o.dead_letters} | {o.message_gap_s:.2f} s / {o.like_gap_s:.2f} s | {drained} |"
+            f" {verdict} |"
         )
     return "\n".join(lines)
