@@ -18,7 +18,8 @@ from services.flusher.retention_repository import RetentionRepository
 from services.flusher.shard_leases import ShardLeases
 from services.flusher.shard_supervisor import ShardSupervisor
 from services.flusher.stream_consumer import ConsumerConfig, ShardConsumer
-from services.runtime import config, logs, postgres, redis_client, telemetry
+from services.flusher.stream_monitor import StreamMonitor
+from services.runtime import config, logs, metrics, postgres, redis_client, telemetry
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
 from services.runtime.like_stream import GROUP as LIKE_GROUP
 from services.runtime.like_stream import LikeStreams
@@ -163,6 +164,7 @@ async def main() -> None:
     settings = config.load(FlusherSettings)
     logs.setup(settings.log_level)
     shutdown_telemetry = telemetry.setup("flusher")
+    metrics.serve(settings.metrics_port)
     redis = redis_client.connect(settings.redis_url)
     await redis_client.require_safe_for_streams(redis)
     mysql = await MysqlDatabase.connect(settings.mysql_url, maxsize=settings.mysql_pool_size)
@@ -197,9 +199,17 @@ async def main() -> None:
         refresh_seconds=settings.flusher_lease_ttl_ms / 3000,
     )
     jobs = retention_jobs(settings, mysql)
+    monitor = StreamMonitor(
+        redis,
+        [(s, GROUP) for s in streams.all_streams()]
+        + [(s, LIKE_GROUP) for s in like_streams.all_streams()],
+        [streams.dead_letters, like_streams.dead_letters],
+        streams.backlog_key,
+    )
     background = [
         supervisor.run,
         like_supervisor.run,
+        monitor.run,
         periodic_jobs(settings, redis, jobs, reconciler(settings, redis, likes)).run,
     ]
     if settings.prune_enabled:

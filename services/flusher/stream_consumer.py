@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -300,6 +301,7 @@ class ShardConsumer(Generic[T]):
         # trace runs from the request to the INSERT and each other request can still find it.
         parent = extract_context(_carrier(entries[0]))
         size = sum(self._handler.size(i) for i in items)
+        started = time.perf_counter()
         with _tracer.start_as_current_span(
             f"process {self._stream}",
             context=parent,
@@ -319,6 +321,8 @@ class ShardConsumer(Generic[T]):
         self.stats.applied += size
         self.stats.batches += 1
         metrics.FLUSH_BATCHES.labels(self._family).inc()
+        metrics.FLUSH_BATCH_SIZE.labels(self._family).observe(size)
+        metrics.FLUSH_BATCH_SECONDS.labels(self._family).observe(time.perf_counter() - started)
         metrics.FLUSHED_MESSAGES.labels(self._family).inc(size)
 
     async def _acknowledge(self, entries: Sequence[Entry]) -> None:

@@ -20,6 +20,7 @@ from services.gateway.rate_limit import RateLimiter
 from services.gateway.routes import forum, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
 from services.runtime import redis_client
+from services.runtime.metrics import HttpMetrics
 
 _ERRORS = {
     status: {"model": ErrorResponse, "description": text}
@@ -83,6 +84,7 @@ def create_app(
 
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
     app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight)
+    app.add_middleware(HttpMetrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -6,13 +6,14 @@ import uvicorn
 
 from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
-from services.runtime import config, logs, telemetry
+from services.runtime import config, logs, metrics, telemetry
 
 
 async def main() -> None:
     settings = config.load(GatewaySettings)
     logs.setup(settings.log_level)
     shutdown_telemetry = telemetry.setup("gateway")
+    metrics.serve(settings.metrics_port)
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(settings),

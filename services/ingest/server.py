@@ -12,7 +12,7 @@ from services.ingest.forum_handlers import ForumWriteHandlers
 from services.ingest.forum_repository import ForumWriteRepository
 from services.ingest.handlers import IngestHandlers
 from services.ingest.repository import MessageStreamRepository
-from services.runtime import config, logs, postgres, redis_client, telemetry
+from services.runtime import config, logs, metrics, postgres, redis_client, telemetry
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
 from services.runtime.message_stream import MessageStreams
 
@@ -58,6 +58,7 @@ async def main() -> None:
     settings = config.load(IngestSettings)
     logs.setup(settings.log_level)
     shutdown_telemetry = telemetry.setup("ingest")
+    metrics.serve(settings.metrics_port)
     redis = redis_client.connect(settings.redis_url)
     pool = await postgres.connect(
         settings.postgres_url, max_size=settings.postgres_pool_size, name="ingest"

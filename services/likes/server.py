@@ -11,7 +11,7 @@ from services.likes.handlers import LikeHandlers, LikeStore
 from services.likes.redis_store import BufferedLikes
 from services.likes.repository import ForumChecks
 from services.likes.sync_store import SyncLikes
-from services.runtime import config, logs, postgres, redis_client, telemetry
+from services.runtime import config, logs, metrics, postgres, redis_client, telemetry
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
 from services.runtime.like_stream import LikeStreams
 
@@ -34,6 +34,7 @@ async def main() -> None:
     settings = config.load(LikesSettings)
     logs.setup(settings.log_level)
     shutdown_telemetry = telemetry.setup("likes")
+    metrics.serve(settings.metrics_port)
     read_pool = await postgres.connect(
         settings.postgres_url, max_size=settings.postgres_pool_size, name="likes"
     )
@@ -50,7 +51,9 @@ async def main() -> None:
             store = BufferedLikes(redis, streams, checks, settings.liked_set_ttl_seconds)
         elif settings.postgres_write_url:
             write_pool = await postgres.connect(
-                settings.postgres_write_url, max_size=settings.postgres_pool_size, name="likes"
+                settings.postgres_write_url,
+                max_size=settings.postgres_pool_size,
+                name="likes-writer",
             )
             closers.append(write_pool.close)
             store = SyncLikes(checks, write_pool)

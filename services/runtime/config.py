@@ -26,6 +26,8 @@ class ServiceSettings(BaseSettings):
     # Seconds in-flight RPCs get to finish once the server stops accepting new ones.
     grpc_grace_seconds: float = Field(default=10.0, ge=0)
     log_level: str = "INFO"
+    # Prometheus text on this port (GET /metrics); unset: not served.
+    metrics_port: int | None = None
 
 
 class MessageStreamSettings(BaseSettings):

@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from services.runtime.grpc_errors import ErrorMappingInterceptor
+from services.runtime.metrics import MetricsInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,11 @@ class GrpcServer:
         self._drain = drain_seconds
         self.health = health.aio.HealthServicer()
         self._server = grpc.aio.server(
-            interceptors=[aio_server_interceptor(), ErrorMappingInterceptor()],
+            interceptors=[
+                aio_server_interceptor(),
+                MetricsInterceptor(),
+                ErrorMappingInterceptor(),
+            ],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

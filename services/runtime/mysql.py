@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import conversions, convert_datetime
 
+from services.runtime import metrics
 from services.runtime.faults import fault
 
 Row = tuple[Any, ...]
@@ -171,6 +172,9 @@ class MysqlDatabase:
             pool_recycle=3600,
             connect_timeout=5,
             conv=_CONVERSIONS,
+        )
+        metrics.watch_pool(
+            f"mysql:{target.user}", lambda: pool.size, lambda: pool.freesize, maxsize
         )
         return cls(pool, target, system)
 

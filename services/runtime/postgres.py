@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from services.runtime import metrics
+
 
 async def _reset(conn: asyncpg.Connection) -> None:
     # The services never change session state (no SET, LISTEN, advisory locks or open cursors),
@@ -25,6 +27,7 @@ async def connect(url: str, *, min_size: int = 1, max_size: int = 10, name: str)
     )
     if pool is None:  # only when create_pool is not awaited
         raise RuntimeError("asyncpg.create_pool returned no pool")
+    metrics.watch_pool(f"postgres:{name}", pool.get_size, pool.get_idle_size, max_size)
     return pool
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
-from services.runtime import config, logs, postgres, telemetry
+from services.runtime import config, logs, metrics, postgres, telemetry
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
 from services.runtime.mysql import MysqlDatabase
 from services.timeline.config import TimelineSettings
@@ -46,6 +46,7 @@ async def main() -> None:
     settings = config.load(TimelineSettings)
     logs.setup(settings.log_level)
     shutdown_telemetry = telemetry.setup("timeline")
+    metrics.serve(settings.metrics_port)
     mysql = await MysqlDatabase.connect(settings.mysql_url, maxsize=settings.mysql_pool_size)
     pool = await postgres.connect(
         settings.postgres_url, max_size=settings.postgres_pool_size, name="timeline"

@@ -1,0 +1,114 @@
+"""Prometheus metrics every service shares: RED per RPC and per HTTP route, and pool saturation.
+
+Each process serves them as Prometheus text on METRICS_PORT (the flusher also on its status port).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import grpc
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+GRPC_REQUESTS = Counter(
+    "agora_grpc_server_requests", "RPCs handled, by method and status code", ["method", "code"]
+)
+GRPC_DURATION = Histogram(
+    "agora_grpc_server_duration_seconds", "RPC handling time", ["method"], buckets=_LATENCY_BUCKETS
+)
+HTTP_REQUESTS = Counter(
+    "agora_http_requests",
+    "HTTP requests, by route template and status",
+    ["route", "method", "status"],
+)
+HTTP_DURATION = Histogram(
+    "agora_http_request_duration_seconds",
+    "HTTP request time",
+    ["route", "method"],
+    buckets=_LATENCY_BUCKETS,
+)
+DB_POOL = Gauge(
+    "agora_db_pool_connections", "Database pool connections by state", ["pool", "state"]
+)
+
+
+def serve(port: int | None) -> None:
+    """Serve the default registry on `port` (a daemon thread); no-op when unset."""
+    if port:
+        start_http_server(port)
+
+
+def watch_pool(name: str, size: Callable[[], int], idle: Callable[[], int], limit: int) -> None:
+    """Pool saturation, read at scrape time: in use, idle and the configured maximum."""
+    DB_POOL.labels(name, "in_use").set_function(lambda: size() - idle())
+    DB_POOL.labels(name, "idle").set_function(idle)
+    DB_POOL.labels(name, "max").set(limit)
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Rate, errors and duration of every unary RPC, labelled by method and final status."""
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = handler_call_details.method
+        inner = handler.unary_unary
+
+        async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            started = time.perf_counter()
+            code = "UNKNOWN"
+            try:
+                response = await inner(request, context)
+                code = "OK"
+                return response
+            except BaseException:
+                set_code = context.code()
+                code = set_code.name if isinstance(set_code, grpc.StatusCode) else "UNKNOWN"
+                raise
+            finally:
+                GRPC_REQUESTS.labels(method, code).inc()
+                GRPC_DURATION.labels(method).observe(time.perf_counter() - started)
+
+        return grpc.unary_unary_rpc_method_handler(
+            behavior,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+Scope = MutableMapping[str, Any]
+
+
+class HttpMetrics:
+    """ASGI middleware: rate, errors and duration per route template (not per raw path)."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def record_status(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            HTTP_REQUESTS.labels(template, scope["method"], str(status)).inc()
+            HTTP_DURATION.labels(template, scope["method"]).observe(time.perf_counter() - started)
