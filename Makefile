@@ -4,12 +4,15 @@ STACK := deploy/local/stack.sh
 PY := .venv/bin/python
 SUB ?= 7
 ACCOUNTS ?= 1
+TRACES ?= 0
+N ?= 5
 
-.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos
+.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos traces
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
-	@echo "make down        stop everything"
+	@echo "make down        stop everything (make up TRACES=1 also runs a local trace sink)"
+	@echo "make traces      the N most recent traces as waterfalls (N=5, TRACE=<id>)"
 	@echo "make logs        follow every log"
 	@echo "make token       print a dev bearer token (SUB=7 ACCOUNTS=1,2)"
 	@echo "make test        lint, type-check, validate k8s, run every test against real servers"
@@ -25,7 +28,7 @@ protos:
 	@$(STACK) setup
 
 up:
-	@$(STACK) up
+	@TRACES=$(TRACES) $(STACK) up
 
 down:
 	@$(STACK) down
@@ -62,3 +65,6 @@ chaos: setup
 	@$(STACK) datastores
 	@$(STACK) migrate agora_test
 	@$(STACK) run $(PY) -m tests.chaos
+
+traces:
+	@$(PY) -m tools.traces -n $(N) $(if $(TRACE),--trace $(TRACE),)

@@ -11,6 +11,11 @@ set -a
 source "$here/stack.env"
 # shellcheck source=/dev/null
 source "$here/env/$name.env"
+# Written by `make up TRACES=1`: export spans to the local trace sink.
+if [ -f "$root/var/otel.env" ]; then
+  # shellcheck source=/dev/null
+  source "$root/var/otel.env"
+fi
 OTEL_SERVICE_NAME=${OTEL_SERVICE_NAME:-$name}
 set +a
 eval "$overrides"

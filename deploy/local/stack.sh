@@ -185,6 +185,17 @@ stopwaitsecs=60
 redirect_stderr=true
 stdout_logfile=$var/log/redis.log
 EOF
+  cat >>"$var/supervisord.conf" <<EOF
+
+[program:tracesink]
+command=$venv/bin/python -m tools.trace_sink --port 4317 --db $var/traces.sqlite
+directory=$root
+priority=15
+autostart=false
+autorestart=true
+redirect_stderr=true
+stdout_logfile=$var/log/tracesink.log
+EOF
   local name
   for name in ingest timeline likes flusher gateway; do
     cat >>"$var/supervisord.conf" <<EOF
@@ -317,6 +328,14 @@ migrate() {
 up() {
   datastores
   migrate agora
+  # TRACES=1: every service exports OTLP to the local trace sink (make traces shows them).
+  if [ "${TRACES:-0}" = 1 ]; then
+    printf 'OTEL_TRACES_EXPORTER=otlp\nOTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317\nOTEL_EXPORTER_OTLP_INSECURE=true\n' >"$var/otel.env"
+    supervisorctl start tracesink >/dev/null || true
+  else
+    rm -f "$var/otel.env"
+    supervisorctl stop tracesink >/dev/null 2>&1 || true
+  fi
   # restart, not start: a second `make up` picks up changed code and settings.
   log "(re)starting services"
   supervisorctl restart services:* >/dev/null || true
@@ -346,7 +365,7 @@ EOF
 down() {
   if supervisord_running; then
     log "stopping services and datastores"
-    supervisorctl stop services:* >/dev/null 2>&1 || true
+    supervisorctl stop services:* tracesink >/dev/null 2>&1 || true
     supervisorctl stop datastores:* >/dev/null 2>&1 || true
     supervisorctl shutdown >/dev/null
   else

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as redis
 from opentelemetry import trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from services.flusher import metrics
 from services.flusher.retention_repository import RetentionRepository
@@ -155,7 +156,8 @@ class Pruner:
 
     async def run_once(self, limit: int = 64) -> int:
         """Prune the conversations due now; returns how many were claimed."""
-        claimed = await self._queue.claim(limit, self._settings.lease_ms)
+        with suppress_instrumentation():  # polling the queue is not worth a trace
+            claimed = await self._queue.claim(limit, self._settings.lease_ms)
         semaphore = asyncio.Semaphore(self._settings.concurrency)
 
         async def one(conversation_id: int) -> None:
@@ -173,7 +175,8 @@ class Pruner:
                     await self._queue.done(conversation_id)
 
         await asyncio.gather(*(one(c) for c in claimed))
-        metrics.PRUNE_BACKLOG.set(await self._queue.backlog())
+        with suppress_instrumentation():
+            metrics.PRUNE_BACKLOG.set(await self._queue.backlog())
         return len(claimed)
 
     async def run(self, stop: asyncio.Event) -> None:

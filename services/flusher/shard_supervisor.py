@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 import redis.asyncio as redis
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from services.flusher.shard_leases import ShardLeases
 from services.flusher.stream_consumer import ShardConsumer
@@ -33,7 +34,8 @@ class ShardSupervisor:
         try:
             while not stop.is_set():
                 try:
-                    owned = await self._leases.refresh()
+                    with suppress_instrumentation():  # housekeeping, not a request
+                        owned = await self._leases.refresh()
                 except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
                     # Redis restarting: keep the consumers (they retry on their own) and the
                     # shards we hold; leases are checked again on the next tick.

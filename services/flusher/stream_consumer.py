@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import redis.asyncio as redis
 from opentelemetry import trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import Link, SpanKind
 
 from services.flusher import metrics
@@ -233,13 +234,15 @@ class ShardConsumer(Generic[T]):
         block_ms: int | None = None,
         count: int | None = None,
     ) -> list[Entry]:
-        reply: Any = await self._redis.xreadgroup(
-            self._config.group,
-            self._config.consumer,
-            {self._stream: start},
-            count=count or self._config.read_count,
-            block=(block_ms or self._config.block_ms) if start == ">" and block else None,
-        )
+        # Polling is not a request: without this every idle read would be a trace of its own.
+        with suppress_instrumentation():
+            reply: Any = await self._redis.xreadgroup(
+                self._config.group,
+                self._config.consumer,
+                {self._stream: start},
+                count=count or self._config.read_count,
+                block=(block_ms or self._config.block_ms) if start == ">" and block else None,
+            )
         if not reply:
             return []
         _, rows = reply[0]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as redis
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from services.flusher import metrics
 
@@ -62,7 +63,8 @@ class StreamMonitor:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await self.sample()
+                with suppress_instrumentation():  # housekeeping, not a request
+                    await self.sample()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("stream monitor: Redis unavailable: %s", exc)
             with contextlib.suppress(TimeoutError):
