@@ -4,7 +4,7 @@ import asyncio
 import importlib
 import sys
 
-SERVICES = ("ingest", "timeline", "likes", "flusher", "gateway")
+SERVICES = ("ingest", "timeline", "likes", "flusher", "gateway", "migrate")
 
 if len(sys.argv) != 2 or sys.argv[1] not in SERVICES:
     sys.exit(f"usage: python -m services {{{'|'.join(SERVICES)}}}")

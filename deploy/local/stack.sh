@@ -260,7 +260,7 @@ CREATE DATABASE IF NOT EXISTS $db CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_
 EOF
   done
   # One user per service, each with only what it needs: timeline reads, flusher writes rows,
-  # only the migrator changes schemas (and the test suite uses it to reset tables).
+  # only the migrator changes schemas and grants on them (the test suite uses it to reset tables).
   mysql_root <<EOF
 CREATE USER IF NOT EXISTS 'agora_migrator'@'127.0.0.1' IDENTIFIED BY '$MYSQL_MIGRATOR_PASSWORD';
 CREATE USER IF NOT EXISTS 'agora_flusher'@'127.0.0.1' IDENTIFIED BY '$MYSQL_FLUSHER_PASSWORD';
@@ -268,8 +268,8 @@ CREATE USER IF NOT EXISTS 'agora_timeline'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TIM
 ALTER USER 'agora_migrator'@'127.0.0.1' IDENTIFIED BY '$MYSQL_MIGRATOR_PASSWORD';
 ALTER USER 'agora_flusher'@'127.0.0.1' IDENTIFIED BY '$MYSQL_FLUSHER_PASSWORD';
 ALTER USER 'agora_timeline'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TIMELINE_PASSWORD';
-GRANT ALL PRIVILEGES ON agora.* TO 'agora_migrator'@'127.0.0.1';
-GRANT ALL PRIVILEGES ON agora_test.* TO 'agora_migrator'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON agora.* TO 'agora_migrator'@'127.0.0.1' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON agora_test.* TO 'agora_migrator'@'127.0.0.1' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON agora_bench.* TO 'agora_migrator'@'127.0.0.1';
 GRANT SELECT, INSERT, UPDATE, DELETE ON agora.* TO 'agora_flusher'@'127.0.0.1';
 GRANT SELECT, INSERT, UPDATE, DELETE ON agora_test.* TO 'agora_flusher'@'127.0.0.1';
@@ -279,7 +279,7 @@ EOF
 }
 
 bootstrap_postgres() {
-  # One login role per service; the tables' grants come with the migrations (postgres-grants.sql).
+  # One login role per service; table grants follow each migration (migrations/grants/).
   local role password
   for role in migrator ingest timeline likes likes_writer flusher; do
     password="PG_${role^^}_PASSWORD"
@@ -315,13 +315,12 @@ migrate() {
   local dbmate=("$venv/bin/dbmate" --no-dump-schema --wait --wait-timeout 30s)
   "${dbmate[@]}" --url "mysql://agora_migrator:$MYSQL_MIGRATOR_PASSWORD@127.0.0.1:$MYSQL_PORT/$db" \
     --migrations-dir "$root/migrations/mysql" up >/dev/null
-  # Table-level grants need the tables: the flusher maintains the archive's partitions (ALTER to
-  # add a month, DROP to remove one past retention) and may do nothing else to the schema.
-  mysql_root -e "GRANT ALTER, DROP ON $db.zalo_messages_archive TO 'agora_flusher'@'127.0.0.1'"
+  # Table-level grants need the tables (migrations/grants/*.sql); local users are @127.0.0.1.
+  sed "s/'@'%'/'@'127.0.0.1'/g" "$root/migrations/grants/mysql.sql" | mysql_root "$db"
   if compgen -G "$root/migrations/postgres/*.sql" >/dev/null; then
     "${dbmate[@]}" --url "postgres://agora_migrator:$PG_MIGRATOR_PASSWORD@127.0.0.1:$PG_PORT/$db?sslmode=disable" \
       --migrations-dir "$root/migrations/postgres" up >/dev/null
-    psql_admin -d "$db" -f - <"$here/postgres-grants.sql" >/dev/null
+    psql_admin -d "$db" -f - <"$root/migrations/grants/postgres.sql" >/dev/null
   fi
 }
 

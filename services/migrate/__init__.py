@@ -1,0 +1,1 @@
+"""migrate: the Kubernetes migration Job — dbmate up on MySQL and PostgreSQL, then the grants."""

@@ -1,0 +1,5 @@
+import asyncio
+
+from services.migrate.server import main
+
+asyncio.run(main())
