@@ -61,6 +61,15 @@ setup_venv() {
     "$py" -m pip install -q --disable-pip-version-check -r "$root/requirements-dev.txt"
     echo "$want" >"$stamp"
   fi
+  # checkov pins versions that conflict with the test tools: it gets a virtualenv of its own.
+  local tools=$root/.venv-tools tools_want
+  tools_want=$(sha256sum "$root/requirements-tools.txt" | cut -d' ' -f1)
+  if [ "$(cat "$tools/.requirements.sha256" 2>/dev/null)" != "$tools_want" ]; then
+    log "installing the Kubernetes policy scanner (checkov)"
+    python3 -m venv "$tools"
+    "$tools/bin/python" -m pip install -q --disable-pip-version-check -r "$root/requirements-tools.txt"
+    echo "$tools_want" >"$tools/.requirements.sha256"
+  fi
   # The repository root and the generated stubs are importable without installing a package.
   local site
   site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
