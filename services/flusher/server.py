@@ -216,13 +216,8 @@ async def main() -> None:
         background.append(pruner(settings, redis, mysql).run)
 
     # The flusher serves no RPCs: its port answers gRPC health (for probes) and GET /metrics.
-    server = GrpcServer(
-        service_names=[],
-        register=lambda _: None,
-        host="127.0.0.1",
-        port=0,
-        grace_seconds=settings.grpc_grace_seconds,
-        drain_seconds=settings.grpc_drain_seconds,
+    server = GrpcServer.from_settings(
+        settings, service_names=[], register=lambda _: None, port=0, host="127.0.0.1"
     )
     status_port = PortMux(
         host=settings.grpc_host,

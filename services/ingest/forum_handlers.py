@@ -7,7 +7,7 @@ from agora.forum.v1 import forum_write_service_pb2 as pb
 from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 
 from services.ingest.forum_repository import ForumWriteRepository
-from services.runtime.forum import comment_from_row, post_from_row
+from services.runtime.forum import comment_from_row, post_from_row, require_enrolled
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 
 MAX_TITLE = 200
@@ -46,7 +46,9 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
                 problems.append(violation)
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         row = await self._repo.create_post(
             request.course_id, request.user_id, request.title.strip(), request.body
         )
@@ -65,7 +67,9 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             problems.append(FieldViolation("parent_id", "must be a comment id"))
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         post = await self._repo.find_post(request.post_id)
         if post is None or post.course_id != request.course_id:
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
@@ -108,7 +112,9 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         post = await self._repo.find_post(request.post_id)
         if post is None or post.course_id != request.course_id:
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
@@ -126,7 +132,9 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         comment = await self._repo.find_comment(request.comment_id)
         if comment is None or comment.course_id != request.course_id:
             await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
@@ -135,11 +143,3 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         if not await self._repo.delete_comment(request.comment_id, request.user_id):
             await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
         return pb.DeleteCommentResponse()
-
-    async def _require_member(
-        self, course_id: int, user_id: int, context: grpc.aio.ServicerContext
-    ) -> None:
-        if not await self._repo.is_member(course_id, user_id):
-            await abort(
-                context, grpc.StatusCode.PERMISSION_DENIED, "you are not enrolled in this course"
-            )

@@ -34,13 +34,8 @@ def build_server(
         ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(messages, server)
         forum_write_service_pb2_grpc.add_ForumWriteServiceServicer_to_server(forum, server)
 
-    return GrpcServer(
-        service_names=SERVICE_NAMES,
-        register=register,
-        host=settings.grpc_host,
-        port=port,
-        grace_seconds=settings.grpc_grace_seconds,
-        drain_seconds=settings.grpc_drain_seconds,
+    return GrpcServer.from_settings(
+        settings, service_names=SERVICE_NAMES, register=register, port=port
     )
 
 

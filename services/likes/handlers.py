@@ -9,11 +9,11 @@ from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc as pb_grpc
 
 from services.likes.errors import ColdSetError, NotEnrolledError, TargetNotFoundError
+from services.runtime.forum import NOT_ENROLLED
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.like_stream import member
 
 MAX_TARGETS = 500
-NOT_ENROLLED = "you are not enrolled in this course"
 KIND_LETTERS = {pb.TARGET_KIND_POST: "p", pb.TARGET_KIND_COMMENT: "c"}
 
 

@@ -20,13 +20,11 @@ SERVICE_NAMES = [like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].ful
 
 def build_server(settings: LikesSettings, handlers: LikeHandlers, port: int) -> GrpcServer:
     """The likes gRPC server, not yet started (tests pass port 0)."""
-    return GrpcServer(
+    return GrpcServer.from_settings(
+        settings,
         service_names=SERVICE_NAMES,
         register=lambda s: like_service_pb2_grpc.add_LikeServiceServicer_to_server(handlers, s),
-        host=settings.grpc_host,
         port=port,
-        grace_seconds=settings.grpc_grace_seconds,
-        drain_seconds=settings.grpc_drain_seconds,
     )
 
 

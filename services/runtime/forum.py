@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
+import grpc
 from agora.forum.v1 import forum_pb2
 
+from services.runtime.grpc_errors import abort
 from services.runtime.timeutil import to_timestamp
 
 POST_COLUMNS = "id, course_id, user_id, title, body, like_count, comment_count, created_at"
@@ -17,6 +19,7 @@ COMMENT_COLUMNS = (
 
 
 IS_MEMBER = "SELECT 1 FROM course_members WHERE course_id = $1 AND user_id = $2"
+NOT_ENROLLED = "you are not enrolled in this course"
 
 
 async def is_member(pool: asyncpg.Pool, course_id: int, user_id: int) -> bool:
@@ -51,3 +54,9 @@ def comment_from_row(row: Any) -> forum_pb2.Comment:
         if row[name] is not None:
             setattr(comment, name, row[name])
     return comment
+
+
+async def require_enrolled(enrolled: bool, context: grpc.aio.ServicerContext) -> None:
+    """PERMISSION_DENIED unless the acting user is enrolled (checked before anything else)."""
+    if not enrolled:
+        await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)

@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+from services.runtime.config import ServiceSettings
 from services.runtime.grpc_errors import ErrorMappingInterceptor
 from services.runtime.metrics import MetricsInterceptor
 
@@ -61,6 +62,26 @@ class GrpcServer:
             [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
         )
         self.port = self._server.add_insecure_port(f"{host}:{port}")
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: ServiceSettings,
+        *,
+        service_names: Sequence[str],
+        register: Registrar,
+        port: int,
+        host: str | None = None,
+    ) -> GrpcServer:
+        """A server with the drain and grace periods the service's settings ask for."""
+        return cls(
+            service_names=service_names,
+            register=register,
+            host=host or settings.grpc_host,
+            port=port,
+            grace_seconds=settings.grpc_grace_seconds,
+            drain_seconds=settings.grpc_drain_seconds,
+        )
 
     async def start(self) -> None:
         """Start serving and report SERVING for every registered service."""

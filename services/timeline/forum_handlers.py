@@ -6,7 +6,7 @@ import grpc
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
 
-from services.runtime.forum import comment_from_row, post_from_row
+from services.runtime.forum import comment_from_row, post_from_row, require_enrolled
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.timeline.forum_repository import ForumReadRepository
 
@@ -34,7 +34,9 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             problems.append(FieldViolation("before_id", "must be a positive id"))
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         before = request.before_id if request.HasField("before_id") else None
         page = await self._repo.feed(request.course_id, request.limit, before)
         response = pb.ListPostsResponse(
@@ -52,7 +54,9 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         row = await self._repo.post(request.course_id, request.post_id)
         if row is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
@@ -69,7 +73,9 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         if await self._repo.post(request.course_id, request.post_id) is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
         after = request.after_id if request.HasField("after_id") else None
@@ -92,7 +98,9 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await self._require_member(request.course_id, request.user_id, context)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
         if not await self._repo.visible_root(request.course_id, request.comment_id):
             await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
         after = request.after_id if request.HasField("after_id") else None
@@ -103,11 +111,3 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         if page.rows:
             response.next_after_id = page.rows[-1]["id"]
         return response
-
-    async def _require_member(
-        self, course_id: int, user_id: int, context: grpc.aio.ServicerContext
-    ) -> None:
-        if not await self._repo.is_member(course_id, user_id):
-            await abort(
-                context, grpc.StatusCode.PERMISSION_DENIED, "you are not enrolled in this course"
-            )
