@@ -29,6 +29,7 @@ from bench.prune import ROOT, _supervisorctl
 from services.runtime.config import LikeStreamSettings
 from services.runtime.grpc_client import open_channel
 from services.runtime.like_stream import LikeStreams
+from tools.ports import free_port
 from tools.wait_healthy import wait
 
 HOT_COURSE = 900
@@ -162,6 +163,8 @@ async def run_sync(
         ),
         # As many connections as callers, so the row lock, not the pool, is what they wait on.
         "POSTGRES_POOL_SIZE": str(concurrency),
+        # The stack's likes service holds the configured metrics port.
+        "METRICS_PORT": str(free_port()),
     }
     proc = await asyncio.create_subprocess_exec(
         str(ROOT / "deploy/local/run-service.sh"),

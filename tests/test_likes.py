@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from services.runtime.like_stream import LikeStreams
 from tests.conftest import Env
 from tests.helpers import ROOT, SHARDS, Flusher, mint_token, run_flusher
 from tools.dead_letters import list_dead, replay
+from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
@@ -301,16 +301,10 @@ async def test_reconciliation_fixes_drifted_counters_and_leaves_correct_ones(
     assert [(d.kind, d.target_id, d.counted) for d in nightly] == [("comment", 1, 0)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest_asyncio.fixture
 async def evicting_redis() -> AsyncIterator[str]:
     """A throwaway Redis whose maxmemory-policy may evict streams."""
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as directory:
         proc = await asyncio.create_subprocess_exec(
             "redis-server",

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 
-from tests.chaos.stack import free_port
 from tools import traces
+from tools.ports import free_port
 from tools.trace_sink import Sink
 
 pytestmark = pytest.mark.asyncio

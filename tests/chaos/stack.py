@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -18,16 +17,11 @@ from pathlib import Path
 
 import redis.asyncio as redis
 
+from tools.ports import free_port
 from tools.wait_healthy import wait
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARDS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
