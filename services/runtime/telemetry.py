@@ -26,12 +26,17 @@ def setup(service_name: str) -> Callable[[], None]:
     exporters = _exporters(os.environ.get("OTEL_TRACES_EXPORTER", "none"))
     # With nowhere to send spans, recording them is pure cost (~30% of a like's CPU): sample
     # nothing unless a sampler is asked for. Context still propagates, and logs keep trace ids.
-    sampler = None if exporters or "OTEL_TRACES_SAMPLER" in os.environ else ALWAYS_OFF
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}), sampler=sampler)
+    recording = bool(exporters) or "OTEL_TRACES_SAMPLER" in os.environ
+    provider = TracerProvider(
+        resource=Resource.create({SERVICE_NAME: name}), sampler=None if recording else ALWAYS_OFF
+    )
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    instrument_libraries()
+    # Database client spans carry no context onwards (the gRPC interceptors and the stream
+    # entries do), so when nothing records them their patches are only overhead.
+    if recording:
+        instrument_libraries()
     return provider.shutdown
 
 
