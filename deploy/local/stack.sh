@@ -252,6 +252,10 @@ wait_for() {
   die "$what is not ready after ${seconds}s (make logs)"
 }
 
+redis_ready() {
+  [ "$(redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ping)" = PONG ]
+}
+
 # Administration goes through the unix sockets with OS-user authentication: no admin password.
 admin_user() { if is_root; then echo root; else id -un; fi; }
 pg_superuser() { if is_root; then echo postgres; else id -un; fi; }
@@ -313,7 +317,8 @@ datastores() {
   supervisorctl start datastores:* >/dev/null || true
   wait_for "MariaDB" 60 mysql_root -e "SELECT 1"
   wait_for "PostgreSQL" 60 "$(pg_bin)/pg_isready" -q -h "$var/run" -p "$PG_PORT"
-  wait_for "Redis" 30 redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ping
+  # PING answers LOADING (exit 0) while a large AOF is replayed; only PONG means ready.
+  wait_for "Redis" 120 redis_ready
   bootstrap_mysql
   bootstrap_postgres
 }
