@@ -1,5 +1,4 @@
-import asyncio
-
 from services.ingest.server import main
+from services.runtime.process import run
 
-asyncio.run(main())
+run(main)

@@ -1,5 +1,4 @@
-import asyncio
-
+from services.runtime.process import run
 from services.timeline.server import main
 
-asyncio.run(main())
+run(main)
