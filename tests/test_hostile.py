@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -67,7 +68,7 @@ async def snapshot(env: Env) -> dict[str, Any]:
 
 
 async def test_every_route_fuzzed_from_the_openapi_document(
-    live: ChaosStack, env: Env, clean: None
+    live: ChaosStack, env: Env, clean: None, tmp_path: Path
 ) -> None:
     """schemathesis (its own CLI, against the running gateway): no 5xx, and every response
     matches the document — status code, content type and body schema."""
@@ -93,6 +94,7 @@ async def test_every_route_fuzzed_from_the_openapi_document(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""},
+        cwd=tmp_path,  # its example cache is written to the working directory
     )
     output, _ = await proc.communicate()
     report = output.decode(errors="replace")
