@@ -1,8 +1,12 @@
 """Render every kustomization under deploy/k8s and validate it offline.
 
 Each rendered object is checked against the Kubernetes OpenAPI schemas bundled with
-kubernetes-validate (strict: unknown fields fail), then against the project's own rules for
-workloads: probes, requests and limits, non-root, read-only root filesystem, no capabilities.
+kubernetes-validate (strict: unknown fields fail), the PrometheusRule against its shape here
+(the operator's CRD is not bundled) with every runbook link resolved, and every workload against
+the project's own rules, which no generic scanner knows (native gRPC probes on the gRPC port,
+scrape annotations that point at the metrics port). The generic workload policy (probes,
+requests and limits, non-root, read-only root filesystem, capabilities, privilege, service account
+tokens) is checkov's, on every overlay: CHECKOV_WORKLOAD_CHECKS lists the checks relied on.
 """
 
 from __future__ import annotations
@@ -119,36 +123,94 @@ def prometheus_rule_errors(doc: dict[str, Any]) -> list[str]:
     return problems
 
 
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
+
+
 def policy_errors(doc: dict[str, Any]) -> list[str]:
-    """The project's rules for workloads: probes, resources, non-root, read-only, no caps."""
-    kind = doc.get("kind")
-    if kind not in ("Deployment", "StatefulSet", "Job"):
+    """The project's own workload rules; everything generic is left to checkov."""
+    if doc.get("kind") not in WORKLOAD_KINDS:
+        return []
+    pod = doc["spec"]["template"]["spec"]
+    annotations = doc["spec"]["template"].get("metadata", {}).get("annotations", {})
+    problems = []
+    for container in pod["containers"]:
+        problems += [f"{container['name']}: {p}" for p in grpc_probe_errors(container)]
+    problems += metrics_errors(annotations, pod["containers"])
+    return problems
+
+
+def grpc_probe_errors(container: dict[str, Any]) -> list[str]:
+    """A gRPC server is probed through the gRPC health service on its gRPC port.
+
+    Only the native probe asks the health service: a TCP probe passes while the service reports
+    NOT_SERVING (draining at SIGTERM), exactly when the pod must leave the endpoints, and an
+    httpGet probe cannot speak gRPC at all.
+    """
+    grpc_ports = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == "grpc"]
+    if not grpc_ports:
         return []
     problems = []
-    pod = doc["spec"]["template"]["spec"]
-    if not pod.get("securityContext", {}).get("runAsNonRoot"):
-        problems.append("pod securityContext.runAsNonRoot must be true")
-    # Only the collector talks to the API server (k8sattributes); nothing else gets a token.
-    name = doc["metadata"]["name"]
-    if pod.get("automountServiceAccountToken") is not False and name != "otel-collector":
-        problems.append("automountServiceAccountToken must be false")
-    for container in pod["containers"]:
-        name = container["name"]
-        for probe in ("readinessProbe", "livenessProbe") if kind != "Job" else ():
-            if probe not in container:
-                problems.append(f"{name}: {probe} is missing")
-        resources = container.get("resources", {})
-        for kind in ("requests", "limits"):
-            if not {"cpu", "memory"} <= set(resources.get(kind, {})):
-                problems.append(f"{name}: resources.{kind} needs cpu and memory")
-        security = container.get("securityContext", {})
-        if security.get("readOnlyRootFilesystem") is not True:
-            problems.append(f"{name}: readOnlyRootFilesystem must be true")
-        if security.get("allowPrivilegeEscalation") is not False:
-            problems.append(f"{name}: allowPrivilegeEscalation must be false")
-        if security.get("capabilities", {}).get("drop") != ["ALL"]:
-            problems.append(f"{name}: capabilities.drop must be [ALL]")
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        if probe in container and container[probe].get("grpc") != {"port": grpc_ports[0]}:
+            problems.append(f"{probe} must be a native gRPC probe on port {grpc_ports[0]}")
     return problems
+
+
+def metrics_errors(annotations: dict[str, str], containers: list[dict[str, Any]]) -> list[str]:
+    """A scraped pod serves /metrics where the annotation says, on a port named `metrics`.
+
+    The service listens on METRICS_PORT; an annotation pointing elsewhere (the gRPC port, say)
+    leaves the pod unscraped without anything failing.
+    """
+    if annotations.get("prometheus.io/scrape") != "true":
+        return []
+    port = annotations.get("prometheus.io/port", "")
+    for container in containers:
+        declared = [
+            p["containerPort"] for p in container.get("ports", []) if p.get("name") == "metrics"
+        ]
+        if not declared:
+            continue
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        problems = []
+        if port != str(declared[0]):
+            problems.append(f"prometheus.io/port {port!r} is not the metrics port {declared[0]}")
+        if env.get("METRICS_PORT") != str(declared[0]):
+            problems.append(
+                f"{container['name']}: METRICS_PORT must be {declared[0]}, the metrics port"
+            )
+        return problems
+    return [f"prometheus.io/port {port!r}: no container declares a port named metrics"]
+
+
+# The generic workload rules this project relies on checkov for, so they are not repeated here.
+# They must stay on: checkov_config_errors fails when deploy/k8s/checkov.yaml skips one, and
+# tests/deploy/test_k8s.py proves each of them fails on a workload that breaks it.
+CHECKOV_WORKLOAD_CHECKS = {
+    "CKV_K8S_8": "livenessProbe (Jobs are exempt)",
+    "CKV_K8S_9": "readinessProbe (Jobs are exempt)",
+    "CKV_K8S_10": "CPU requests",
+    "CKV_K8S_11": "CPU limits",
+    "CKV_K8S_12": "memory requests",
+    "CKV_K8S_13": "memory limits",
+    "CKV_K8S_16": "not privileged",
+    "CKV_K8S_20": "allowPrivilegeEscalation: false",
+    "CKV_K8S_22": "readOnlyRootFilesystem: true",
+    "CKV_K8S_23": "not root (runAsNonRoot, or a non-zero runAsUser)",
+    "CKV_K8S_28": "NET_RAW dropped",
+    "CKV_K8S_37": "capabilities dropped: ALL",
+    "CKV_K8S_38": "automountServiceAccountToken: false",
+}
+
+
+def checkov_config_errors(config_file: Path = K8S / "checkov.yaml") -> list[str]:
+    """A project-wide skip of a delegated check would silently drop one of our rules."""
+    config = yaml.safe_load(config_file.read_text())
+    skipped = set(config.get("skip-check", [])) & CHECKOV_WORKLOAD_CHECKS.keys()
+    return [
+        f"{check} ({CHECKOV_WORKLOAD_CHECKS[check]}) must not be skipped"
+        for check in sorted(skipped)
+    ]
 
 
 CHECKOV = ROOT / ".venv-tools" / "bin" / "checkov"
@@ -198,7 +260,7 @@ def validate(directory: Path) -> list[str]:
         problems += [f"{where}: {p}" for p in schema_errors(doc) + policy_errors(doc)]
     # The base sets no namespace on purpose (the overlays do): scan what gets deployed.
     if directory.parent.name == "overlays":
-        problems += [f"checkov: {p}" for p in checkov_errors(directory)]
+        problems += [f"checkov: {p}" for p in checkov_config_errors() + checkov_errors(directory)]
     return problems
 
 
