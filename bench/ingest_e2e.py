@@ -18,8 +18,8 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
 from bench.common import E2E_ACCOUNT, Stack
 from services.runtime.grpc_client import open_channel
-from services.runtime.message_stream import MessageStreams
 from services.runtime.mysql import MysqlDatabase
+from services.streams.messages import MessageStreams, MessageStreamSettings
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ async def run_ingest(
 ) -> IngestRun:
     admin = await MysqlDatabase.connect(stack.mysql_admin_url)
     client = redis.Redis.from_url(stack.redis_url)
-    streams = MessageStreams("agora:msg", shards)
+    streams = MessageStreams(MessageStreamSettings().message_stream_prefix, shards)
     run = f"e2e{time.time_ns()}"
     try:
         await remove_earlier_runs(admin)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -23,12 +22,14 @@ import asyncpg
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import Latency, Stack
 from bench.prune import ROOT, _supervisorctl
-from services.runtime.config import LikeStreamSettings
 from services.runtime.grpc_client import open_channel
-from services.runtime.like_stream import LikeStreams
+from services.streams import entries
+from services.streams.likes import LikeChanged, LikeStreams, LikeStreamSettings
 from tools.ports import free_port
 from tools.wait_healthy import wait
 
@@ -80,19 +81,25 @@ async def _xact_commits(admin: asyncpg.Connection) -> int:
     )
 
 
-def _flusher_metrics() -> str:
-    url = f"http://127.0.0.1:{os.environ['FLUSHER_PORT']}/metrics"
+def _flusher_metrics() -> list[Metric]:
+    url = f"http://127.0.0.1:{os.environ['FLUSHER_METRICS_PORT']}/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
-        return str(response.read().decode())
+        return list(text_string_to_metric_families(response.read().decode()))
 
 
-def _sample(text: str, name: str) -> float:
-    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+def _sample(families: list[Metric], name: str) -> float:
+    """The sum of every series of sample `name` (all label sets)."""
+    return sum(s.value for f in families for s in f.samples if s.name == name)
 
 
-def _buckets(text: str) -> list[tuple[float, float]]:
-    found = re.findall(r'^agora_like_flush_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)
-    return [(float("inf") if le == "+Inf" else float(le), float(n)) for le, n in found]
+def _buckets(families: list[Metric]) -> list[tuple[float, float]]:
+    """The flush-lag histogram as (upper bound, cumulative count), in bucket order."""
+    return [
+        (float(s.labels["le"]), s.value)
+        for f in families
+        for s in f.samples
+        if s.name == "agora_like_flush_lag_seconds_bucket"
+    ]
 
 
 def _quantile(
@@ -223,17 +230,16 @@ async def run_apply(
     stack: Stack, admin: asyncpg.Connection, post_id: int, users: list[int]
 ) -> float:
     """Likes per second a fresh flusher applies from a full backlog."""
-    layout = LikeStreamSettings()  # the same variables and defaults the services read
-    streams = LikeStreams(layout.like_stream_prefix, layout.like_stream_shards)
+    # The same variables and defaults the services read.
+    streams = LikeStreams.from_settings(LikeStreamSettings())
     client = redis.Redis.from_url(stack.redis_url)
     await _supervisorctl("stop", "services:flusher")
     try:
         async with client.pipeline(transaction=False) as pipe:
+            target = pb.Target(kind=pb.TARGET_KIND_POST, id=post_id)
             for user in users:
-                pipe.xadd(
-                    streams.stream_of(user),
-                    {"op": "like", "target": f"p:{post_id}", "user": user, "course": HOT_COURSE},
-                )
+                event = LikeChanged(user_id=user, course_id=HOT_COURSE, target=target, liked=True)
+                pipe.xadd(streams.stream_of(user), entries.as_mapping(event))
             await pipe.execute()
         # supervisorctl returns only after startsecs; poll from the moment the process starts.
         starting = asyncio.create_task(_supervisorctl("start", "services:flusher"))

@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.flusher.message_repository import INSERT_MESSAGES
+from services.flusher.messages.repository import INSERT_MESSAGES
 from services.runtime.mysql import MysqlDatabase
 
 RAW_INSERT = INSERT_MESSAGES.replace("INSERT INTO zalo_messages", "INSERT INTO raw_messages")

@@ -1,13 +1,14 @@
 """Fixtures: real MariaDB and Redis (started by `make test`), in-process services on port 0.
 
-Every test gets empty tables and an empty Redis database. The services run in this process,
-wired exactly as their `main()` wires them, so one InMemorySpanExporter sees every span.
+Every test gets empty tables and an empty Redis database. The services run in this process, built
+by the same `build(settings)` their `main()` serves, so one InMemorySpanExporter sees every span.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import asyncpg
@@ -23,29 +24,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from services.flusher.config import FlusherSettings
 from services.gateway.app import create_app
-from services.gateway.clients import Clients
 from services.gateway.config import GatewaySettings
+from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
-from services.ingest.server import build_forum_handlers, build_handlers
-from services.ingest.server import build_server as build_ingest_server
+from services.likes import server as likes_service
 from services.likes.config import LikesSettings
-from services.likes.handlers import LikeHandlers
-from services.likes.redis_store import BufferedLikes
-from services.likes.repository import ForumChecks
-from services.likes.server import build_server as build_likes_server
-from services.likes.sync_store import SyncLikes
 from services.runtime import postgres, telemetry
 from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_server import GrpcServer
-from services.runtime.like_stream import LikeStreams
-from services.runtime.message_stream import MessageStreams
 from services.runtime.mysql import MysqlDatabase
+from services.runtime.service import Service
+from services.streams.messages import MessageStreams, MessageStreamSettings
+from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from services.timeline.forum_handlers import ForumReadHandlers
-from services.timeline.forum_repository import ForumReadRepository
-from services.timeline.handlers import TimelineHandlers
-from services.timeline.repository import TimelineRepository
-from services.timeline.server import build_server as build_timeline_server
 from tests.helpers import ACCOUNTS, SHARDS, Flusher, mint_token
 from tools.forum_data import load_lab
 
@@ -206,13 +197,16 @@ async def clean(admin_db: MysqlDatabase, pg_admin: asyncpg.Pool, redis_client: r
 
 @pytest.fixture(scope="session")
 def streams() -> MessageStreams:
-    return MessageStreams("agora:msg", SHARDS)
+    return MessageStreams(MessageStreamSettings().message_stream_prefix, SHARDS)
 
 
 @pytest.fixture(scope="session")
 def ingest_settings(env: Env) -> IngestSettings:
     return IngestSettings(
-        redis_url=env.redis_url, postgres_url=env.pg_ingest_url, message_stream_shards=SHARDS
+        redis_url=env.redis_url,
+        postgres_url=env.pg_ingest_url,
+        message_stream_shards=SHARDS,
+        grpc_port=0,
     )
 
 
@@ -230,38 +224,32 @@ def flusher_settings(env: Env) -> FlusherSettings:
     )
 
 
+@asynccontextmanager
+async def serving(service: Service) -> AsyncIterator[GrpcServer]:
+    """A built service's gRPC server, started; stopped and closed afterwards."""
+    await service.server.start()
+    try:
+        yield service.server
+    finally:
+        await service.server.stop()
+        await service.close()
+
+
 @pytest_asyncio.fixture(scope="session")
 async def ingest_server(
-    spans: InMemorySpanExporter,
-    ingest_settings: IngestSettings,
-    redis_client: redis.Redis,
-    pg_ingest: asyncpg.Pool,
+    spans: InMemorySpanExporter, ingest_settings: IngestSettings
 ) -> AsyncIterator[GrpcServer]:
-    server = build_ingest_server(
-        ingest_settings,
-        build_handlers(ingest_settings, redis_client),
-        build_forum_handlers(pg_ingest),
-        port=0,
-    )
-    await server.start()
-    yield server
-    await server.stop()
+    async with serving(await ingest_service.build(ingest_settings)) as server:
+        yield server
 
 
 @pytest_asyncio.fixture(scope="session")
-async def timeline_server(
-    spans: InMemorySpanExporter, env: Env, timeline_db: MysqlDatabase, pg_timeline: asyncpg.Pool
-) -> AsyncIterator[GrpcServer]:
-    settings = TimelineSettings(mysql_url=env.mysql_timeline_url, postgres_url=env.pg_timeline_url)
-    server = build_timeline_server(
-        settings,
-        TimelineHandlers(TimelineRepository(timeline_db)),
-        ForumReadHandlers(ForumReadRepository(pg_timeline)),
-        port=0,
+async def timeline_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
+    settings = TimelineSettings(
+        mysql_url=env.mysql_timeline_url, postgres_url=env.pg_timeline_url, grpc_port=0
     )
-    await server.start()
-    yield server
-    await server.stop()
+    async with serving(await timeline_service.build(settings)) as server:
+        yield server
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -292,42 +280,30 @@ def flusher(
     return Flusher(flusher_settings, redis_client, flusher_db, pg_flusher)
 
 
-def _likes_server(settings: LikesSettings, handlers: LikeHandlers) -> GrpcServer:
-    return build_likes_server(settings, handlers, port=0)
-
-
 @pytest_asyncio.fixture(scope="session")
-async def likes_server(
-    spans: InMemorySpanExporter, env: Env, redis_client: redis.Redis, pg_likes: asyncpg.Pool
-) -> AsyncIterator[GrpcServer]:
+async def likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
     """The likes service in buffered mode (the default)."""
     settings = LikesSettings(
-        postgres_url=env.pg_likes_url, redis_url=env.redis_url, like_stream_shards=SHARDS
+        postgres_url=env.pg_likes_url,
+        redis_url=env.redis_url,
+        like_stream_shards=SHARDS,
+        grpc_port=0,
     )
-    checks = ForumChecks(pg_likes)
-    store = BufferedLikes(
-        redis_client, LikeStreams("forum", SHARDS), checks, settings.liked_set_ttl_seconds
-    )
-    server = _likes_server(settings, LikeHandlers(store))
-    await server.start()
-    yield server
-    await server.stop()
+    async with serving(await likes_service.build(settings)) as server:
+        yield server
 
 
 @pytest_asyncio.fixture(scope="session")
-async def sync_likes_server(
-    spans: InMemorySpanExporter, env: Env, pg_likes: asyncpg.Pool, pg_likes_writer: asyncpg.Pool
-) -> AsyncIterator[GrpcServer]:
+async def sync_likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
     """The likes service in sync mode (seed level 1)."""
     settings = LikesSettings(
-        likes_mode="sync", postgres_url=env.pg_likes_url, postgres_write_url=env.pg_likes_writer_url
+        likes_mode="sync",
+        postgres_url=env.pg_likes_url,
+        postgres_write_url=env.pg_likes_writer_url,
+        grpc_port=0,
     )
-    server = _likes_server(
-        settings, LikeHandlers(SyncLikes(ForumChecks(pg_likes), pg_likes_writer))
-    )
-    await server.start()
-    yield server
-    await server.stop()
+    async with serving(await likes_service.build(settings)) as server:
+        yield server
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -336,9 +312,8 @@ async def gateway(
     ingest_server: GrpcServer,
     timeline_server: GrpcServer,
     likes_server: GrpcServer,
-    redis_client: redis.Redis,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client on the gateway app, wired to the in-process gRPC services."""
+    """An HTTP client on the gateway app, started as uvicorn starts it (its lifespan)."""
     settings = GatewaySettings(
         jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
         ingest_addr=f"127.0.0.1:{ingest_server.port}",
@@ -346,17 +321,11 @@ async def gateway(
         likes_addr=f"127.0.0.1:{likes_server.port}",
         redis_url=env.redis_url,
     )
-    clients = Clients.connect(
-        ingest_addr=settings.ingest_addr,
-        timeline_addr=settings.timeline_addr,
-        likes_addr=settings.likes_addr,
-        timeout=5,
-    )
-    app = create_app(settings, clients, redis_client)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-        yield client
-    await clients.close()
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            yield client
 
 
 @pytest.fixture

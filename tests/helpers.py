@@ -17,11 +17,13 @@ import redis.asyncio as redis
 from agora.messaging.v1 import message_pb2
 
 from services.flusher.config import FlusherSettings
-from services.flusher.like_repository import LikeRepository
-from services.flusher.message_repository import MessageRepository
-from services.flusher.prune import Pruner
-from services.flusher.reconcile import Reconciler
-from services.flusher.server import like_consumer, message_consumer, pruner, reconciler
+from services.flusher.likes import builder as likes
+from services.flusher.likes.reconcile import Reconciler
+from services.flusher.likes.repository import LikeRepository
+from services.flusher.maintenance import builder as maintenance
+from services.flusher.maintenance.prune import Pruner
+from services.flusher.messages import builder as messages
+from services.flusher.messages.repository import MessageRepository
 from services.runtime.mysql import MysqlDatabase
 from tools.jwt_token import mint
 
@@ -73,14 +75,15 @@ class Flusher:
         self.settings = settings
         self.db = db
         self.redis = client
+        self.pg = pg
         self.repo = MessageRepository(db)
         self.likes = LikeRepository(pg)
         self.consumers = [
-            message_consumer(settings, client, self.repo, shard)
+            messages.consumer(settings, client, self.repo, shard)
             for shard in range(settings.message_stream_shards)
         ]
         self.like_consumers = [
-            like_consumer(settings, client, self.likes, shard)
+            likes.consumer(settings, client, self.likes, shard)
             for shard in range(settings.like_stream_shards)
         ]
 
@@ -97,10 +100,10 @@ class Flusher:
     def pruner(self, **overrides: Any) -> Pruner:
         """The real pruner with these settings overridden (e.g. archive_enabled=True)."""
         settings = self.settings.model_copy(update=overrides)
-        return pruner(settings, self.redis, self.db)
+        return maintenance.pruner(settings, self.redis, self.db)
 
     def reconciler(self) -> Reconciler:
-        return reconciler(self.settings, self.redis, self.likes)
+        return likes.reconciler(self.settings, self.redis, self.pg)
 
 
 async def run_flusher(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from services.flusher import capacity
+from services.flusher.maintenance import capacity
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import utc_now
 

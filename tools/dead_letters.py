@@ -15,10 +15,9 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from services.runtime.like_stream import LikeStreams
-from services.runtime.message_stream import MessageStreams
-
-META = (b"source_stream", b"source_id", b"error", b"deliveries")
+from services.streams import entries
+from services.streams.likes import LikeStreams, LikeStreamSettings
+from services.streams.messages import MessageStreams, MessageStreamSettings
 
 
 @dataclass(frozen=True)
@@ -32,23 +31,23 @@ class DeadLetter:
     fields: dict[Any, Any]
 
 
-def dead_letter_streams() -> list[str]:
-    return [MessageStreams("agora:msg", 1).dead_letters, LikeStreams("forum", 1).dead_letters]
+MESSAGES = MessageStreams.from_settings(MessageStreamSettings())
+LIKES = LikeStreams.from_settings(LikeStreamSettings())
 
 
 async def list_dead(client: redis.Redis, stream: str, count: int = 100) -> list[DeadLetter]:
     found = []
-    entries: Any = await client.xrange(stream, count=count)
-    for entry_id, fields in entries:
+    rows: Any = await client.xrange(stream, count=count)
+    for entry_id, fields in rows:
         found.append(
             DeadLetter(
                 stream=stream,
                 id=entry_id.decode(),
-                source_stream=fields.get(b"source_stream", b"").decode(),
-                source_id=fields.get(b"source_id", b"").decode(),
-                error=fields.get(b"error", b"").decode(errors="replace"),
-                deliveries=int(fields.get(b"deliveries", b"0")),
-                fields={k: v for k, v in fields.items() if k not in META},
+                source_stream=fields.get(entries.FIELD_SOURCE_STREAM, b"").decode(),
+                source_id=fields.get(entries.FIELD_SOURCE_ID, b"").decode(),
+                error=fields.get(entries.FIELD_ERROR, b"").decode(errors="replace"),
+                deliveries=int(fields.get(entries.FIELD_DELIVERIES, b"0")),
+                fields={k: v for k, v in fields.items() if k not in entries.DEAD_LETTER_FIELDS},
             )
         )
     return found
@@ -58,8 +57,8 @@ async def replay(client: redis.Redis, letter: DeadLetter, backlog_key: str | Non
     """Put the entry back on its stream; returns the new entry id."""
     async with client.pipeline(transaction=True) as pipe:
         pipe.xadd(letter.source_stream, letter.fields)
-        if backlog_key and b"n" in letter.fields:
-            pipe.incrby(backlog_key, int(letter.fields[b"n"]))
+        if backlog_key and entries.FIELD_UNITS in letter.fields:
+            pipe.incrby(backlog_key, int(letter.fields[entries.FIELD_UNITS]))
         pipe.xdel(letter.stream, letter.id)
         new_id, *_ = await pipe.execute()
     return str(new_id.decode() if isinstance(new_id, bytes) else new_id)
@@ -71,16 +70,16 @@ async def main() -> None:
     args = parser.parse_args()
     url = f"redis://:{os.environ['REDIS_PASSWORD']}@127.0.0.1:{os.environ['REDIS_PORT']}/0"
     client = redis.Redis.from_url(url)
-    backlog = MessageStreams("agora:msg", 1).backlog_key
     try:
-        for stream in dead_letter_streams():
+        for stream in (MESSAGES.dead_letters, LIKES.dead_letters):
             letters = await list_dead(client, stream)
             print(f"{stream}: {len(letters)} dead letter(s)")
             for letter in letters:
                 chosen = args.replay in ("all", letter.id)
                 if chosen:
-                    is_message = letter.source_stream.startswith("agora:msg:")
-                    new_id = await replay(client, letter, backlog if is_message else None)
+                    # A message entry counts against ingest's backlog bound again.
+                    backlog = MESSAGES.backlog_key if stream == MESSAGES.dead_letters else None
+                    new_id = await replay(client, letter, backlog)
                     print(f"  {letter.id} replayed to {letter.source_stream} as {new_id}")
                 else:
                     print(

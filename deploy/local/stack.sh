@@ -365,7 +365,8 @@ up() {
 
 agora is up.
   gateway   http://127.0.0.1:$GATEWAY_PORT   (OpenAPI: http://127.0.0.1:$GATEWAY_PORT/docs)
-  gRPC      ingest :$INGEST_PORT  timeline :$TIMELINE_PORT  likes :$LIKES_PORT  flusher :$FLUSHER_PORT (health, /metrics)
+  gRPC      ingest :$INGEST_PORT  timeline :$TIMELINE_PORT  likes :$LIKES_PORT  flusher :$FLUSHER_PORT (health)
+  metrics   http://127.0.0.1:{$INGEST_METRICS_PORT,$TIMELINE_METRICS_PORT,$LIKES_METRICS_PORT,$FLUSHER_METRICS_PORT,$GATEWAY_METRICS_PORT}/metrics
   logs      make logs        stop: make down
 
 Try (user 7, Zalo accounts 1 and 2; a fresh token: make token SUB=7 ACCOUNTS=1,2):

@@ -7,7 +7,9 @@ import socket
 
 from pydantic import Field
 
-from services.runtime.config import LikeStreamSettings, MessageStreamSettings, ServiceSettings
+from services.runtime.config import ServiceSettings
+from services.streams.likes import LikeStreamSettings
+from services.streams.messages import MessageStreamSettings
 
 
 def _default_consumer_name() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -9,7 +10,6 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
-from redis.asyncio import Redis
 
 from services.gateway import errors
 from services.gateway.auth import TokenVerifier
@@ -36,27 +36,25 @@ _ERRORS = {
 }
 
 
-def create_app(
-    settings: GatewaySettings, clients: Clients | None = None, redis: Redis | None = None
-) -> FastAPI:
-    """The gateway app. Tests pass their own clients and Redis; otherwise both open at start-up."""
+def create_app(settings: GatewaySettings) -> FastAPI:
+    """The gateway app; its upstream channels and Redis open when it starts (lifespan)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if clients is not None and redis is not None:
+        async with contextlib.AsyncExitStack() as resources:
+            app.state.clients = Clients.connect(
+                ingest_addr=settings.ingest_addr,
+                timeline_addr=settings.timeline_addr,
+                likes_addr=settings.likes_addr,
+                timeout=settings.rpc_timeout_seconds,
+            )
+            resources.push_async_callback(app.state.clients.close)
+            redis = redis_client.connect(settings.redis_url, max_connections=32)
+            resources.push_async_callback(redis.aclose)
+            app.state.like_limiter = RateLimiter(
+                redis, "agora:ratelimit:like", settings.like_toggles_per_minute, 60
+            )
             yield
-            return
-        app.state.clients = Clients.connect(
-            ingest_addr=settings.ingest_addr,
-            timeline_addr=settings.timeline_addr,
-            likes_addr=settings.likes_addr,
-            timeout=settings.rpc_timeout_seconds,
-        )
-        own_redis = redis_client.connect(settings.redis_url, max_connections=32)
-        app.state.like_limiter = _like_limiter(settings, own_redis)
-        yield
-        await own_redis.aclose()
-        await app.state.clients.close()
 
     app = FastAPI(
         title="agora gateway",
@@ -70,9 +68,6 @@ def create_app(
         audience=settings.jwt_audience,
         issuer=settings.jwt_issuer,
     )
-    if clients is not None and redis is not None:
-        app.state.clients = clients
-        app.state.like_limiter = _like_limiter(settings, redis)
     errors.install(app)
     app.include_router(messaging.router)
     app.include_router(forum.router)
@@ -87,10 +82,6 @@ def create_app(
     app.add_middleware(HttpMetrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
-
-
-def _like_limiter(settings: GatewaySettings, redis: Redis) -> RateLimiter:
-    return RateLimiter(redis, "agora:ratelimit:like", settings.like_toggles_per_minute, 60)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import grpc
 from agora.forum.v1 import (
@@ -11,6 +12,7 @@ from agora.forum.v1 import (
     like_service_pb2_grpc,
 )
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
+from fastapi import Depends, Request
 
 from services.runtime.grpc_client import open_channel
 
@@ -56,3 +58,12 @@ class Clients:
     async def close(self) -> None:
         for channel in self.channels:
             await channel.close()
+
+
+def _upstream(request: Request) -> Clients:
+    clients: Clients = request.app.state.clients
+    return clients
+
+
+# A route parameter of this type receives the app's clients (opened in the app's lifespan).
+Upstream = Annotated[Clients, Depends(_upstream)]

@@ -11,14 +11,10 @@ from agora.messaging.v1 import message_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
 
+from services.domain.messaging import DIRECTION_NAMES, DIRECTIONS, THREAD_TYPE_NAMES, THREAD_TYPES
 from services.gateway import schemas
 from services.runtime.grpc_errors import FieldViolation
 from services.runtime.timeutil import isoformat
-
-THREAD_TYPE_NAMES = {message_pb2.THREAD_TYPE_USER: "user", message_pb2.THREAD_TYPE_GROUP: "group"}
-DIRECTION_NAMES = {message_pb2.DIRECTION_IN: "in", message_pb2.DIRECTION_OUT: "out"}
-THREAD_TYPES = {v: k for k, v in THREAD_TYPE_NAMES.items()}
-DIRECTIONS = {v: k for k, v in DIRECTION_NAMES.items()}
 
 # An unencoded "+00:00" in a query string arrives as " 00:00".
 _SPACE_OFFSET = re.compile(r"(\d) (\d{2}:?\d{2})$")
@@ -59,6 +55,11 @@ def time_text(ts: Timestamp) -> str:
 
 def optional_time(holder: Any, field: str) -> str | None:
     return time_text(getattr(holder, field)) if holder.HasField(field) else None
+
+
+def optional_value(holder: Any, field: str) -> Any:
+    """An optional proto field's value, or None when it is not set (a last page's cursor)."""
+    return getattr(holder, field) if holder.HasField(field) else None
 
 
 def json_value(text: str) -> JsonValue:

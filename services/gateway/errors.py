@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.runtime.grpc_errors import FieldViolation, field_violations
@@ -50,15 +49,6 @@ _HTTP_CODES = {
     429: "resource_exhausted",
     503: "unavailable",
 }
-
-
-class JsonResponse(Response):
-    """application/json rendered by orjson."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
 
 
 class ApiError(Exception):
@@ -103,7 +93,7 @@ class ApiError(Exception):
             status, code.name.lower(), error.details() or code.name.lower(), field_violations(error)
         )
 
-    def response(self) -> JsonResponse:
+    def response(self) -> JSONResponse:
         body: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.fields:
             body["fields"] = [{"field": f.field, "message": f.description} for f in self.fields]
@@ -114,22 +104,22 @@ class ApiError(Exception):
             headers["Retry-After"] = _RETRY_AFTER[self.status]
         if self.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
-        return JsonResponse({"success": False, "error": body}, self.status, headers=headers)
+        return JSONResponse({"success": False, "error": body}, self.status, headers=headers)
 
 
 def install(app: FastAPI) -> None:
     """Route every error the app can raise through ApiError.response."""
 
     @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JsonResponse:
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
 
     @app.exception_handler(grpc.aio.AioRpcError)
-    async def _grpc_error(_: Request, exc: grpc.aio.AioRpcError) -> JsonResponse:
+    async def _grpc_error(_: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
         return ApiError.from_grpc(exc).response()
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JsonResponse:
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         if any(err.get("type") == "json_invalid" for err in exc.errors()):
             return ApiError(400, "bad_request", "the request body is not valid JSON").response()
         fields = []
@@ -139,11 +129,11 @@ def install(app: FastAPI) -> None:
         return ApiError.invalid(fields).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JsonResponse:
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "error")
         return ApiError(exc.status_code, code, str(exc.detail)).response()
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JsonResponse:
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
         return ApiError(500, "internal", "internal error").response()

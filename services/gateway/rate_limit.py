@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
 import redis.asyncio as redis
+from fastapi import Depends, Request
 
 # Count this call in the current window; the key expires with the window.
 _HIT = """
@@ -37,3 +39,12 @@ class RateLimiter:
             keys=[f"{self._prefix}:{subject}:{window_start}"], args=[self._window + 1]
         )
         return Decision(int(count) <= self._limit, window_start + self._window - now)
+
+
+def _like_limiter(request: Request) -> RateLimiter:
+    limiter: RateLimiter = request.app.state.like_limiter
+    return limiter
+
+
+# A route parameter of this type receives the like-toggle limiter (opened in the app's lifespan).
+LikeLimiter = Annotated[RateLimiter, Depends(_like_limiter)]

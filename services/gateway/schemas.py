@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
-from services.runtime.ids import ID_PATTERN
+from services.domain.ids import ID_PATTERN
 
 
 class Message(BaseModel):

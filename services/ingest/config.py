@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from services.runtime.config import MessageStreamSettings, ServiceSettings
+from services.runtime.config import ServiceSettings
+from services.streams.messages import MessageStreamSettings
 
 
 class IngestSettings(ServiceSettings, MessageStreamSettings):

@@ -6,8 +6,8 @@ import grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
 from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 
+from services.domain.forum import comment_from_row, post_from_row, require_enrolled
 from services.ingest.forum_repository import ForumWriteRepository
-from services.runtime.forum import comment_from_row, post_from_row, require_enrolled
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 
 MAX_TITLE = 200

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import asyncpg
 from asyncpg import Record
 
-from services.runtime.forum import COMMENT_COLUMNS, POST_COLUMNS, is_member
+from services.domain.forum import COMMENT_COLUMNS, POST_COLUMNS, is_member
 
 INSERT_POST = f"""
 INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, $3, $4)

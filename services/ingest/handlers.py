@@ -12,13 +12,13 @@ from agora.messaging.v1 import ingest_service_pb2_grpc as pb_grpc
 from agora.messaging.v1 import message_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from services.domain.ids import check_id
 from services.ingest.config import IngestSettings
 from services.ingest.repository import BacklogFull, MessageStreamRepository
 from services.ingest.validation import Limits, validate_batch
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
-from services.runtime.ids import check_id
-from services.runtime.message_stream import MessageStreams
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
+from services.streams.messages import MessageStreams
 
 
 class IngestHandlers(pb_grpc.IngestServiceServicer):

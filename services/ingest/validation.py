@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 from agora.messaging.v1 import message_pb2
 
+from services.domain.ids import check_id
 from services.runtime.grpc_errors import FieldViolation
-from services.runtime.ids import check_id
 
 # Zalo launched in 2012: an earlier sent_at is a broken clock or a unit mistake (s vs ms).
 EARLIEST_SENT_AT = datetime(2012, 1, 1, tzinfo=UTC)

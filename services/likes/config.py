@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from services.runtime.config import LikeStreamSettings, ServiceSettings
+from services.runtime.config import ServiceSettings
+from services.streams.likes import LikeStreamSettings
 
 
 class LikesSettings(ServiceSettings, LikeStreamSettings):

@@ -2,33 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import grpc
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc as pb_grpc
 
+from services.domain.forum import NOT_ENROLLED
 from services.likes.errors import ColdSetError, NotEnrolledError, TargetNotFoundError
-from services.runtime.forum import NOT_ENROLLED
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
-from services.runtime.like_stream import member
+from services.streams.likes import KIND_NAMES, TargetKind
 
 MAX_TARGETS = 500
-KIND_LETTERS = {pb.TARGET_KIND_POST: "p", pb.TARGET_KIND_COMMENT: "c"}
 
 
 class LikeStore(Protocol):
     """Where likes are kept: Redis + stream (buffered) or PostgreSQL directly (sync)."""
 
     async def set_like(
-        self, user_id: int, course_id: int, kind: str, target_id: int, like: bool
+        self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
     ) -> bool: ...
 
-    async def liked_map(self, user_id: int, course_id: int, targets: list[str]) -> list[bool]: ...
+    async def liked_map(
+        self, user_id: int, course_id: int, targets: Sequence[pb.Target]
+    ) -> list[bool]: ...
 
 
 def _check_target(target: pb.Target, field: str) -> FieldViolation | None:
-    if target.kind not in KIND_LETTERS:
+    if target.kind not in KIND_NAMES:
         return FieldViolation(f"{field}.kind", "must be POST or COMMENT")
     if target.id <= 0:
         return FieldViolation(f"{field}.id", "is required")
@@ -54,7 +56,7 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
             problems.append(target)
         if problems:
             await abort_invalid(context, problems)
-        kind = KIND_LETTERS[request.target.kind]
+        kind = request.target.kind
         try:
             changed = await self._store.set_like(
                 request.user_id, request.course_id, kind, request.target.id, request.like
@@ -62,8 +64,9 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
         except NotEnrolledError:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)
         except TargetNotFoundError:
-            what = "post" if kind == "p" else "comment"
-            await abort(context, grpc.StatusCode.NOT_FOUND, f"{what} not found in this course")
+            await abort(
+                context, grpc.StatusCode.NOT_FOUND, f"{KIND_NAMES[kind]} not found in this course"
+            )
         except ColdSetError as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         return pb.SetLikeResponse(changed=changed, liked=request.like)
@@ -84,9 +87,8 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
                 problems.append(violation)
         if problems:
             await abort_invalid(context, problems)
-        members = [member(KIND_LETTERS[t.kind], t.id) for t in request.targets]
         try:
-            liked = await self._store.liked_map(request.user_id, request.course_id, members)
+            liked = await self._store.liked_map(request.user_id, request.course_id, request.targets)
         except NotEnrolledError:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)
         return pb.LikedMapResponse(liked=liked)

@@ -11,15 +11,16 @@ after expiring cannot offer a second like (seed traps 3/4).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import redis.asyncio as redis
-from opentelemetry import trace
+from agora.events.v1 import like_events_pb2
+from agora.forum.v1 import like_service_pb2
 
 from services.likes.errors import ColdSetError, NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
-from services.runtime.like_stream import LikeStreams, member
-from services.runtime.telemetry import inject_context
-
-_tracer = trace.get_tracer(__name__)
+from services.streams.likes import LikeStreams, TargetKind, member
+from services.streams.producer import LUA_APPEND, publishing
 
 # Warm KEYS[1] from the database members ARGV[from..] (only when absent), then apply the last
 # operations of KEYS[2]. The '_' member keeps a user who liked nothing from looking cold; unpack()
@@ -41,15 +42,17 @@ local function warm(from)
 end
 """
 
-# KEYS: liked set, stream, last-ops hash. ARGV: member, op, user, course, ttl, traceparent,
-# tracestate, warm ('1' when members follow), members from the database...
+# KEYS: liked set, stream, last-ops hash. ARGV: member, op ('like' | 'unlike'), ttl, the encoded
+# stream entry (ENTRY_LENGTH items), warm ('1' when members follow), members from the database...
 TOGGLE = (
-    "local OPS_OFFSET = 1\n"
+    LUA_APPEND
+    + "local OPS_OFFSET = 1\n"
     + _WARM_BODY
     + """
+local WARM_FLAG = 4 + ENTRY_LENGTH
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[8] ~= '1' then return -1 end
-  warm(9)
+  if ARGV[WARM_FLAG] ~= '1' then return -1 end
+  warm(WARM_FLAG + 1)
 end
 local changed
 if ARGV[2] == 'like' then
@@ -57,12 +60,11 @@ if ARGV[2] == 'like' then
 else
   changed = redis.call('SREM', KEYS[1], ARGV[1])
 end
-redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
 if changed == 0 then return 0 end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[3], ARGV[5])
-redis.call('XADD', KEYS[2], '*', 'op', ARGV[2], 'target', ARGV[1], 'user', ARGV[3],
-           'course', ARGV[4], 'traceparent', ARGV[6], 'tracestate', ARGV[7])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+append_entry(KEYS[2], 4)
 return 1
 """
 )
@@ -94,11 +96,17 @@ class BufferedLikes:
         self._warm = client.register_script(WARM)
 
     async def set_like(
-        self, user_id: int, course_id: int, kind: str, target_id: int, like: bool
+        self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
     ) -> bool:
         """True when the state changed."""
         liked_set = self._streams.liked_set(user_id, course_id)
         cold = not await self._redis.exists(liked_set)
+        event = like_events_pb2.LikeChanged(
+            user_id=user_id,
+            course_id=course_id,
+            target=like_service_pb2.Target(kind=kind, id=target_id),
+            liked=like,
+        )
         for _ in range(2):
             check = await self._checks.check(course_id, user_id, (kind, target_id), cold)
             # Redis cannot know any of this (seed trap 6): refuse before changing anything.
@@ -106,30 +114,18 @@ class BufferedLikes:
                 raise NotEnrolledError
             if not check.target:
                 raise TargetNotFoundError
-            result = await self._append(
-                user_id, course_id, member(kind, target_id), like, check.liked
-            )
+            result = await self._toggle_and_append(event, check.liked)
             if result != -1:
                 return bool(result == 1)
             cold = True  # expired between EXISTS and the script: ask again, with the members
         raise ColdSetError("the liked set could not be kept warm")
 
-    async def _append(
-        self, user_id: int, course_id: int, target: str, like: bool, warm_with: list[str] | None
+    async def _toggle_and_append(
+        self, event: like_events_pb2.LikeChanged, warm_with: list[str] | None
     ) -> int:
+        user_id, course_id = event.user_id, event.course_id
         stream = self._streams.stream_of(user_id)
-        with _tracer.start_as_current_span(
-            f"XADD {stream}",
-            kind=trace.SpanKind.PRODUCER,
-            attributes={
-                "messaging.system": "redis",
-                "messaging.operation.name": "XADD",
-                "messaging.operation.type": "send",
-                "messaging.destination.name": stream,
-            },
-        ):
-            carrier: dict[str, str] = {}
-            inject_context(carrier)
+        with publishing(stream) as publication:
             warm_args = ["1", *warm_with] if warm_with is not None else ["0"]
             result = await self._toggle(
                 keys=[
@@ -138,19 +134,18 @@ class BufferedLikes:
                     self._streams.last_ops(user_id, course_id),
                 ],
                 args=[
-                    target,
-                    "like" if like else "unlike",
-                    user_id,
-                    course_id,
+                    member(event.target.kind, event.target.id),
+                    "like" if event.liked else "unlike",
                     self._ttl,
-                    carrier.get("traceparent", ""),
-                    carrier.get("tracestate", ""),
+                    *publication.fields(event),
                     *warm_args,
                 ],
             )
         return int(result)
 
-    async def liked_map(self, user_id: int, course_id: int, targets: list[str]) -> list[bool]:
+    async def liked_map(
+        self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
+    ) -> list[bool]:
         key = self._streams.liked_set(user_id, course_id)
         cold = not await self._redis.exists(key)
         check = await self._checks.check(course_id, user_id, None, cold)
@@ -163,4 +158,5 @@ class BufferedLikes:
             )
         if not targets:
             return []
-        return [bool(f) for f in await self._redis.smismember(key, targets)]
+        members = [member(t.kind, t.id) for t in targets]
+        return [bool(f) for f in await self._redis.smismember(key, members)]

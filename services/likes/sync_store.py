@@ -7,10 +7,14 @@ posts; a hot post serializes every like on its row lock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import asyncpg
+from agora.forum.v1 import like_service_pb2
 
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
+from services.streams.likes import COMMENT, POST, TargetKind
 
 LIKE_POST = """
 WITH ins AS (
@@ -46,10 +50,10 @@ LIKED_COMMENTS = """
 SELECT comment_id FROM comment_likes WHERE user_id = $1 AND comment_id = ANY($2::bigint[])"""
 
 _STATEMENTS = {
-    ("p", True): LIKE_POST,
-    ("p", False): UNLIKE_POST,
-    ("c", True): LIKE_COMMENT,
-    ("c", False): UNLIKE_COMMENT,
+    (POST, True): LIKE_POST,
+    (POST, False): UNLIKE_POST,
+    (COMMENT, True): LIKE_COMMENT,
+    (COMMENT, False): UNLIKE_COMMENT,
 }
 
 
@@ -61,7 +65,7 @@ class SyncLikes:
         self._pool = pool
 
     async def set_like(
-        self, user_id: int, course_id: int, kind: str, target_id: int, like: bool
+        self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
     ) -> bool:
         check = await self._checks.check(course_id, user_id, (kind, target_id), False)
         if not check.member:
@@ -71,15 +75,14 @@ class SyncLikes:
         sql = _STATEMENTS[(kind, like)]
         return await self._pool.fetchval(sql, target_id, user_id, course_id) is not None
 
-    async def liked_map(self, user_id: int, course_id: int, targets: list[str]) -> list[bool]:
+    async def liked_map(
+        self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
+    ) -> list[bool]:
         if not (await self._checks.check(course_id, user_id, None, False)).member:
             raise NotEnrolledError
-        posts = [int(t[2:]) for t in targets if t.startswith("p:")]
-        comments = [int(t[2:]) for t in targets if t.startswith("c:")]
-        liked: set[str] = set()
-        if posts:
-            liked |= {f"p:{r[0]}" for r in await self._pool.fetch(LIKED_POSTS, user_id, posts)}
-        if comments:
-            rows = await self._pool.fetch(LIKED_COMMENTS, user_id, comments)
-            liked |= {f"c:{r[0]}" for r in rows}
-        return [t in liked for t in targets]
+        liked: set[tuple[TargetKind, int]] = set()
+        for kind, sql in ((POST, LIKED_POSTS), (COMMENT, LIKED_COMMENTS)):
+            ids = [t.id for t in targets if t.kind == kind]
+            if ids:
+                liked |= {(kind, r[0]) for r in await self._pool.fetch(sql, user_id, ids)}
+        return [(t.kind, t.id) in liked for t in targets]

@@ -30,26 +30,6 @@ class ServiceSettings(BaseSettings):
     metrics_port: int | None = None
 
 
-class MessageStreamSettings(BaseSettings):
-    """How the message streams are laid out; ingest and flusher must agree on these."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
-
-    # Changing the shard count re-routes conversations: only change it with the streams drained.
-    message_stream_shards: int = Field(default=8, ge=1, le=1024)
-    message_stream_prefix: str = "agora:msg"
-
-
-class LikeStreamSettings(BaseSettings):
-    """How the like streams are laid out; the likes service and the flusher must agree."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
-
-    # Each shard has one consumer; fewer shards mean fuller like batches (see FLUSHER linger).
-    like_stream_shards: int = Field(default=4, ge=1, le=1024)
-    like_stream_prefix: str = "forum"
-
-
 def load(cls: type[S]) -> S:
     """Build settings `cls` from the environment or exit with the variables that are wrong."""
     try:

@@ -13,6 +13,8 @@ from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from services.runtime import errors
+
 log = logging.getLogger(__name__)
 
 
@@ -73,19 +75,6 @@ class _Malformed:
     detail: str
 
 
-def _is_transient(exc: BaseException) -> bool:
-    # Imported here: the datastore modules import this one.
-    import redis.exceptions
-
-    from services.runtime import mysql, postgres
-
-    return (
-        mysql.is_transient(exc)
-        or postgres.is_transient(exc)
-        or isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError))
-    )
-
-
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Turns two kinds of failure into the status a caller can act on, instead of UNKNOWN:
     bytes that are not the request message (corrupt wire data, invalid UTF-8 in a string) are
@@ -117,7 +106,7 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             try:
                 return await inner(request, context)
             except Exception as exc:
-                if not _is_transient(exc):
+                if not errors.is_transient(exc):
                     raise
                 log.warning("datastore unavailable: %s", exc)
                 await abort(

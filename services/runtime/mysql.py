@@ -23,8 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import conversions, convert_datetime
 
-from services.runtime import metrics
-from services.runtime.faults import fault
+from services.runtime import errors, metrics
 
 Row = tuple[Any, ...]
 
@@ -193,7 +192,6 @@ class MysqlDatabase:
             except BaseException:
                 await _rollback_quietly(conn)
                 raise
-            fault("before_commit")
             await conn.commit()
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
@@ -223,20 +221,35 @@ async def _rollback_quietly(conn: aiomysql.Connection) -> None:
 
 
 # MySQL error numbers after which the same statement may succeed later: lost or refused
-# connections, server shutdown, lock waits and deadlocks. Anything else is about the data.
+# connections, server shutdown, lock waits and deadlocks.
 TRANSIENT_ERRORS = frozenset(
     {1040, 1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 1290, 1836}
 )
+# Errors about the values themselves: duplicates, NULLs, out of range, truncation, bad dates,
+# strings or JSON, CHECK and foreign-key constraints. The same row fails the same way forever.
+DATA_ERRORS = frozenset(
+    {1048, 1062, 1264, 1265, 1292, 1366, 1367, 1406, 1411, 1451, 1452, 1690, 3140, 3819, 4025}
+)
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True when retrying the same work later can succeed (connection or locking trouble)."""
-    if isinstance(exc, (ConnectionError, TimeoutError, aiomysql.InterfaceError)):
-        return True
-    if isinstance(exc, aiomysql.OperationalError):
-        code = exc.args[0] if exc.args else None
-        return code in TRANSIENT_ERRORS or not isinstance(code, int)
-    return False
+def classify(exc: BaseException) -> errors.ErrorKind | None:
+    """How a MySQL/MariaDB failure should be handled (None: not a MySQL error)."""
+    if isinstance(exc, aiomysql.InterfaceError):
+        return errors.ErrorKind.TRANSIENT
+    if not isinstance(exc, aiomysql.Error):
+        return None
+    code = exc.args[0] if exc.args else None
+    if not isinstance(code, int):
+        # aiomysql raises OperationalError without a server code when the socket breaks.
+        return errors.ErrorKind.TRANSIENT if isinstance(exc, aiomysql.OperationalError) else None
+    if code in TRANSIENT_ERRORS:
+        return errors.ErrorKind.TRANSIENT
+    if code in DATA_ERRORS or isinstance(exc, (aiomysql.IntegrityError, aiomysql.DataError)):
+        return errors.ErrorKind.DATA
+    return errors.ErrorKind.OTHER
+
+
+errors.register(classify)
 
 
 def placeholders(values: Iterable[object]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from services.runtime import metrics
+from services.runtime import errors, metrics
 
 
 async def _reset(conn: asyncpg.Connection) -> None:
@@ -32,15 +32,23 @@ async def connect(url: str, *, min_size: int = 1, max_size: int = 10, name: str)
 
 
 # SQLSTATEs after which the same statement may succeed later: serialization failure, deadlock,
-# and the connection/shutdown classes. Anything else is about the data or the query.
+# the connection/shutdown classes and too many connections.
 TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True when retrying later can succeed (connection trouble, deadlock, serialization)."""
-    if isinstance(exc, (ConnectionError, TimeoutError, asyncpg.InterfaceError)):
-        return True
-    if isinstance(exc, asyncpg.PostgresError):
-        state = getattr(exc, "sqlstate", "") or ""
-        return state in TRANSIENT_SQLSTATES or state.startswith("08")
-    return False
+def classify(exc: BaseException) -> errors.ErrorKind | None:
+    """How a PostgreSQL failure should be handled (None: not a PostgreSQL error)."""
+    if isinstance(exc, asyncpg.InterfaceError):
+        return errors.ErrorKind.TRANSIENT
+    if not isinstance(exc, asyncpg.PostgresError):
+        return None
+    state = getattr(exc, "sqlstate", "") or ""
+    if state in TRANSIENT_SQLSTATES or state.startswith("08"):
+        return errors.ErrorKind.TRANSIENT
+    # Class 22 (data exception) and 23 (integrity constraint violation) are about the values.
+    if state.startswith(("22", "23")):
+        return errors.ErrorKind.DATA
+    return errors.ErrorKind.OTHER
+
+
+errors.register(classify)

@@ -6,6 +6,9 @@ import logging
 from typing import Any
 
 import redis.asyncio as redis
+from redis import exceptions as redis_errors
+
+from services.runtime import errors
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +51,22 @@ async def _config_value(client: redis.Redis, name: str) -> str:
     reply: dict[Any, Any] = await client.config_get(name)
     value = reply.get(name.encode(), reply.get(name, ""))
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def classify(exc: BaseException) -> errors.ErrorKind | None:
+    """Redis failures: a server that is away or still loading comes back; the rest is ours."""
+    if isinstance(
+        exc,
+        (
+            redis_errors.ConnectionError,
+            redis_errors.TimeoutError,
+            redis_errors.BusyLoadingError,
+        ),
+    ):
+        return errors.ErrorKind.TRANSIENT
+    if isinstance(exc, redis_errors.RedisError):
+        return errors.ErrorKind.OTHER
+    return None
+
+
+errors.register(classify)

@@ -6,7 +6,7 @@ import grpc
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
 
-from services.runtime.forum import comment_from_row, post_from_row, require_enrolled
+from services.domain.forum import comment_from_row, post_from_row, require_enrolled
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.timeline.forum_repository import ForumReadRepository
 

@@ -7,12 +7,11 @@ parent_id IS NOT NULL. LIMIT n+1 tells whether another page exists; OFFSET is ne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import asyncpg
 from asyncpg import Record
 
-from services.runtime.forum import COMMENT_COLUMNS, POST_COLUMNS, is_member
+from services.domain.forum import COMMENT_COLUMNS, POST_COLUMNS, is_member
+from services.domain.paging import Page
 
 FEED_FIRST = f"""
 SELECT {POST_COLUMNS} FROM posts
@@ -44,16 +43,6 @@ WHERE c.id = $1 AND c.parent_id IS NULL AND c.deleted_at IS NULL
   AND p.course_id = $2 AND p.deleted_at IS NULL"""
 
 
-@dataclass(frozen=True)
-class Page:
-    rows: list[Record]
-    has_more: bool
-
-
-def _page(rows: list[Record], limit: int) -> Page:
-    return Page(rows[:limit], len(rows) > limit)
-
-
 class ForumReadRepository:
     """Read-only forum queries."""
 
@@ -63,23 +52,23 @@ class ForumReadRepository:
     async def is_member(self, course_id: int, user_id: int) -> bool:
         return await is_member(self._pool, course_id, user_id)
 
-    async def feed(self, course_id: int, limit: int, before_id: int | None) -> Page:
+    async def feed(self, course_id: int, limit: int, before_id: int | None) -> Page[Record]:
         if before_id is None:
             rows = await self._pool.fetch(FEED_FIRST, course_id, limit + 1)
         else:
             rows = await self._pool.fetch(FEED_NEXT, course_id, before_id, limit + 1)
-        return _page(rows, limit)
+        return Page.of(rows, limit)
 
     async def post(self, course_id: int, post_id: int) -> Record | None:
         return await self._pool.fetchrow(GET_POST, post_id, course_id)
 
-    async def comments(self, post_id: int, limit: int, after_id: int | None) -> Page:
+    async def comments(self, post_id: int, limit: int, after_id: int | None) -> Page[Record]:
         rows = await self._pool.fetch(COMMENTS_PAGE, post_id, after_id or 0, limit + 1)
-        return _page(rows, limit)
+        return Page.of(rows, limit)
 
     async def visible_root(self, course_id: int, comment_id: int) -> bool:
         return await self._pool.fetchval(VISIBLE_ROOT, comment_id, course_id) is not None
 
-    async def replies(self, comment_id: int, limit: int, after_id: int | None) -> Page:
+    async def replies(self, comment_id: int, limit: int, after_id: int | None) -> Page[Record]:
         rows = await self._pool.fetch(REPLIES_PAGE, comment_id, after_id or 0, limit + 1)
-        return _page(rows, limit)
+        return Page.of(rows, limit)

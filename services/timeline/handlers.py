@@ -10,16 +10,15 @@ from agora.messaging.v1 import message_pb2
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
+from services.domain.ids import check_id
+from services.domain.messaging import DIRECTIONS, MESSAGE_COLUMNS, THREAD_TYPES
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
-from services.runtime.ids import check_id
 from services.runtime.mysql import Row
 from services.runtime.timeutil import to_datetime, to_timestamp
-from services.timeline.repository import MESSAGE_COLUMNS, TimelineRepository
+from services.timeline.repository import TimelineRepository
 
 MAX_LIMIT = 100
 _SENT_AT = MESSAGE_COLUMNS.index("sent_at")
-THREAD_TYPES = {"user": message_pb2.THREAD_TYPE_USER, "group": message_pb2.THREAD_TYPE_GROUP}
-DIRECTIONS = {"in": message_pb2.DIRECTION_IN, "out": message_pb2.DIRECTION_OUT}
 _TIMES = ("sent_at", "created_at", "updated_at")
 
 

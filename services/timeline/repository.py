@@ -11,30 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from services.domain.messaging import MESSAGE_COLUMNS
+from services.domain.paging import Page
 from services.runtime.mysql import MysqlDatabase, Row
 
-MESSAGE_COLUMNS = (
-    "id",
-    "zalo_account_id",
-    "zalo_conversation_id",
-    "msg_id",
-    "cli_msg_id",
-    "thread_id",
-    "thread_type",
-    "direction",
-    "sender_id",
-    "sender_name",
-    "content",
-    "msg_type",
-    "attachments",
-    "mentions",
-    "quote_msg_id",
-    "quote_payload",
-    "quote_preview",
-    "sent_at",
-    "created_at",
-    "updated_at",
-)
 _SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM zalo_messages"
 _SENT_AT = MESSAGE_COLUMNS.index("sent_at")
 
@@ -96,12 +76,6 @@ class ConversationRef:
     last_read_at: datetime | None
 
 
-@dataclass(frozen=True)
-class Page:
-    rows: list[Row]
-    has_more: bool
-
-
 class TimelineRepository:
     """Read-only queries for the inbox."""
 
@@ -137,7 +111,7 @@ class TimelineRepository:
         before: tuple[datetime, int] | None,
         *,
         include_archive: bool = False,
-    ) -> Page:
+    ) -> Page[Row]:
         """Newest first; `before` is the (sent_at, id) of the previous page's oldest message.
 
         With the archive, both tables are read with the same cursor and merged: a row is in
@@ -151,7 +125,7 @@ class TimelineRepository:
                 ARCHIVE_FIRST_PAGE, ARCHIVE_NEXT_PAGE, conversation_id, limit, before
             )
             rows.sort(key=lambda r: (r[_SENT_AT], r[0]), reverse=True)
-        return Page(rows[:limit], len(rows) > limit)
+        return Page.of(rows, limit)
 
     async def _page(
         self,
@@ -185,7 +159,7 @@ class TimelineRepository:
 
     async def list_conversations(
         self, account_id: int, limit: int, before: tuple[datetime, int] | None
-    ) -> Page:
+    ) -> Page[Row]:
         args: tuple[Any, ...]
         if before is None:
             args = (NEVER, account_id, limit + 1)
@@ -194,4 +168,4 @@ class TimelineRepository:
             at, conversation_id = before
             args = (NEVER, account_id, at, at, conversation_id, limit + 1)
             rows = await self._db.fetchall(INBOX_NEXT_PAGE, args)
-        return Page(rows[:limit], len(rows) > limit)
+        return Page.of(rows, limit)

@@ -14,14 +14,14 @@ from agora.forum.v1 import forum_pb2
 from agora.forum.v1 import forum_read_service_pb2 as read_pb
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from agora.forum.v1 import like_service_pb2 as like_pb
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, Principal
-from services.gateway.clients import Clients
-from services.gateway.convert import time_text
+from services.gateway.clients import Clients, Upstream
+from services.gateway.convert import optional_value, time_text
 from services.gateway.errors import ApiError
-from services.gateway.rate_limit import RateLimiter
+from services.gateway.rate_limit import LikeLimiter, RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,6 @@ router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
 Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
 Limit = Annotated[int, Query(ge=1, le=100)]
 Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
-
-
-def _clients(request: Request) -> Clients:
-    clients: Clients = request.app.state.clients
-    return clients
 
 
 async def liked_flags(
@@ -100,16 +95,15 @@ def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> schemas.Comm
 
 @router.get("/posts", summary="The course feed, newest first", response_model=schemas.PostsPage)
 async def list_posts(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     course_id: Id,
     limit: Limit = 20,
     before_id: Cursor = None,
 ) -> schemas.PostsPage:
-    rpc = read_pb.ListPostsRequest(course_id=course_id, user_id=user.user_id, limit=limit)
-    if before_id is not None:
-        rpc.before_id = before_id
-    clients = _clients(request)
+    rpc = read_pb.ListPostsRequest(
+        course_id=course_id, user_id=user.user_id, limit=limit, before_id=before_id
+    )
     reply = await clients.forum_read.ListPosts(rpc, timeout=clients.timeout)
     liked = await liked_flags(clients, user, course_id, _posts([p.id for p in reply.posts]))
     return schemas.PostsPage(
@@ -117,7 +111,7 @@ async def list_posts(
         pagination=schemas.FeedPagination(
             limit=limit,
             has_more=reply.has_more,
-            next_before_id=reply.next_before_id if reply.HasField("next_before_id") else None,
+            next_before_id=optional_value(reply, "next_before_id"),
         ),
     )
 
@@ -126,9 +120,8 @@ async def list_posts(
     "/posts", summary="Create a post", response_model=schemas.PostResponse, status_code=201
 )
 async def create_post(
-    request: Request, user: CurrentUser, course_id: Id, body: schemas.NewPost
+    clients: Upstream, user: CurrentUser, course_id: Id, body: schemas.NewPost
 ) -> schemas.PostResponse:
-    clients = _clients(request)
     reply = await clients.forum_write.CreatePost(
         write_pb.CreatePostRequest(
             course_id=course_id, user_id=user.user_id, title=body.title, body=body.body
@@ -140,9 +133,8 @@ async def create_post(
 
 @router.get("/posts/{post_id}", summary="One post", response_model=schemas.PostResponse)
 async def get_post(
-    request: Request, user: CurrentUser, course_id: Id, post_id: Id
+    clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id
 ) -> schemas.PostResponse:
-    clients = _clients(request)
     reply = await clients.forum_read.GetPost(
         read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         timeout=clients.timeout,
@@ -155,9 +147,8 @@ async def get_post(
     "/posts/{post_id}", summary="Delete your post", response_model=schemas.DeletedResponse
 )
 async def delete_post(
-    request: Request, user: CurrentUser, course_id: Id, post_id: Id
+    clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id
 ) -> schemas.DeletedResponse:
-    clients = _clients(request)
     await clients.forum_write.DeletePost(
         write_pb.DeletePostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         timeout=clients.timeout,
@@ -171,7 +162,7 @@ async def delete_post(
     response_model=schemas.CommentsPage,
 )
 async def list_comments(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     course_id: Id,
     post_id: Id,
@@ -179,11 +170,8 @@ async def list_comments(
     after_id: Cursor = None,
 ) -> schemas.CommentsPage:
     rpc = read_pb.ListCommentsRequest(
-        course_id=course_id, post_id=post_id, user_id=user.user_id, limit=limit
+        course_id=course_id, post_id=post_id, user_id=user.user_id, limit=limit, after_id=after_id
     )
-    if after_id is not None:
-        rpc.after_id = after_id
-    clients = _clients(request)
     reply = await clients.forum_read.ListComments(rpc, timeout=clients.timeout)
     return await _comments_page(clients, user, course_id, reply, limit)
 
@@ -195,14 +183,15 @@ async def list_comments(
     status_code=201,
 )
 async def create_comment(
-    request: Request, user: CurrentUser, course_id: Id, post_id: Id, body: schemas.NewComment
+    clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id, body: schemas.NewComment
 ) -> schemas.CommentResponse:
     rpc = write_pb.CreateCommentRequest(
-        course_id=course_id, post_id=post_id, user_id=user.user_id, body=body.body
+        course_id=course_id,
+        post_id=post_id,
+        user_id=user.user_id,
+        body=body.body,
+        parent_id=body.parent_id,
     )
-    if body.parent_id is not None:
-        rpc.parent_id = body.parent_id
-    clients = _clients(request)
     reply = await clients.forum_write.CreateComment(rpc, timeout=clients.timeout)
     return schemas.CommentResponse(data=comment_json(reply.comment, liked_by_me=False))
 
@@ -213,7 +202,7 @@ async def create_comment(
     response_model=schemas.CommentsPage,
 )
 async def list_replies(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     course_id: Id,
     comment_id: Id,
@@ -221,11 +210,12 @@ async def list_replies(
     after_id: Cursor = None,
 ) -> schemas.CommentsPage:
     rpc = read_pb.ListRepliesRequest(
-        course_id=course_id, comment_id=comment_id, user_id=user.user_id, limit=limit
+        course_id=course_id,
+        comment_id=comment_id,
+        user_id=user.user_id,
+        limit=limit,
+        after_id=after_id,
     )
-    if after_id is not None:
-        rpc.after_id = after_id
-    clients = _clients(request)
     reply = await clients.forum_read.ListReplies(rpc, timeout=clients.timeout)
     return await _comments_page(clients, user, course_id, reply, limit)
 
@@ -236,9 +226,8 @@ async def list_replies(
     response_model=schemas.DeletedResponse,
 )
 async def delete_comment(
-    request: Request, user: CurrentUser, course_id: Id, comment_id: Id
+    clients: Upstream, user: CurrentUser, course_id: Id, comment_id: Id
 ) -> schemas.DeletedResponse:
-    clients = _clients(request)
     await clients.forum_write.DeleteComment(
         write_pb.DeleteCommentRequest(
             course_id=course_id, comment_id=comment_id, user_id=user.user_id
@@ -261,21 +250,24 @@ async def _comments_page(
         pagination=schemas.CommentPagination(
             limit=limit,
             has_more=reply.has_more,
-            next_after_id=reply.next_after_id if reply.HasField("next_after_id") else None,
+            next_after_id=optional_value(reply, "next_after_id"),
         ),
     )
 
 
 async def _set_like(
-    request: Request, user: Principal, course_id: int, target: like_pb.Target, like: bool
+    clients: Clients,
+    limiter: RateLimiter,
+    user: Principal,
+    course_id: int,
+    target: like_pb.Target,
+    like: bool,
 ) -> schemas.LikeResponse:
-    limiter: RateLimiter = request.app.state.like_limiter
     decision = await limiter.hit(user.user_id)
     if not decision.allowed:
         error = ApiError(429, "resource_exhausted", "too many like toggles; try again later")
         error.retry_after = decision.retry_after
         raise error
-    clients = _clients(request)
     reply = await clients.likes.SetLike(
         like_pb.SetLikeRequest(user_id=user.user_id, course_id=course_id, target=target, like=like),
         timeout=clients.timeout,
@@ -289,9 +281,14 @@ async def _set_like(
     response_model=schemas.LikeResponse,
 )
 async def like_post(
-    request: Request, user: CurrentUser, course_id: Id, post_id: Id, body: schemas.LikeBody
+    clients: Upstream,
+    limiter: LikeLimiter,
+    user: CurrentUser,
+    course_id: Id,
+    post_id: Id,
+    body: schemas.LikeBody,
 ) -> schemas.LikeResponse:
-    return await _set_like(request, user, course_id, _posts([post_id])[0], body.like)
+    return await _set_like(clients, limiter, user, course_id, _posts([post_id])[0], body.like)
 
 
 @router.post(
@@ -300,6 +297,11 @@ async def like_post(
     response_model=schemas.LikeResponse,
 )
 async def like_comment(
-    request: Request, user: CurrentUser, course_id: Id, comment_id: Id, body: schemas.LikeBody
+    clients: Upstream,
+    limiter: LikeLimiter,
+    user: CurrentUser,
+    course_id: Id,
+    comment_id: Id,
+    body: schemas.LikeBody,
 ) -> schemas.LikeResponse:
-    return await _set_like(request, user, course_id, _comments([comment_id])[0], body.like)
+    return await _set_like(clients, limiter, user, course_id, _comments([comment_id])[0], body.like)

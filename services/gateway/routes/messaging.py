@@ -9,12 +9,13 @@ from typing import Annotated
 
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
-from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi import APIRouter, Body, Path, Query
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from services.domain.ids import ID_PATTERN
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, require_account
-from services.gateway.clients import Clients
+from services.gateway.clients import Upstream
 from services.gateway.convert import (
     BadValue,
     conversation_json,
@@ -22,12 +23,12 @@ from services.gateway.convert import (
     json_value,
     message_json,
     optional_time,
+    optional_value,
     parse_instant,
     time_text,
 )
 from services.gateway.errors import ApiError
 from services.runtime.grpc_errors import FieldViolation
-from services.runtime.ids import ID_PATTERN
 
 router = APIRouter(prefix="/api/zalo-accounts/{account_id}", tags=["messaging"])
 
@@ -40,11 +41,6 @@ ConversationKeyPath = Annotated[
 ]
 Limit = Annotated[int, Query(ge=1, le=100)]
 CursorId = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
-
-
-def _clients(request: Request) -> Clients:
-    clients: Clients = request.app.state.clients
-    return clients
 
 
 def _cursor_time(value: str | None, field: str) -> Timestamp | None:
@@ -62,7 +58,7 @@ def _cursor_time(value: str | None, field: str) -> Timestamp | None:
     response_model=schemas.MessagesPage,
 )
 async def list_messages(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKey,
@@ -79,13 +75,9 @@ async def list_messages(
         conversation_key=conversation_key,
         limit=limit,
         include_archive=include_archive,
+        before_sent_at=_cursor_time(before_sent_at, "before_sent_at"),
+        before_id=before_id,
     )
-    before = _cursor_time(before_sent_at, "before_sent_at")
-    if before is not None:
-        rpc.before_sent_at.CopyFrom(before)
-    if before_id is not None:
-        rpc.before_id = before_id
-    clients = _clients(request)
     reply = await clients.timeline.ListMessages(rpc, timeout=clients.timeout)
     return schemas.MessagesPage(
         data=[message_json(m) for m in reply.messages],
@@ -93,7 +85,7 @@ async def list_messages(
             limit=limit,
             has_more=reply.has_more,
             next_before_sent_at=optional_time(reply, "next_before_sent_at"),
-            next_before_id=reply.next_before_id if reply.HasField("next_before_id") else None,
+            next_before_id=optional_value(reply, "next_before_id"),
         ),
     )
 
@@ -105,7 +97,7 @@ async def list_messages(
     openapi_extra={"x-batch-limit": 500},
 )
 async def ingest_messages(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
     body: schemas.IngestBody,
@@ -125,7 +117,6 @@ async def ingest_messages(
         raise ApiError.invalid([FieldViolation("messages", "must contain at least one message")])
     accepted = 0
     if rpc.messages:
-        clients = _clients(request)
         reply = await clients.ingest.IngestMessages(rpc, timeout=clients.timeout)
         accepted = reply.accepted
         rejected += [
@@ -142,13 +133,12 @@ async def ingest_messages(
     response_model=schemas.QuotePayloadResponse,
 )
 async def quote_payload(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
     msg_id: Annotated[str, Path(pattern=ID_PATTERN)],
 ) -> schemas.QuotePayloadResponse:
     require_account(user, account_id)
-    clients = _clients(request)
     reply = await clients.timeline.GetQuotePayload(
         timeline_pb.GetQuotePayloadRequest(account_id=account_id, msg_id=msg_id),
         timeout=clients.timeout,
@@ -165,7 +155,7 @@ async def quote_payload(
     response_model=schemas.ConversationsPage,
 )
 async def list_conversations(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
     limit: Limit = 20,
@@ -175,13 +165,12 @@ async def list_conversations(
     before_id: CursorId = None,
 ) -> schemas.ConversationsPage:
     require_account(user, account_id)
-    rpc = timeline_pb.ListConversationsRequest(account_id=account_id, limit=limit)
-    before = _cursor_time(before_last_message_at, "before_last_message_at")
-    if before is not None:
-        rpc.before_last_message_at.CopyFrom(before)
-    if before_id is not None:
-        rpc.before_id = before_id
-    clients = _clients(request)
+    rpc = timeline_pb.ListConversationsRequest(
+        account_id=account_id,
+        limit=limit,
+        before_last_message_at=_cursor_time(before_last_message_at, "before_last_message_at"),
+        before_id=before_id,
+    )
     reply = await clients.timeline.ListConversations(rpc, timeout=clients.timeout)
     return schemas.ConversationsPage(
         data=[conversation_json(c) for c in reply.conversations],
@@ -189,7 +178,7 @@ async def list_conversations(
             limit=limit,
             has_more=reply.has_more,
             next_before_last_message_at=optional_time(reply, "next_before_last_message_at"),
-            next_before_id=reply.next_before_id if reply.HasField("next_before_id") else None,
+            next_before_id=optional_value(reply, "next_before_id"),
         ),
     )
 
@@ -200,13 +189,12 @@ async def list_conversations(
     response_model=schemas.UnreadResponse,
 )
 async def count_unread(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
 ) -> schemas.UnreadResponse:
     require_account(user, account_id)
-    clients = _clients(request)
     reply = await clients.timeline.CountUnread(
         timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
         timeout=clients.timeout,
@@ -227,14 +215,13 @@ async def count_unread(
     status_code=202,
 )
 async def mark_read(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
     body: Annotated[schemas.MarkReadBody | None, Body()] = None,
 ) -> schemas.MarkReadResponse:
     require_account(user, account_id)
-    clients = _clients(request)
     # Only a conversation that exists gets a read marker; ask the read side first (404 otherwise).
     await clients.timeline.CountUnread(
         timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
@@ -258,13 +245,12 @@ async def mark_read(
     response_model=schemas.LatestIncomingResponse,
 )
 async def latest_incoming(
-    request: Request,
+    clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
 ) -> schemas.LatestIncomingResponse:
     require_account(user, account_id)
-    clients = _clients(request)
     reply = await clients.timeline.LatestIncoming(
         timeline_pb.LatestIncomingRequest(account_id=account_id, conversation_key=conversation_key),
         timeout=clients.timeout,
@@ -285,7 +271,7 @@ async def latest_incoming(
     status_code=202,
 )
 async def record_agent_sent(
-    request: Request, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
+    clients: Upstream, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
 ) -> schemas.AcceptedResponse:
     require_account(user, account_id)
     rpc = ingest_pb.RecordAgentSentRequest(
@@ -301,6 +287,5 @@ async def record_agent_sent(
             rpc.sent_at.CopyFrom(parse_instant(body.sent_at, "sent_at"))
         except BadValue as exc:
             raise ApiError.invalid([exc.violation]) from exc
-    clients = _clients(request)
     await clients.ingest.RecordAgentSent(rpc, timeout=clients.timeout)
     return schemas.AcceptedResponse(data=schemas.Accepted(accepted=True))

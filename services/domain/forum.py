@@ -1,0 +1,75 @@
+"""Forum rules ingest, timeline and likes share: row layouts and row → proto, who may act in a
+course (enrolment), and which posts and comments are live targets of a course."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import grpc
+from agora.forum.v1 import forum_pb2
+
+from services.runtime.grpc_errors import abort
+from services.runtime.timeutil import to_timestamp
+
+POST_COLUMNS = "id, course_id, user_id, title, body, like_count, comment_count, created_at"
+COMMENT_COLUMNS = (
+    "id, post_id, parent_id, user_id, body, like_count, reply_count, reply_to_comment_id,"
+    " reply_to_user_id, created_at"
+)
+
+
+IS_MEMBER = "SELECT 1 FROM course_members WHERE course_id = $1 AND user_id = $2"
+NOT_ENROLLED = "you are not enrolled in this course"
+
+# A live target of a course, as SQL predicates over parameters {course} and {target}: the post is
+# not deleted; the comment, its root and its post are not deleted (a deleted root takes its
+# replies with it) and the post is in the course.
+LIVE_POST_IN_COURSE = """EXISTS (
+  SELECT 1 FROM posts WHERE id = {target} AND course_id = {course} AND deleted_at IS NULL)"""
+LIVE_COMMENT_IN_COURSE = """EXISTS (
+  SELECT 1 FROM comments c
+  JOIN posts p ON p.id = c.post_id
+  LEFT JOIN comments r ON r.id = c.parent_id
+  WHERE c.id = {target} AND c.deleted_at IS NULL AND p.course_id = {course}
+    AND p.deleted_at IS NULL AND (r.id IS NULL OR r.deleted_at IS NULL))"""
+
+
+async def is_member(pool: asyncpg.Pool, course_id: int, user_id: int) -> bool:
+    """Whether the user is enrolled in the course (a primary-key lookup)."""
+    return await pool.fetchval(IS_MEMBER, course_id, user_id) is not None
+
+
+def post_from_row(row: Any) -> forum_pb2.Post:
+    return forum_pb2.Post(
+        id=row["id"],
+        course_id=row["course_id"],
+        user_id=row["user_id"],
+        title=row["title"],
+        body=row["body"],
+        like_count=row["like_count"],
+        comment_count=row["comment_count"],
+        created_at=to_timestamp(row["created_at"]),
+    )
+
+
+def comment_from_row(row: Any) -> forum_pb2.Comment:
+    comment = forum_pb2.Comment(
+        id=row["id"],
+        post_id=row["post_id"],
+        user_id=row["user_id"],
+        body=row["body"],
+        like_count=row["like_count"],
+        reply_count=row["reply_count"],
+        created_at=to_timestamp(row["created_at"]),
+    )
+    for name in ("parent_id", "reply_to_comment_id", "reply_to_user_id"):
+        if row[name] is not None:
+            setattr(comment, name, row[name])
+    return comment
+
+
+async def require_enrolled(enrolled: bool, context: grpc.aio.ServicerContext) -> None:
+    """PERMISSION_DENIED unless the acting user is enrolled (checked before anything else)."""
+    if not enrolled:
+        await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)

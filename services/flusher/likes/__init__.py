@@ -1,0 +1,1 @@
+"""Like streams → PostgreSQL: batch apply of likes, and counter reconciliation."""

@@ -1,0 +1,1 @@
+"""Keeping the inbox bounded: prune, archive, cleanup, capacity, and the periodic scheduler."""

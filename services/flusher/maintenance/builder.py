@@ -1,0 +1,89 @@
+"""Wires the maintenance role: the prune loop and the periodic jobs (one runner per period)."""
+
+from __future__ import annotations
+
+import redis.asyncio as redis
+
+from services.flusher.config import FlusherSettings
+from services.flusher.likes.reconcile import Reconciler
+from services.flusher.maintenance.periodic import Job, PeriodicJobs
+from services.flusher.maintenance.prune import PruneQueue, Pruner, PruneSettings
+from services.flusher.maintenance.retention import RetentionJobs
+from services.flusher.maintenance.retention_repository import RetentionRepository
+from services.runtime.mysql import MysqlDatabase
+from services.runtime.service import BackgroundJob
+
+PRUNE_PREFIX = "agora:prune"
+JOBS_PREFIX = "agora:jobs"
+
+
+def prune_queue(settings: FlusherSettings, client: redis.Redis) -> PruneQueue | None:
+    """Where message batches schedule prunes; None when pruning is switched off."""
+    return PruneQueue(client, PRUNE_PREFIX) if settings.prune_enabled else None
+
+
+def pruner(settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase) -> Pruner:
+    return Pruner(
+        RetentionRepository(mysql),
+        PruneQueue(client, PRUNE_PREFIX),
+        client,
+        PruneSettings(
+            keep=settings.retention_keep_per_conversation,
+            chunk=settings.prune_chunk,
+            archive=settings.archive_enabled,
+            debounce_ms=settings.prune_debounce_ms,
+            concurrency=settings.prune_concurrency,
+        ),
+        lock_prefix=f"{PRUNE_PREFIX}:lock",
+    )
+
+
+def retention_jobs(settings: FlusherSettings, mysql: MysqlDatabase) -> RetentionJobs:
+    return RetentionJobs(
+        mysql,
+        RetentionRepository(mysql),
+        archive_retention_months=settings.archive_retention_months,
+        agent_sent_retention_days=settings.agent_sent_retention_days,
+    )
+
+
+def periodic_jobs(
+    settings: FlusherSettings, client: redis.Redis, jobs: RetentionJobs, reconcile: Reconciler
+) -> PeriodicJobs:
+    interval = settings.maintenance_interval_seconds
+
+    async def partitions() -> None:
+        await jobs.maintain_partitions()
+
+    async def cleanup() -> None:
+        await jobs.cleanup_agent_sent()
+
+    async def recount_dirty() -> None:
+        await reconcile.recount_dirty()
+
+    async def recount_all() -> None:
+        await reconcile.recount_all()
+
+    schedule = [
+        Job("cleanup-agent-sent", interval, cleanup),
+        Job("capacity-sample", interval, jobs.sample_capacity),
+        Job("reconcile-dirty-likes", settings.reconcile_interval_seconds, recount_dirty),
+        Job("reconcile-all-likes", settings.reconcile_full_interval_seconds, recount_all, 3600),
+    ]
+    if settings.archive_enabled:
+        schedule.append(Job("archive-partitions", interval, partitions))
+    return PeriodicJobs(client, JOBS_PREFIX, schedule)
+
+
+async def build(
+    settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase, reconcile: Reconciler
+) -> list[BackgroundJob]:
+    """The maintenance loops; archive partitions are made current before the first prune."""
+    jobs = retention_jobs(settings, mysql)
+    if settings.archive_enabled:
+        # This month's and next month's partitions must exist before a row is archived.
+        await jobs.maintain_partitions()
+    background: list[BackgroundJob] = [periodic_jobs(settings, client, jobs, reconcile).run]
+    if settings.prune_enabled:
+        background.append(pruner(settings, client, mysql).run)
+    return background

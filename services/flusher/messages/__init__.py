@@ -1,0 +1,1 @@
+"""Message streams → MySQL: the inbox's batch apply."""

@@ -1,0 +1,36 @@
+"""Turns message stream entries into MessageRepository batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agora.events.v1 import message_events_pb2 as events
+
+from services.flusher.maintenance.prune import PruneQueue
+from services.flusher.messages.repository import MessageRepository
+from services.streams import messages
+from services.streams.entries import Entry
+
+
+class MessageEntryHandler:
+    """BatchHandler for the message streams; schedules a prune of what each batch touched."""
+
+    def __init__(
+        self, repo: MessageRepository, prune_queue: PruneQueue | None, debounce_ms: int = 0
+    ) -> None:
+        self._repo = repo
+        self._prune_queue = prune_queue
+        self._debounce_ms = debounce_ms
+
+    def decode(self, entry: Entry) -> events.MessageStreamEntry:
+        return messages.decode(entry)
+
+    def size(self, item: events.MessageStreamEntry) -> int:
+        return messages.units(item)
+
+    async def apply(self, items: Sequence[events.MessageStreamEntry]) -> None:
+        touched = await self._repo.apply(items)
+        # After COMMIT and before ACK: a crash in between redelivers the batch, which schedules
+        # again, so no conversation misses its prune.
+        if self._prune_queue is not None:
+            await self._prune_queue.schedule(touched, self._debounce_ms)

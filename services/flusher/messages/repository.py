@@ -1,0 +1,170 @@
+"""The flusher's MySQL writes for the Zalo inbox: idempotent upserts, one transaction per batch.
+
+Re-applying a batch (a redelivery after a crash between COMMIT and ACK, or a selfListen echo of a
+message already stored) leaves the database exactly as one application did: messages are unique
+per (account, msg_id) and conversation times only move forward (GREATEST).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from agora.events.v1 import message_events_pb2 as events
+from agora.messaging.v1 import message_pb2
+
+from services.domain.messaging import DIRECTION_NAMES, THREAD_TYPE_NAMES
+from services.runtime.mysql import Connection, MysqlDatabase
+from services.runtime.timeutil import to_datetime
+from services.streams.faults import fault
+
+# Every VALUES item is a placeholder, so aiomysql sends one multi-row statement per batch.
+UPSERT_CONVERSATIONS = """
+INSERT INTO zalo_conversations (zalo_account_id, thread_id, thread_type, last_message_at)
+VALUES (%s, %s, %s, %s)
+ON DUPLICATE KEY UPDATE last_message_at = GREATEST(last_message_at, VALUES(last_message_at))
+"""
+
+INSERT_MESSAGES = """
+INSERT INTO zalo_messages (
+  zalo_account_id, zalo_conversation_id, msg_id, cli_msg_id, thread_id, thread_type, direction,
+  sender_id, sender_name, content, msg_type, attachments, mentions,
+  quote_msg_id, quote_payload, quote_preview, sent_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON DUPLICATE KEY UPDATE
+  cli_msg_id = COALESCE(cli_msg_id, VALUES(cli_msg_id)),
+  sender_name = COALESCE(sender_name, VALUES(sender_name))
+"""
+
+MARK_READ = """
+UPDATE zalo_conversations SET last_read_at = GREATEST(COALESCE(last_read_at, %s), %s)
+WHERE zalo_account_id = %s AND thread_id = %s
+"""
+
+INSERT_AGENT_SENT = """
+INSERT INTO zalo_agent_sent_messages (
+  zalo_account_id, thread_id, cli_msg_id, msg_id, agent_user_id, content, sent_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON DUPLICATE KEY UPDATE msg_id = COALESCE(msg_id, VALUES(msg_id))
+"""
+
+ConversationKey = tuple[int, str]
+
+
+class MessageRepository:
+    """Applies decoded stream entries to MySQL."""
+
+    def __init__(self, db: MysqlDatabase, *, id_cache_size: int = 200_000) -> None:
+        self._db = db
+        # Conversation ids never change once created, so resolved ids are kept (after COMMIT).
+        self._ids: dict[ConversationKey, int] = {}
+        self._id_cache_size = id_cache_size
+
+    async def apply(self, entries: Sequence[events.MessageStreamEntry]) -> set[int]:
+        """Apply a batch in one transaction; returns the ids of conversations that got messages."""
+        conversations: dict[ConversationKey, tuple[str, datetime]] = {}
+        messages: list[tuple[ConversationKey, message_pb2.Message]] = []
+        reads: dict[ConversationKey, datetime] = {}
+        agent_sent: list[tuple[Any, ...]] = []
+        for entry in entries:
+            account = entry.account_id
+            kind = entry.WhichOneof("event")
+            if kind == "messages":
+                for msg in entry.messages.messages:
+                    key = (account, msg.thread_id)
+                    sent_at = to_datetime(msg.sent_at)
+                    known = conversations.get(key)
+                    if known is None or sent_at > known[1]:
+                        conversations[key] = (THREAD_TYPE_NAMES[msg.thread_type], sent_at)
+                    messages.append((key, msg))
+            elif kind == "read":
+                key = (account, entry.read.thread_id)
+                read_at = to_datetime(entry.read.read_at)
+                reads[key] = max(read_at, reads.get(key, read_at))
+            elif kind == "agent_sent":
+                a = entry.agent_sent
+                agent_sent.append(
+                    (
+                        account,
+                        a.thread_id,
+                        a.cli_msg_id,
+                        a.msg_id or None,
+                        a.agent_user_id or None,
+                        a.content or None,
+                        to_datetime(a.sent_at),
+                    )
+                )
+
+        async with self._db.transaction() as tx:
+            ids: dict[ConversationKey, int] = {}
+            if conversations:
+                await tx.executemany(
+                    UPSERT_CONVERSATIONS,
+                    [(a, t, kind, at) for (a, t), (kind, at) in sorted(conversations.items())],
+                )
+                ids = await self._conversation_ids(tx, conversations)
+            if messages:
+                await tx.executemany(
+                    INSERT_MESSAGES, [_message_row(key, ids[key], msg) for key, msg in messages]
+                )
+            for (account, thread), read_at in sorted(reads.items()):
+                await tx.execute(MARK_READ, (read_at, read_at, account, thread))
+            if agent_sent:
+                await tx.executemany(INSERT_AGENT_SENT, agent_sent)
+            fault("before_commit")
+        self._remember(ids)
+        return set(ids.values())
+
+    async def _conversation_ids(
+        self, tx: Connection, keys: Iterable[ConversationKey]
+    ) -> dict[ConversationKey, int]:
+        ids = {k: self._ids[k] for k in keys if k in self._ids}
+        missing: dict[int, list[str]] = defaultdict(list)
+        for account, thread in keys:
+            if (account, thread) not in ids:
+                missing[account].append(thread)
+        if missing:
+            clauses, args = [], []
+            for account, threads in sorted(missing.items()):
+                clauses.append(
+                    f"(zalo_account_id = %s AND thread_id IN ({', '.join(['%s'] * len(threads))}))"
+                )
+                args += [account, *threads]
+            rows = await tx.fetchall(
+                "SELECT zalo_account_id, thread_id, id FROM zalo_conversations WHERE "
+                + " OR ".join(clauses),
+                args,
+            )
+            ids.update({(int(a), str(t)): int(i) for a, t, i in rows})
+        return ids
+
+    def _remember(self, ids: dict[ConversationKey, int]) -> None:
+        if len(self._ids) + len(ids) > self._id_cache_size:
+            self._ids.clear()
+        self._ids.update(ids)
+
+
+def _message_row(
+    key: ConversationKey, conversation_id: int, m: message_pb2.Message
+) -> tuple[Any, ...]:
+    return (
+        key[0],
+        conversation_id,
+        m.msg_id,
+        m.cli_msg_id or None,
+        m.thread_id,
+        THREAD_TYPE_NAMES[m.thread_type],
+        DIRECTION_NAMES[m.direction],
+        m.sender_id or None,
+        m.sender_name or None,
+        m.content or None,
+        m.msg_type or None,
+        m.attachments or None,
+        m.mentions or None,
+        m.quote.msg_id or None,
+        m.quote.payload or None,
+        m.quote.preview or None,
+        to_datetime(m.sent_at),
+    )

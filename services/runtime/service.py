@@ -1,0 +1,71 @@
+"""What a gRPC service process is, written once: build it from settings, serve it, close it.
+
+Every service has one composition root, `build(settings) -> Service`, that opens what the service
+needs and wires it; `__main__` serves what `build` returns and the tests start the very same
+object on port 0. Nothing is built at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from services.runtime import config, logs, metrics, telemetry
+from services.runtime.config import ServiceSettings
+from services.runtime.grpc_server import GrpcServer, run_until_terminated
+
+S = TypeVar("S", bound=ServiceSettings)
+BackgroundJob = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+
+@dataclass
+class Service:
+    """A built service: its gRPC server, its background loops, and what to close at the end."""
+
+    server: GrpcServer
+    resources: contextlib.AsyncExitStack
+    background: list[BackgroundJob] = field(default_factory=list)
+
+    async def close(self) -> None:
+        """Close pools and clients, newest first."""
+        await self.resources.aclose()
+
+
+@contextlib.asynccontextmanager
+async def opening() -> AsyncIterator[contextlib.AsyncExitStack]:
+    """An exit stack for what a build opens: closed when the build fails, handed over otherwise."""
+    resources = contextlib.AsyncExitStack()
+    try:
+        yield resources
+    except BaseException:
+        await resources.aclose()
+        raise
+
+
+async def serve(service: Service) -> None:
+    """Serve until SIGTERM, then drain, stop the background loops and close everything."""
+    try:
+        await run_until_terminated(service.server, background=service.background)
+    finally:
+        await service.close()
+
+
+def main(
+    name: str, settings_class: type[S], build: Callable[[S], Awaitable[Service]]
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """The process entry point of service `name`: settings, logs, telemetry, metrics, serve."""
+
+    async def run() -> None:
+        settings = config.load(settings_class)
+        logs.setup(settings.log_level)
+        shutdown_telemetry = telemetry.setup(name)
+        metrics.serve(settings.metrics_port)
+        try:
+            await serve(await build(settings))
+        finally:
+            shutdown_telemetry()
+
+    return run

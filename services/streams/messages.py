@@ -1,0 +1,77 @@
+"""Layout of the message streams, shared by ingest (producer) and the flusher (consumer).
+
+Events of one conversation always hash to the same shard, so the one consumer of a shard applies
+them in order. One entry carries every message of one ingest call for that shard (batching at every
+hop: one entry per message would cap ingest near the XADD ceiling of a Python client).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from agora.events.v1 import message_events_pb2
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.streams.entries import Entry, PoisonEntry
+
+MessageStreamEntry = message_events_pb2.MessageStreamEntry
+GROUP = "flusher"
+
+
+class MessageStreamSettings(BaseSettings):
+    """How the message streams are laid out; ingest and the flusher must agree on these."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
+
+    # Changing the shard count re-routes conversations: only change it with the streams drained.
+    message_stream_shards: int = Field(default=8, ge=1, le=1024)
+    message_stream_prefix: str = "agora:msg"
+
+
+@dataclass(frozen=True)
+class MessageStreams:
+    """Key names of the message stream shards, their backlog counter and dead letters."""
+
+    prefix: str
+    shards: int
+
+    @classmethod
+    def from_settings(cls, settings: MessageStreamSettings) -> MessageStreams:
+        return cls(settings.message_stream_prefix, settings.message_stream_shards)
+
+    def shard_of(self, account_id: int, thread_id: str) -> int:
+        """Stable shard of a conversation (crc32, identical in every process and language)."""
+        return zlib.crc32(f"{account_id}:{thread_id}".encode()) % self.shards
+
+    def stream(self, shard: int) -> str:
+        return f"{self.prefix}:{shard}"
+
+    def all_streams(self) -> list[str]:
+        return [self.stream(s) for s in range(self.shards)]
+
+    @property
+    def backlog_key(self) -> str:
+        """Messages appended and not yet flushed, across all shards (the ingest bound)."""
+        return f"{self.prefix}:backlog"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}:dead"
+
+    def lease_prefix(self) -> str:
+        return f"{self.prefix}:lease"
+
+
+def units(event: message_events_pb2.MessageStreamEntry) -> int:
+    """What an entry counts for against the backlog bound: its messages, or 1 for other events."""
+    return len(event.messages.messages) if event.HasField("messages") else 1
+
+
+def decode(entry: Entry) -> message_events_pb2.MessageStreamEntry:
+    """A message stream entry's event, checked; PoisonEntry when it cannot be applied."""
+    event = entry.event(MessageStreamEntry)
+    if event.WhichOneof("event") is None or event.account_id == 0:
+        raise PoisonEntry("event carries no event or no account")
+    return event

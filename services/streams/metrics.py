@@ -1,0 +1,57 @@
+"""Stream metrics: what consumers commit and dead-letter; what the monitor samples from Redis."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+FLUSHED_MESSAGES = Counter(
+    "agora_flush_entries", "Stream units (messages, likes) committed by the flusher", ["stream"]
+)
+
+FLUSH_BATCHES = Counter(
+    "agora_flush_batches", "Batch transactions committed by the flusher", ["stream"]
+)
+
+DEAD_LETTERS = Counter("agora_dead_letters", "Entries moved to a dead-letter stream", ["stream"])
+
+FLUSH_BATCH_SIZE = Histogram(
+    "agora_flush_batch_size",
+    "Units (messages, likes) per committed batch",
+    ["stream"],
+    buckets=(1, 5, 10, 25, 50, 100, 200, 300, 500, 1000),
+)
+
+FLUSH_BATCH_SECONDS = Histogram(
+    "agora_flush_batch_seconds",
+    "Time to apply and acknowledge one batch",
+    ["stream"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+
+# Sampled from Redis by the stream monitor, per stream shard.
+
+STREAM_LENGTH = Gauge("agora_stream_length", "Entries in a stream shard", ["stream"])
+
+STREAM_LAG = Gauge(
+    "agora_stream_lag", "Entries not yet delivered to the consumer group", ["stream"]
+)
+
+STREAM_PENDING = Gauge(
+    "agora_stream_pending", "Entries delivered and not yet acknowledged", ["stream"]
+)
+
+STREAM_OLDEST_PENDING = Gauge(
+    "agora_stream_oldest_pending_seconds", "Age of the oldest unacknowledged entry", ["stream"]
+)
+
+DEAD_LETTERS_WAITING = Gauge(
+    "agora_dead_letters_waiting", "Entries in a dead-letter stream", ["stream"]
+)
+
+MESSAGE_BACKLOG = Gauge("agora_message_backlog", "Messages accepted by ingest, not yet flushed")
+
+REDIS_EVICTED_KEYS = Gauge("agora_redis_evicted_keys", "Redis INFO evicted_keys (must stay 0)")
+
+REDIS_USED_MEMORY = Gauge("agora_redis_used_memory_bytes", "Redis INFO used_memory")
+
+REDIS_MAXMEMORY = Gauge("agora_redis_maxmemory_bytes", "Redis maxmemory (0 = unlimited)")

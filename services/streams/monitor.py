@@ -1,0 +1,70 @@
+"""Samples what Redis knows about the streams into gauges (seed 002 §9/§10: XINFO GROUPS,
+XPENDING, INFO stats), so lag, stuck entries, dead letters and evictions can be alerted on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as redis
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+from services.runtime.loops import repeat
+from services.streams import metrics
+
+
+class StreamMonitor:
+    """Every `interval` seconds: length, group lag, pending, oldest pending age per shard."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        streams: Sequence[tuple[str, str]],
+        dead_letters: Sequence[str],
+        backlog_key: str,
+        interval: float = 10.0,
+    ) -> None:
+        self._redis = client
+        self._streams = list(streams)  # (stream, group)
+        self._dead = list(dead_letters)
+        self._backlog_key = backlog_key
+        self._interval = interval
+
+    async def sample(self) -> None:
+        now_ms = time.time() * 1000
+        for stream, group in self._streams:
+            metrics.STREAM_LENGTH.labels(stream).set(await self._redis.xlen(stream))
+            groups: Any = []
+            with contextlib.suppress(redis.ResponseError):  # stream not created yet
+                groups = await self._redis.xinfo_groups(stream)
+            info = next((g for g in groups if _text(g.get("name")) == group), None)
+            if info is None:
+                continue
+            metrics.STREAM_LAG.labels(stream).set(float(info.get("lag") or 0))
+            metrics.STREAM_PENDING.labels(stream).set(float(info.get("pending") or 0))
+            summary: Any = await self._redis.xpending(stream, group)
+            oldest = summary.get("min")
+            age = (now_ms - int(_text(oldest).split("-")[0])) / 1000 if oldest else 0.0
+            metrics.STREAM_OLDEST_PENDING.labels(stream).set(max(age, 0.0))
+        for stream in self._dead:
+            metrics.DEAD_LETTERS_WAITING.labels(stream).set(await self._redis.xlen(stream))
+        metrics.MESSAGE_BACKLOG.set(float(await self._redis.get(self._backlog_key) or 0))
+        stats: Any = await self._redis.info("stats")
+        memory: Any = await self._redis.info("memory")
+        metrics.REDIS_EVICTED_KEYS.set(float(stats.get("evicted_keys", 0)))
+        metrics.REDIS_USED_MEMORY.set(float(memory.get("used_memory", 0)))
+        metrics.REDIS_MAXMEMORY.set(float(memory.get("maxmemory", 0)))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await repeat(stop, self._quiet_sample, every=self._interval, name="stream monitor")
+
+    async def _quiet_sample(self) -> None:
+        with suppress_instrumentation():  # housekeeping, not a request
+            await self.sample()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,398 @@
+"""Likes against real PostgreSQL and Redis: never duplicated, exact counters, both modes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import grpc
+import httpx
+import pytest
+import pytest_asyncio
+import redis.asyncio as redis
+from agora.forum.v1 import like_service_pb2 as pb
+from agora.forum.v1 import like_service_pb2_grpc
+from prometheus_client import REGISTRY
+
+from services.runtime.grpc_client import open_channel
+from services.runtime.grpc_server import GrpcServer
+from services.streams.entries import Entry, as_mapping
+from services.streams.likes import (
+    COMMENT,
+    POST,
+    LikeChanged,
+    LikeStreams,
+    LikeStreamSettings,
+    TargetKind,
+)
+from tests.conftest import Env
+from tests.helpers import ROOT, SHARDS, Flusher, mint_token, run_flusher
+from tools.dead_letters import DeadLetter, list_dead, replay
+from tools.ports import free_port
+
+pytestmark = pytest.mark.asyncio
+COURSE = "/api/courses/42"
+STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+
+
+def like_event(
+    user: int, kind: TargetKind, target: int, *, liked: bool = True, course: int = 42
+) -> dict[Any, Any]:
+    """A like stream entry as the likes service appends it."""
+    event = LikeChanged(
+        user_id=user, course_id=course, target=pb.Target(kind=kind, id=target), liked=liked
+    )
+    return as_mapping(event)
+
+
+def as_user(env: Env, user: int) -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=user, accounts=[])}"}
+
+
+def post(target_id: int) -> pb.Target:
+    return pb.Target(kind=pb.TARGET_KIND_POST, id=target_id)
+
+
+async def counts(pg: asyncpg.Pool) -> dict[str, Any]:
+    posts = {r["id"]: r["like_count"] for r in await pg.fetch("SELECT id, like_count FROM posts")}
+    comments = {
+        r["id"]: r["like_count"] for r in await pg.fetch("SELECT id, like_count FROM comments")
+    }
+    post_likes = {(r["post_id"], r["user_id"]) for r in await pg.fetch("SELECT * FROM post_likes")}
+    comment_likes = {
+        (r["comment_id"], r["user_id"]) for r in await pg.fetch("SELECT * FROM comment_likes")
+    }
+    return {
+        "posts": posts,
+        "comments": comments,
+        "post_likes": post_likes,
+        "comment_likes": comment_likes,
+    }
+
+
+async def events_waiting(client: redis.Redis) -> int:
+    return sum([await client.xlen(s) for s in STREAMS.all_streams()])
+
+
+@pytest_asyncio.fixture
+async def enrolled(pg_admin: asyncpg.Pool, clean: None) -> list[int]:
+    """Users 1000..1099 enrolled in course 42, besides the seed's 7, 8 and 9."""
+    users = list(range(1000, 1100))
+    await pg_admin.executemany(
+        "INSERT INTO course_members (course_id, user_id) VALUES (42, $1)", [(u,) for u in users]
+    )
+    return users
+
+
+@pytest.mark.parametrize("mode", ["buffered", "sync"])
+async def test_twenty_concurrent_likes_by_one_user_make_one_row(
+    mode: str,
+    likes_server: GrpcServer,
+    sync_likes_server: GrpcServer,
+    flusher: Flusher,
+    pg_admin: asyncpg.Pool,
+) -> None:
+    server = likes_server if mode == "buffered" else sync_likes_server
+    async with open_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = like_service_pb2_grpc.LikeServiceStub(channel)
+        replies = await asyncio.gather(
+            *(
+                stub.SetLike(pb.SetLikeRequest(user_id=8, course_id=42, target=post(1), like=True))
+                for _ in range(20)
+            )
+        )
+    assert sum(r.changed for r in replies) == 1
+    assert all(r.liked for r in replies)
+    await flusher.drain()
+    state = await counts(pg_admin)
+    assert state["posts"][1] == 1
+    assert state["post_likes"] == {(1, 8), (2, 7)}
+
+
+async def test_the_database_refuses_a_second_like_even_when_redis_is_bypassed(
+    flusher: Flusher, redis_client: redis.Redis, pg_admin: asyncpg.Pool
+) -> None:
+    # Twenty events for the same like, as if the SET had been wrong every time; half of them in
+    # the text format entries had before events were protobuf (still read during an upgrade).
+    for i in range(20):
+        legacy: dict[Any, Any] = {"op": "like", "target": "p:1", "user": 8, "course": 42}
+        fields = legacy if i % 2 else like_event(8, POST, 1)
+        await redis_client.xadd(STREAMS.stream_of(8), fields)
+    await flusher.drain()
+    state = await counts(pg_admin)
+    assert state["posts"][1] == 1
+    assert (1, 8) in state["post_likes"]
+
+
+async def test_the_seeds_run_through_the_gateway_ends_as_the_seed_says(
+    gateway: httpx.AsyncClient,
+    env: Env,
+    flusher: Flusher,
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+) -> None:
+    async def like(user: int, path: str, value: bool = True) -> httpx.Response:
+        return await gateway.post(
+            f"{COURSE}/{path}/like", json={"like": value}, headers=as_user(env, user)
+        )
+
+    feed = await gateway.get(f"{COURSE}/posts", headers=as_user(env, 7))
+    assert {p["id"]: p["liked_by_me"] for p in feed.json()["data"]} == {2: True, 1: False}
+
+    first = await like(7, "posts/1")
+    assert first.json() == {"success": True, "liked": True, "changed": True}
+    assert (await like(7, "posts/1")).json()["changed"] is False
+    assert (await like(8, "posts/1")).json()["changed"] is True  # user 8's SET was cold
+    cross = await like(8, "posts/3")  # post 3 is in course 99: refused before Redis
+    assert cross.status_code == 404
+    assert (await like(9, "posts/2")).json()["changed"] is True
+    assert (await like(9, "posts/2", False)).json()["changed"] is True
+    assert (await like(7, "comments/2")).json()["changed"] is True
+    assert (await like(7, "posts/2", False)).json()["changed"] is True
+
+    # Six events wait in the streams (the seed has seven: its p:3 like got through Redis).
+    assert await events_waiting(redis_client) == 6
+    assert not await redis_client.exists(STREAMS.liked_set(8, 99))
+    before = await counts(pg_admin)
+    assert before["posts"] == {1: 0, 2: 1, 3: 0}
+
+    await flusher.drain()
+
+    after = await counts(pg_admin)
+    assert after["posts"] == {1: 2, 2: 0, 3: 0}
+    assert after["comments"] == {1: 0, 2: 1}
+    assert after["post_likes"] == {(1, 7), (1, 8)}
+    assert after["comment_likes"] == {(2, 7)}
+    assert await events_waiting(redis_client) == 0
+    comments = await gateway.get(f"{COURSE}/posts/1/comments", headers=as_user(env, 7))
+    assert {c["id"]: c["liked_by_me"] for c in comments.json()["data"]} == {1: False, 2: True}
+
+
+async def test_a_set_warmed_while_its_events_are_unflushed_offers_no_second_like(
+    gateway: httpx.AsyncClient,
+    env: Env,
+    flusher: Flusher,
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+) -> None:
+    user = as_user(env, 8)
+    await gateway.post(f"{COURSE}/posts/1/like", json={"like": True}, headers=user)
+    # The SET expires (or is evicted) before the flusher ran: the database knows nothing yet.
+    await redis_client.delete(STREAMS.liked_set(8, 42))
+    feed = await gateway.get(f"{COURSE}/posts", headers=user)
+    assert {p["id"]: p["liked_by_me"] for p in feed.json()["data"]}[1] is True
+    again = await gateway.post(f"{COURSE}/posts/1/like", json={"like": True}, headers=user)
+    assert again.json()["changed"] is False
+    await redis_client.delete(STREAMS.liked_set(8, 42))
+    undo = await gateway.post(f"{COURSE}/posts/1/like", json={"like": False}, headers=user)
+    assert undo.json()["changed"] is True
+    await flusher.drain()
+    state = await counts(pg_admin)
+    assert (1, 8) not in state["post_likes"]
+    assert state["posts"][1] == 0
+
+
+async def test_toggles_past_sixty_a_minute_are_429_with_retry_after(
+    gateway: httpx.AsyncClient, env: Env, clean: None
+) -> None:
+    user = as_user(env, 9)
+    for i in range(60):
+        ok = await gateway.post(f"{COURSE}/posts/1/like", json={"like": i % 2 == 0}, headers=user)
+        assert ok.status_code == 200, (i, ok.text)
+    limited = await gateway.post(f"{COURSE}/posts/1/like", json={"like": True}, headers=user)
+    assert limited.status_code == 429
+    assert 1 <= int(limited.headers["Retry-After"]) <= 60
+    assert limited.json()["error"]["code"] == "resource_exhausted"
+    other_user = await gateway.post(
+        f"{COURSE}/posts/1/like", json={"like": True}, headers=as_user(env, 7)
+    )
+    assert other_user.status_code == 200
+
+
+async def test_likes_need_enrolment_and_a_live_target(
+    gateway: httpx.AsyncClient, env: Env, clean: None
+) -> None:
+    stranger = await gateway.post(
+        f"{COURSE}/posts/1/like", json={"like": True}, headers=as_user(env, 50)
+    )
+    assert stranger.status_code == 403
+    missing = await gateway.post(
+        f"{COURSE}/comments/999/like", json={"like": True}, headers=as_user(env, 7)
+    )
+    assert missing.status_code == 404
+    await gateway.delete(f"{COURSE}/comments/2", headers=as_user(env, 9))
+    deleted = await gateway.post(
+        f"{COURSE}/comments/2/like", json={"like": True}, headers=as_user(env, 7)
+    )
+    assert deleted.status_code == 404
+    bad = await gateway.post(
+        f"{COURSE}/posts/1/like", json={"like": "yes please"}, headers=as_user(env, 7)
+    )
+    assert bad.status_code == 422
+
+
+async def test_killed_between_commit_and_ack_the_flusher_counts_nothing_twice(
+    likes_server: GrpcServer,
+    env: Env,
+    enrolled: list[int],
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+) -> None:
+    async with open_channel(f"127.0.0.1:{likes_server.port}") as channel:
+        stub = like_service_pb2_grpc.LikeServiceStub(channel)
+        for user in enrolled:
+            await stub.SetLike(
+                pb.SetLikeRequest(user_id=user, course_id=42, target=post(1), like=True)
+            )
+    crashed = await run_flusher(env, fault_point="after_commit", name="pod-a")
+    assert crashed < 0
+    partial = (await counts(pg_admin))["posts"][1]
+    assert 0 < partial < len(enrolled)
+    await run_flusher(env, fault_point="", name="pod-b", until_drained=STREAMS.all_streams())
+    state = await counts(pg_admin)
+    assert state["posts"][1] == len(enrolled)
+    assert len([p for p in state["post_likes"] if p[0] == 1]) == len(enrolled)
+
+
+async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_replayed(
+    flusher: Flusher, redis_client: redis.Redis, pg_admin: asyncpg.Pool
+) -> None:
+    # A counter that drifted to 0 while user 7's like row exists: unliking it would take
+    # like_count below zero, which the CHECK refuses on every delivery (seed case 3).
+    await pg_admin.execute("UPDATE posts SET like_count = 0 WHERE id = 2")
+    stream = STREAMS.stream_of(7)
+    await redis_client.xadd(stream, like_event(7, COMMENT, 1))
+    await redis_client.xadd(stream, like_event(7, POST, 2, liked=False))
+    await redis_client.xadd(stream, like_event(7, POST, 0))  # no target id: never applicable
+    await redis_client.xadd(stream, like_event(7, POST, 1))
+
+    await flusher.drain()
+
+    state = await counts(pg_admin)
+    assert state["posts"][1] == 1
+    assert state["comments"][1] == 1
+    assert (2, 7) in state["post_likes"]  # the poison unlike did not land
+    dead = await list_dead(redis_client, STREAMS.dead_letters)
+    assert sorted(target_of(d) for d in dead) == [(POST, 0), (POST, 2)]
+    assert all(d.deliveries >= 5 and d.source_stream == stream for d in dead)
+    assert any("like_count" in d.error or "check" in d.error.lower() for d in dead)
+
+    # Fix the cause (reconcile the counter), replay, and the unlike lands.
+    await flusher.reconciler().recount_dirty()
+    await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
+    unlike = next(d for d in dead if target_of(d) == (POST, 2))
+    await replay(redis_client, unlike, backlog_key=None)
+    await flusher.drain()
+    state = await counts(pg_admin)
+    assert (2, 7) not in state["post_likes"]
+    assert state["posts"][2] == 0
+    assert [target_of(d) for d in await list_dead(redis_client, STREAMS.dead_letters)] == [
+        (POST, 0)
+    ]
+
+
+def target_of(letter: DeadLetter) -> tuple[int, int]:
+    event = Entry(b"0-0", letter.fields).event(LikeChanged)
+    return event.target.kind, event.target.id
+
+
+async def test_reconciliation_fixes_drifted_counters_and_leaves_correct_ones(
+    flusher: Flusher, redis_client: redis.Redis, pg_admin: asyncpg.Pool
+) -> None:
+    await pg_admin.execute("UPDATE posts SET like_count = 5 WHERE id = 1")  # no like rows
+    await pg_admin.execute("UPDATE comments SET like_count = 3 WHERE id = 1")  # not marked dirty
+    await redis_client.sadd(STREAMS.dirty(POST), "1", "2")
+    untouched = await pg_admin.fetchval("SELECT xmin::text FROM posts WHERE id = 2")
+    drift_before = (
+        REGISTRY.get_sample_value("agora_like_counter_drift_total", {"kind": "post"}) or 0.0
+    )
+
+    fixed = await flusher.reconciler().recount_dirty()
+
+    assert [(d.kind, d.target_id, d.stored, d.counted) for d in fixed] == [(POST, 1, 5, 0)]
+    assert (await counts(pg_admin))["posts"] == {1: 0, 2: 1, 3: 0}
+    assert await pg_admin.fetchval("SELECT xmin::text FROM posts WHERE id = 2") == untouched
+    drift_after = REGISTRY.get_sample_value("agora_like_counter_drift_total", {"kind": "post"})
+    assert drift_after == drift_before + 1
+    nightly = await flusher.reconciler().recount_all()
+    assert [(d.kind, d.target_id, d.counted) for d in nightly] == [(COMMENT, 1, 0)]
+
+
+@pytest_asyncio.fixture
+async def evicting_redis() -> AsyncIterator[str]:
+    """A throwaway Redis whose maxmemory-policy may evict streams."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as directory:
+        proc = await asyncio.create_subprocess_exec(
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "allkeys-lru",
+            "--dir",
+            directory,
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            client = redis.Redis(port=port)
+            for _ in range(50):
+                with contextlib.suppress(redis.ConnectionError):
+                    if await client.ping():
+                        break
+                await asyncio.sleep(0.1)
+            await client.aclose()
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 10)
+
+
+@pytest.mark.parametrize("service", ["likes", "flusher"])
+async def test_a_redis_that_may_evict_streams_is_refused_at_start_up(
+    service: str, env: Env, evicting_redis: str
+) -> None:
+    process_env = {
+        **os.environ,
+        "REDIS_URL": evicting_redis,
+        "POSTGRES_URL": env.pg_likes_url if service == "likes" else env.pg_flusher_url,
+        "MYSQL_URL": env.mysql_flusher_url,
+        "GRPC_PORT": "0",
+    }
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", f"services.{service}"],
+        cwd=ROOT,
+        env=process_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "maxmemory-policy is 'allkeys-lru'" in result.stderr
+
+
+async def test_liked_map_is_one_answer_per_target_in_order(
+    likes_server: GrpcServer, clean: None
+) -> None:
+    async with open_channel(f"127.0.0.1:{likes_server.port}") as channel:
+        stub = like_service_pb2_grpc.LikeServiceStub(channel)
+        comment = pb.Target(kind=pb.TARGET_KIND_COMMENT, id=2)
+        reply = await stub.LikedMap(
+            pb.LikedMapRequest(user_id=7, course_id=42, targets=[post(1), post(2), comment])
+        )
+        assert list(reply.liked) == [False, True, False]
+        with pytest.raises(grpc.aio.AioRpcError) as stranger:
+            await stub.LikedMap(pb.LikedMapRequest(user_id=50, course_id=42, targets=[post(1)]))
+        assert stranger.value.code() == grpc.StatusCode.PERMISSION_DENIED

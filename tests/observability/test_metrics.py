@@ -1,0 +1,88 @@
+"""Metrics: RED per RPC and route, stream gauges from Redis, pool saturation."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import redis.asyncio as redis
+from agora.messaging.v1 import ingest_service_pb2 as pb
+from agora.messaging.v1 import ingest_service_pb2_grpc
+from prometheus_client import REGISTRY
+
+from services.streams.entries import FIELD_ERROR
+from services.streams.messages import GROUP, MessageStreams
+from services.streams.monitor import StreamMonitor
+from tests.helpers import message
+
+pytestmark = pytest.mark.asyncio
+METHOD = "/agora.messaging.v1.IngestService/IngestMessages"
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_rpcs_are_counted_by_method_and_final_status(
+    ingest: ingest_service_pb2_grpc.IngestServiceStub, clean: None
+) -> None:
+    ok, invalid = (
+        value("agora_grpc_server_requests_total", method=METHOD, code="OK"),
+        value("agora_grpc_server_requests_total", method=METHOD, code="INVALID_ARGUMENT"),
+    )
+    await ingest.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=[message("m1")]))
+    with pytest.raises(Exception, match="account_id"):
+        await ingest.IngestMessages(pb.IngestMessagesRequest(messages=[message("m2")]))
+    assert value("agora_grpc_server_requests_total", method=METHOD, code="OK") == ok + 1
+    assert (
+        value("agora_grpc_server_requests_total", method=METHOD, code="INVALID_ARGUMENT")
+        == invalid + 1
+    )
+    assert value("agora_grpc_server_duration_seconds_count", method=METHOD) >= 2
+
+
+async def test_http_requests_are_counted_by_route_template(
+    gateway: httpx.AsyncClient, token: str, clean: None
+) -> None:
+    route = "/api/zalo-accounts/{account_id}/conversations"
+    before = value("agora_http_requests_total", route=route, method="GET", status="200")
+    await gateway.get(
+        "/api/zalo-accounts/1/conversations", headers={"Authorization": f"Bearer {token}"}
+    )
+    await gateway.get(
+        "/api/zalo-accounts/2/conversations", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert value("agora_http_requests_total", route=route, method="GET", status="200") == before + 2
+
+
+async def test_stream_monitor_reports_length_lag_pending_age_and_dead_letters(
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    redis_client: redis.Redis,
+    streams: MessageStreams,
+    clean: None,
+) -> None:
+    shard = streams.shard_of(1, "t1")
+    stream = streams.stream(shard)
+    await redis_client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    for i in range(3):
+        await ingest.IngestMessages(
+            pb.IngestMessagesRequest(account_id=1, messages=[message(f"m{i}")])
+        )
+    await redis_client.xreadgroup(GROUP, "c1", {stream: ">"}, count=1)  # one delivered, unacked
+    await redis_client.xadd(streams.dead_letters, {FIELD_ERROR: "x"})
+    monitor = StreamMonitor(
+        redis_client, [(stream, GROUP)], [streams.dead_letters], streams.backlog_key
+    )
+    await monitor.sample()
+    assert value("agora_stream_length", stream=stream) == 3
+    assert value("agora_stream_lag", stream=stream) == 2
+    assert value("agora_stream_pending", stream=stream) == 1
+    assert value("agora_stream_oldest_pending_seconds", stream=stream) >= 0
+    assert value("agora_dead_letters_waiting", stream=streams.dead_letters) == 1
+    assert value("agora_message_backlog") == 3
+    assert value("agora_redis_evicted_keys") == 0
+    assert value("agora_redis_used_memory_bytes") > 0
+
+
+async def test_pool_saturation_is_exported(timeline_db: object) -> None:
+    assert value("agora_db_pool_connections", pool="mysql:agora_timeline", state="max") == 10
+    assert value("agora_db_pool_connections", pool="mysql:agora_timeline", state="in_use") >= 0
