@@ -4,10 +4,35 @@ from __future__ import annotations
 
 import os
 import statistics
+import urllib.request
 from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 BENCH_ACCOUNT = 900_001  # the timeline data set
 E2E_ACCOUNT = 900_002  # end-to-end ingest runs
+
+
+def scrape(port: int) -> list[Metric]:
+    """The metric families a local service serves on its METRICS_PORT."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return list(text_string_to_metric_families(response.read().decode()))
+
+
+def metric_total(families: list[Metric], name: str) -> float:
+    """The sum of every series of sample `name` (all label sets)."""
+    return sum(s.value for f in families for s in f.samples if s.name == name)
+
+
+def histogram_buckets(families: list[Metric], histogram: str) -> list[tuple[float, float]]:
+    """A histogram as (upper bound, cumulative count), in bucket order."""
+    return [
+        (float(s.labels["le"]), s.value)
+        for f in families
+        for s in f.samples
+        if s.name == f"{histogram}_bucket"
+    ]
 
 
 @dataclass(frozen=True)

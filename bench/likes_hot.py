@@ -15,17 +15,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import urllib.request
 from dataclasses import dataclass
 
 import asyncpg
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import Latency, Stack
+from bench.common import Latency, Stack, histogram_buckets, metric_total, scrape
 from bench.prune import ROOT, _supervisorctl
 from services.runtime.grpc_client import open_channel
 from services.streams import entries
@@ -33,6 +30,7 @@ from services.streams.likes import LikeChanged, LikeStreams, LikeStreamSettings
 from tools.ports import free_port
 from tools.wait_healthy import wait
 
+LAG = "agora_like_flush_lag_seconds"
 HOT_COURSE = 900
 STUDENTS = range(300_001, 320_001)
 SYNC_PORT = 50063
@@ -79,27 +77,6 @@ async def _xact_commits(admin: asyncpg.Connection) -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         )
     )
-
-
-def _flusher_metrics() -> list[Metric]:
-    url = f"http://127.0.0.1:{os.environ['FLUSHER_METRICS_PORT']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return list(text_string_to_metric_families(response.read().decode()))
-
-
-def _sample(families: list[Metric], name: str) -> float:
-    """The sum of every series of sample `name` (all label sets)."""
-    return sum(s.value for f in families for s in f.samples if s.name == name)
-
-
-def _buckets(families: list[Metric]) -> list[tuple[float, float]]:
-    """The flush-lag histogram as (upper bound, cumulative count), in bucket order."""
-    return [
-        (float(s.labels["le"]), s.value)
-        for f in families
-        for s in f.samples
-        if s.name == "agora_like_flush_lag_seconds_bucket"
-    ]
 
 
 def _quantile(
@@ -203,16 +180,18 @@ async def run_sync(
 async def run_buffered(
     stack: Stack, admin: asyncpg.Connection, post_id: int, users: list[int], concurrency: int
 ) -> LikeRun:
-    before = _flusher_metrics()
+    before = scrape(int(os.environ["FLUSHER_METRICS_PORT"]))
     xact = await _xact_commits(admin)
     rate, latency = await _hammer(stack.likes_addr, post_id, users, concurrency)
     while not await _exact(admin, post_id, len(users)):  # noqa: ASYNC110 (polls PostgreSQL)
         await asyncio.sleep(0.05)
-    after = _flusher_metrics()
+    after = scrape(int(os.environ["FLUSHER_METRICS_PORT"]))
     transactions = await _xact_commits(admin) - xact
     batches = int(
-        _sample(after, "agora_flush_batches_total") - _sample(before, "agora_flush_batches_total")
+        metric_total(after, "agora_flush_batches_total")
+        - metric_total(before, "agora_flush_batches_total")
     )
+    lag = (histogram_buckets(before, LAG), histogram_buckets(after, LAG))
     return LikeRun(
         "buffered",
         len(users),
@@ -221,8 +200,8 @@ async def run_buffered(
         transactions,
         batches,
         True,
-        flush_lag_p50=_quantile(_buckets(before), _buckets(after), 0.50),
-        flush_lag_p99=_quantile(_buckets(before), _buckets(after), 0.99),
+        flush_lag_p50=_quantile(*lag, 0.50),
+        flush_lag_p99=_quantile(*lag, 0.99),
     )
 
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import Stack
+from bench.common import Stack, metric_total, scrape
 from bench.ingest_e2e import run_ingest
 from tools.wait_healthy import wait
 
@@ -37,10 +35,7 @@ class PruneRun:
 
 
 def _metric(port: int, name: str) -> float:
-    url = f"http://127.0.0.1:{port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+    return metric_total(scrape(port), name)
 
 
 async def _supervisorctl(*args: str) -> None:
@@ -52,7 +47,7 @@ async def _supervisorctl(*args: str) -> None:
 
 
 async def _round(stack: Stack, prune: bool, messages: int, conversations: int) -> PruneRun:
-    port = int(os.environ["FLUSHER_PORT"])
+    port = int(os.environ["FLUSHER_METRICS_PORT"])
     env = {
         **os.environ,
         "PRUNE_ENABLED": "true" if prune else "false",
@@ -67,7 +62,7 @@ async def _round(stack: Stack, prune: bool, messages: int, conversations: int) -
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        if await wait([f"grpc:127.0.0.1:{port}"], 30):
+        if await wait([f"grpc:127.0.0.1:{os.environ['FLUSHER_PORT']}"], 30):
             raise SystemExit("bench flusher did not become healthy")
         pruned = "agora_prune_rows_total"
         before = _metric(port, pruned)
