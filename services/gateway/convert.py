@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -156,4 +157,9 @@ def _json_text(value: JsonValue) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        # orjson stops at 64-bit integers; a larger one is still JSON (MySQL keeps it as a double)
+        # and schemas.RequestModel has already refused what JSON text cannot carry.
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)

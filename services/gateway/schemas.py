@@ -6,11 +6,57 @@ offset (2026-08-02T10:00:00.123+00:00), exactly as the seed's API returns them.
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Literal
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import BaseModel, Field, JsonValue, ValidatorFunctionWrapHandler, field_validator
+from pydantic_core import PydanticCustomError
 
 from services.domain.ids import ID_PATTERN
+
+# The stdlib JSON decoder behind FastAPI turns a "\ud83d\ude00" escape pair into one character but
+# keeps an unpaired escape as a lone surrogate, which protobuf, orjson and MySQL all refuse.
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _unstorable(value: object) -> str | None:
+    """Why a field value could not travel on as UTF-8 and JSON text, or None."""
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item):
+                return "must not contain an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        # The decoder reads NaN (never <= anything) and 1e400 as inf: JSON text can carry
+        # neither, and MySQL refuses any number beyond a double.
+        elif isinstance(item, float | int) and not abs(item) <= sys.float_info.max:
+            return "must not contain NaN or a number beyond the range of a double (e.g. 1e400)"
+    return None
+
+
+class RequestModel(BaseModel):
+    """A request body: every field, nested JSON included, is checked to be representable
+    downstream, so a hostile string or number is a 422 naming the field instead of a 500 where
+    the value is first serialized."""
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _storable(cls, value: object, handler: ValidatorFunctionWrapHandler) -> object:
+        # A string is checked before the field's own constraints too, which would otherwise
+        # refuse a lone surrogate with a vaguer "unable to parse raw data as a unicode string".
+        problem = _unstorable(value) if isinstance(value, str) else None
+        if problem is None:
+            value = handler(value)
+            problem = _unstorable(value)
+        if problem is not None:
+            raise PydanticCustomError("unstorable", problem)
+        return value
 
 
 class Message(BaseModel):
@@ -104,7 +150,7 @@ class QuotePayloadResponse(BaseModel):
     data: QuotePayload
 
 
-class MarkReadBody(BaseModel):
+class MarkReadBody(RequestModel):
     read_at: str | None = Field(
         default=None,
         description="ISO-8601 instant; everything sent up to it is read. Default: now.",
@@ -137,13 +183,13 @@ class IngestResponse(BaseModel):
     data: IngestResult
 
 
-class IncomingQuote(BaseModel):
+class IncomingQuote(RequestModel):
     msg_id: str | None = None
     payload: JsonValue = None
     preview: JsonValue = None
 
 
-class IncomingMessage(BaseModel):
+class IncomingMessage(RequestModel):
     """One forwarded message. JSON fields take any JSON value (a string is taken as JSON text)."""
 
     msg_id: str
@@ -165,16 +211,19 @@ class IngestBody(BaseModel):
     """A batch of forwarded messages. Each item is checked on its own: invalid items are
     reported in `rejected` by index while the valid ones are stored."""
 
+    # Not a RequestModel: one hostile item must not refuse the whole batch; each item is an
+    # IncomingMessage (a RequestModel) when convert.incoming_message validates it.
+
     messages: list[JsonValue] = Field(
         json_schema_extra={"items": {"$ref": "#/components/schemas/IncomingMessage"}}
     )
 
 
-class AgentSentBody(BaseModel):
+class AgentSentBody(RequestModel):
     thread_id: str = Field(pattern=ID_PATTERN)
     cli_msg_id: str = Field(pattern=ID_PATTERN)
     msg_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    agent_user_id: int | None = Field(default=None, ge=0)
+    agent_user_id: int | None = Field(default=None, ge=0, le=2**64 - 1)  # uint64 in the proto
     content: str | None = None
     sent_at: str | None = None
 
@@ -268,12 +317,12 @@ class CommentResponse(BaseModel):
     data: Comment
 
 
-class NewPost(BaseModel):
+class NewPost(RequestModel):
     title: str = Field(min_length=1, max_length=200, description="1-200 characters, not blank")
     body: str = Field(min_length=1, max_length=20_000, description="1-20,000 characters")
 
 
-class NewComment(BaseModel):
+class NewComment(RequestModel):
     body: str = Field(min_length=1, max_length=20_000, description="1-20,000 characters")
     parent_id: int | None = Field(
         default=None,
@@ -292,7 +341,7 @@ class DeletedResponse(BaseModel):
     data: Deleted
 
 
-class LikeBody(BaseModel):
+class LikeBody(RequestModel):
     like: bool = Field(description="true to like, false to unlike")
 
 

@@ -10,12 +10,11 @@ from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc as pb_grpc
 from agora.messaging.v1 import message_pb2
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.domain.ids import check_id
 from services.ingest.config import IngestSettings
 from services.ingest.repository import BacklogFull, MessageStreamRepository
-from services.ingest.validation import Limits, validate_batch
+from services.ingest.validation import Limits, check_time, validate_batch
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 from services.streams.messages import MessageStreams
@@ -89,9 +88,9 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
             limit = self._limits.content_max_chars
             problems.append(FieldViolation("content", f"must be at most {limit} characters"))
         now = utc_now()
-        future = self._check_not_future(request, "sent_at", now)
-        if future is not None:
-            problems.append(future)
+        when = self._check_time(request, "sent_at", now)
+        if when is not None:
+            problems.append(when)
         if problems:
             await abort_invalid(context, problems)
         sent_at = request.sent_at if request.HasField("sent_at") else to_timestamp(now)
@@ -118,7 +117,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         now = utc_now()
         for violation in (
             check_id(request.conversation_key, "conversation_key", required=True),
-            self._check_not_future(request, "read_at", now),
+            self._check_time(request, "read_at", now),
         ):
             if violation is not None:
                 problems.append(violation)
@@ -136,16 +135,13 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         await self._append({shard: entry}, context)
         return pb.MarkReadResponse(read_at=read_at)
 
-    def _check_not_future(
+    def _check_time(
         self, request: pb.RecordAgentSentRequest | pb.MarkReadRequest, field: str, now: datetime
     ) -> FieldViolation | None:
+        """The optional time `field` (absent means now) within the bounds every message meets."""
         if not request.HasField(field):
             return None
-        value: Timestamp = getattr(request, field)
-        skew = self._limits.sent_at_max_future_seconds
-        if value.seconds > now.replace(tzinfo=UTC).timestamp() + skew:
-            return FieldViolation(field, f"is more than {skew}s in the future")
-        return None
+        return check_time(getattr(request, field), field, now.replace(tzinfo=UTC), self._limits)
 
     async def _append(
         self,

@@ -6,20 +6,28 @@ Pure functions of the message and the clock, so they are tested without any serv
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agora.messaging.v1 import message_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.domain.ids import check_id
 from services.runtime.grpc_errors import FieldViolation
 
 # Zalo launched in 2012: an earlier sent_at is a broken clock or a unit mistake (s vs ms).
 EARLIEST_SENT_AT = datetime(2012, 1, 1, tzinfo=UTC)
+_EARLIEST_SECONDS = int(EARLIEST_SENT_AT.timestamp())
 MAX_JSON_DEPTH = 64  # MySQL refuses documents nested deeper than 100
 MAX_NAME_CHARS = 255
 MAX_MESSAGE_BYTES = 512 * 1024
+# json.loads pairs a high and a low surrogate escape into one character, so any surrogate left in
+# a decoded string was unpaired; MySQL's JSON type (utf8mb4) cannot store it.
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -33,31 +41,45 @@ def check_json(text: str, field: str, limits: Limits) -> FieldViolation | None:
     """None when `text` is empty or one strict JSON document within the size and depth limits."""
     if not text:
         return None
-    if len(text.encode()) > limits.json_max_bytes:
+    # surrogatepass: a str built in-process may hold a raw surrogate; it is refused below, not here.
+    if len(text.encode(errors="surrogatepass")) > limits.json_max_bytes:
         return FieldViolation(field, f"must be at most {limits.json_max_bytes} bytes of JSON")
     try:
-        document = json.loads(text, parse_constant=_reject_constant)
+        document = json.loads(
+            text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_finite_int
+        )
     except (ValueError, RecursionError) as exc:
         return FieldViolation(field, f"must be valid JSON ({_first_line(exc)})")
-    if _depth(document) > MAX_JSON_DEPTH:
+    depth, lone_surrogate = _inspect(document)
+    if depth > MAX_JSON_DEPTH:
         return FieldViolation(field, f"must be nested at most {MAX_JSON_DEPTH} levels deep")
+    if lone_surrogate:
+        return FieldViolation(
+            field, "must be valid JSON (a string has an unpaired UTF-16 surrogate \\ud800-\\udfff)"
+        )
+    return None
+
+
+def check_time(ts: Timestamp, field: str, now: datetime, limits: Limits) -> FieldViolation | None:
+    """None when `ts` is an instant the stores can hold: from 2012-01-01 to a little after `now`
+    (aware). One rule for every time a caller sends: the flusher turns each into a datetime, and
+    an extreme value would overflow there instead of being refused here."""
+    if not 0 <= ts.nanos < 1_000_000_000:
+        return FieldViolation(field, "has nanos outside 0..999999999")
+    # Whole seconds: a float of seconds since 1970 rounds 2011-12-31T23:59:59.999999999 up to 2012.
+    if ts.seconds < _EARLIEST_SECONDS:
+        return FieldViolation(field, "is before 2012-01-01 (seconds sent as milliseconds?)")
+    if ts.seconds + ts.nanos / 1e9 > now.timestamp() + limits.sent_at_max_future_seconds:
+        return FieldViolation(
+            field, f"is more than {limits.sent_at_max_future_seconds}s in the future"
+        )
     return None
 
 
 def check_sent_at(msg: message_pb2.Message, now: datetime, limits: Limits) -> FieldViolation | None:
     if not msg.HasField("sent_at"):
         return FieldViolation("sent_at", "is required")
-    ts = msg.sent_at
-    if not 0 <= ts.nanos < 1_000_000_000:
-        return FieldViolation("sent_at", "has nanos outside 0..999999999")
-    seconds = ts.seconds + ts.nanos / 1e9
-    if seconds < EARLIEST_SENT_AT.timestamp():
-        return FieldViolation("sent_at", "is before 2012-01-01 (seconds sent as milliseconds?)")
-    if seconds > now.timestamp() + limits.sent_at_max_future_seconds:
-        return FieldViolation(
-            "sent_at", f"is more than {limits.sent_at_max_future_seconds}s in the future"
-        )
-    return None
+    return check_time(msg.sent_at, "sent_at", now, limits)
 
 
 def validate_message(
@@ -125,20 +147,45 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    # float() rounds 1e400 to inf instead of failing; MySQL refuses a number beyond a double.
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {_clip(text)} is out of range")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    value = int(text)
+    # An integer beyond 64 bits is kept by MySQL as a double, so it must fit one.
+    if abs(value) > sys.float_info.max:
+        raise ValueError(f"number {_clip(text)} is out of range")
+    return value
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 32 else f"{text[:29]}..."
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _depth(document: object) -> int:
-    """Nesting depth of a parsed JSON value, without recursion."""
+def _inspect(document: object) -> tuple[int, bool]:
+    """Nesting depth of a parsed JSON value and whether a key or string in it has an unpaired
+    surrogate, in one pass without recursion."""
     deepest = 0
+    lone_surrogate = False
     stack: list[tuple[object, int]] = [(document, 1)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, dict):
             deepest = max(deepest, depth)
+            lone_surrogate = lone_surrogate or any(_LONE_SURROGATE.search(k) for k in value)
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list):
             deepest = max(deepest, depth)
             stack.extend((v, depth + 1) for v in value)
-    return deepest
+        elif isinstance(value, str) and not lone_surrogate:
+            lone_surrogate = _LONE_SURROGATE.search(value) is not None
+    return deepest, lone_surrogate

@@ -250,3 +250,74 @@ async def test_sql_looking_text_is_stored_verbatim_and_nothing_else_happens(
         assert await conn.fetchval("SELECT count(*) FROM posts") == 4
     finally:
         await conn.close()
+
+
+async def test_values_mysql_would_refuse_never_5xx_and_change_nothing(
+    live: ChaosStack, env: Env, clean: None
+) -> None:
+    """Lone surrogates (sent as raw JSON escapes), numbers beyond a double and times before 2012,
+    at every request body and at ingest's RPCs: refused with the field, nothing stored."""
+    base = f"http://127.0.0.1:{live.services['gateway'].port}"
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    item = r'"msg_id": "s1", "thread_id": "t1", "direction": "in", "sent_at": 1785664800000'
+    before = await snapshot(env)
+    async with httpx.AsyncClient(base_url=base) as client:
+        for path, text, field in (
+            ("/api/courses/42/posts", r'{"title": "\ud800", "body": "b"}', "title"),
+            ("/api/courses/42/posts/1/comments", r'{"body": "\udc00"}', "body"),
+            ("/api/zalo-accounts/1/conversations/t1/read", r'{"read_at": "\ud800"}', "read_at"),
+            (
+                "/api/zalo-accounts/1/agent-sent",
+                r'{"thread_id": "t1", "cli_msg_id": "c1", "content": "\udbff"}',
+                "content",
+            ),
+        ):
+            response = await client.post(path, content=text.encode(), headers=headers)
+            assert response.status_code == 422, (path, response.text)
+            assert [f["field"] for f in response.json()["error"]["fields"]] == [field]
+        batch = await client.post(
+            "/api/zalo-accounts/1/messages",
+            content=(
+                '{"messages": ['
+                f'{{{item}, "content": "\\ud800"}}, '
+                f'{{{item}, "attachments": [1e400]}}, '
+                f'{{{item}, "mentions": "[\\"\\\\udfff\\"]"}}'
+                "]}"
+            ).encode(),
+            headers=headers,
+        )
+        assert batch.status_code == 200, batch.text
+        assert batch.json()["data"]["accepted"] == 0
+        assert [(r["index"], r["field"]) for r in batch.json()["data"]["rejected"]] == [
+            (0, "content"),
+            (1, "attachments"),
+            (2, "mentions"),
+        ]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{live.services['ingest'].port}") as channel:
+        stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+        read = ingest_pb.MarkReadRequest(account_id=1, conversation_key="t1")
+        read.read_at.seconds = -62135596800  # 0001-01-01
+        sent = ingest_pb.RecordAgentSentRequest(account_id=1, thread_id="t1", cli_msg_id="c1")
+        sent.sent_at.seconds = -1
+        for call, field in (
+            (stub.MarkRead(read), "read_at"),
+            (stub.RecordAgentSent(sent), "sent_at"),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert [v.field for v in field_violations(refused.value)] == [field]
+        reply = await stub.IngestMessages(
+            ingest_pb.IngestMessagesRequest(
+                account_id=1,
+                messages=[
+                    message("j1", attachments="[1e400]"),
+                    message("j2", mentions='{"\\ud800": 1}'),
+                ],
+            )
+        )
+        assert reply.accepted == 0
+        assert [(r.index, r.field) for r in reply.rejected] == [(0, "attachments"), (1, "mentions")]
+    await asyncio.sleep(1)  # the flusher process would have landed anything accepted by now
+    assert await snapshot(env) == before
