@@ -16,6 +16,7 @@ import httpx
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
+from agora.forum.v1 import like_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -266,6 +267,13 @@ async def timeline(
 ) -> AsyncIterator[timeline_service_pb2_grpc.TimelineServiceStub]:
     async with open_channel(f"127.0.0.1:{timeline_server.port}") as channel:
         yield timeline_service_pb2_grpc.TimelineServiceStub(channel)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def likes(likes_server: GrpcServer) -> AsyncIterator[like_service_pb2_grpc.LikeServiceStub]:
+    """The buffered likes service."""
+    async with open_channel(f"127.0.0.1:{likes_server.port}") as channel:
+        yield like_service_pb2_grpc.LikeServiceStub(channel)
 
 
 @pytest.fixture

@@ -92,7 +92,8 @@ class Flusher:
         handled = 0
         for consumer in self.consumers + self.like_consumers:
             await consumer.ensure_group()
-            await consumer.claim_abandoned()
+            # Everything else is dead here: take what it left at once (no lease to wait out).
+            await consumer.claim_abandoned(min_idle_ms=0)
             while n := await consumer.run_once():
                 handled += n
         return handled

@@ -1,8 +1,9 @@
 """List and replay dead letters (seed 002 case 3): `make dead-letters [REPLAY=<id>|REPLAY=all]`.
 
-A dead letter keeps the entry's original fields plus source_stream, source_id, error and
-deliveries. Replaying appends the original fields to the source stream again (and gives a message
-entry's count back to the ingest backlog) and removes the dead letter, in one MULTI/EXEC.
+A dead letter keeps the entry's original fields plus where it came from, its error and how often
+it was delivered. Replaying puts the entry back on its stream (services/streams/replay.py): a
+message counts against ingest's backlog again; a like is replayed only while it is still the
+user's last operation on that target, and refused as obsolete otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import redis.asyncio as redis
 from services.streams import entries
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import MessageStreams, MessageStreamSettings
+from services.streams.replay import Replayed, Replayer
+
+MESSAGES = MessageStreams.from_settings(MessageStreamSettings())
+LIKES = LikeStreams.from_settings(LikeStreamSettings())
 
 
 @dataclass(frozen=True)
@@ -29,10 +34,6 @@ class DeadLetter:
     error: str
     deliveries: int
     fields: dict[Any, Any]
-
-
-MESSAGES = MessageStreams.from_settings(MessageStreamSettings())
-LIKES = LikeStreams.from_settings(LikeStreamSettings())
 
 
 async def list_dead(client: redis.Redis, stream: str, count: int = 100) -> list[DeadLetter]:
@@ -47,21 +48,21 @@ async def list_dead(client: redis.Redis, stream: str, count: int = 100) -> list[
                 source_id=fields.get(entries.FIELD_SOURCE_ID, b"").decode(),
                 error=fields.get(entries.FIELD_ERROR, b"").decode(errors="replace"),
                 deliveries=int(fields.get(entries.FIELD_DELIVERIES, b"0")),
-                fields={k: v for k, v in fields.items() if k not in entries.DEAD_LETTER_FIELDS},
+                fields=dict(fields),
             )
         )
     return found
 
 
-async def replay(client: redis.Redis, letter: DeadLetter, backlog_key: str | None) -> str:
-    """Put the entry back on its stream; returns the new entry id."""
-    async with client.pipeline(transaction=True) as pipe:
-        pipe.xadd(letter.source_stream, letter.fields)
-        if backlog_key and entries.FIELD_UNITS in letter.fields:
-            pipe.incrby(backlog_key, int(letter.fields[entries.FIELD_UNITS]))
-        pipe.xdel(letter.stream, letter.id)
-        new_id, *_ = await pipe.execute()
-    return str(new_id.decode() if isinstance(new_id, bytes) else new_id)
+async def replay(
+    client: redis.Redis,
+    letter: DeadLetter,
+    message_streams: MessageStreams = MESSAGES,
+    like_streams: LikeStreams = LIKES,
+) -> Replayed:
+    """Put the letter's entry back on its stream, or refuse it (Replayed.new_id is None)."""
+    replayer = Replayer(client, message_streams, like_streams)
+    return await replayer.replay(letter.stream, letter.id, letter.fields)
 
 
 async def main() -> None:
@@ -75,12 +76,14 @@ async def main() -> None:
             letters = await list_dead(client, stream)
             print(f"{stream}: {len(letters)} dead letter(s)")
             for letter in letters:
-                chosen = args.replay in ("all", letter.id)
-                if chosen:
-                    # A message entry counts against ingest's backlog bound again.
-                    backlog = MESSAGES.backlog_key if stream == MESSAGES.dead_letters else None
-                    new_id = await replay(client, letter, backlog)
-                    print(f"  {letter.id} replayed to {letter.source_stream} as {new_id}")
+                if args.replay in ("all", letter.id):
+                    result = await replay(client, letter)
+                    if result.new_id is None:
+                        print(f"  {letter.id} NOT replayed: {result.reason}")
+                    else:
+                        print(
+                            f"  {letter.id} replayed to {letter.source_stream} as {result.new_id}"
+                        )
                 else:
                     print(
                         f"  {letter.id} from {letter.source_stream} {letter.source_id}"

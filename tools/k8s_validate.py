@@ -143,16 +143,23 @@ def grpc_probe_errors(container: dict[str, Any]) -> list[str]:
     """A gRPC server is probed through the gRPC health service on its gRPC port.
 
     Only the native probe asks the health service: a TCP probe passes while the service reports
-    NOT_SERVING (draining at SIGTERM), exactly when the pod must leave the endpoints, and an
-    httpGet probe cannot speak gRPC at all.
+    NOT_SERVING (draining at SIGTERM, or a datastore away), exactly when the pod must leave the
+    endpoints, and an httpGet probe cannot speak gRPC at all. Readiness asks the server's overall
+    health; liveness and startup ask `liveness`, which is SERVING while the process runs, so a
+    datastore outage never makes the kubelet restart pods in a loop.
     """
     grpc_ports = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == "grpc"]
     if not grpc_ports:
         return []
+    expected = {
+        "readinessProbe": {"port": grpc_ports[0]},
+        "livenessProbe": {"port": grpc_ports[0], "service": "liveness"},
+        "startupProbe": {"port": grpc_ports[0], "service": "liveness"},
+    }
     problems = []
-    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-        if probe in container and container[probe].get("grpc") != {"port": grpc_ports[0]}:
-            problems.append(f"{probe} must be a native gRPC probe on port {grpc_ports[0]}")
+    for probe, handler in expected.items():
+        if probe in container and container[probe].get("grpc") != handler:
+            problems.append(f"{probe} must be the native gRPC probe {handler}")
     return problems
 
 

@@ -21,3 +21,6 @@ GRANT UPDATE (like_count) ON posts, comments TO agora_flusher;
 GRANT SELECT, INSERT, DELETE ON post_likes, comment_likes TO agora_likes_writer;
 GRANT SELECT ON posts, comments TO agora_likes_writer;
 GRANT UPDATE (like_count) ON posts, comments TO agora_likes_writer;
+
+-- flusher: the fencing rows of its like stream shards.
+GRANT SELECT, INSERT, UPDATE ON stream_fences TO agora_flusher;

@@ -8,6 +8,8 @@ import socket
 from pydantic import Field
 
 from services.runtime.config import ServiceSettings
+from services.streams.consumer import ConsumerConfig
+from services.streams.fencing import Fence
 from services.streams.likes import LikeStreamSettings
 from services.streams.messages import MessageStreamSettings
 
@@ -32,6 +34,11 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     flusher_max_deliveries: int = Field(default=5, ge=1)
     flusher_lease_ttl_ms: int = Field(default=10_000, ge=1000)
     flusher_consumer_name: str = Field(default_factory=_default_consumer_name)
+    # Every batch commits only while its lease's epoch is the shard's current one. Switching it
+    # off is for the fault-injection suite's negative control only: it shows what fencing stops.
+    flusher_fencing: bool = True
+    # Dead-letter streams keep about this many entries (XADD MAXLEN ~).
+    dead_letter_max_entries: int = Field(default=100_000, ge=100)
 
     # Retention (seed 000 §4–§6): the live table keeps the newest N messages per conversation.
     prune_enabled: bool = True
@@ -53,3 +60,21 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     # Like counters (seed 002 level 2 job): recount what flushes touched, and everything nightly.
     reconcile_interval_seconds: float = Field(default=10, gt=0)
     reconcile_full_interval_seconds: float = Field(default=86_400, gt=0)
+
+    def consumer_config(self, group: str, **tuning: int) -> ConsumerConfig:
+        """A shard consumer's configuration for `group`, with per-role tuning on top."""
+        base = {
+            "read_count": self.flusher_read_count,
+            "batch_max": self.flusher_batch_max,
+            "block_ms": self.flusher_block_ms,
+            "max_deliveries": self.flusher_max_deliveries,
+            "lease_ms": self.flusher_lease_ttl_ms,
+            "dead_letter_max": self.dead_letter_max_entries,
+        }
+        return ConsumerConfig(
+            group=group, consumer=self.flusher_consumer_name, **{**base, **tuning}
+        )
+
+    def fence(self, stream: str, epoch: int | None) -> Fence | None:
+        """The fence a consumer of `stream` commits under (None: unfenced, tests only)."""
+        return Fence(stream, epoch) if epoch is not None and self.flusher_fencing else None

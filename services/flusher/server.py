@@ -17,6 +17,7 @@ from services.flusher.messages import builder as messages
 from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
+from services.runtime.readiness import Dependency
 from services.streams.monitor import StreamMonitor
 
 
@@ -30,32 +31,51 @@ def monitor(settings: FlusherSettings, client: Redis) -> StreamMonitor:
         + [(s, likes.consumer_config(settings).group) for s in like_streams.all_streams()],
         [message_streams.dead_letters, like_streams.dead_letters],
         message_streams.backlog_key,
+        {
+            "messages": [message_streams.backlog_bytes_key],
+            "likes": [like_streams.backlog_bytes(s) for s in range(like_streams.shards)],
+        },
     )
 
 
 async def build(settings: FlusherSettings) -> service.Service:
     """The flusher, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        redis = redis_client.connect(settings.redis_url)
+        redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
         resources.push_async_callback(redis.aclose)
-        await redis_client.require_safe_for_streams(redis)
-        mysql = await MysqlDatabase.connect(settings.mysql_url, maxsize=settings.mysql_pool_size)
+        mysql = await MysqlDatabase.connect(
+            settings.mysql_url,
+            maxsize=settings.mysql_pool_size,
+            timeout=settings.mysql_timeout_seconds,
+        )
         resources.push_async_callback(mysql.close)
         pg = await postgres.connect(
-            settings.postgres_url, max_size=settings.postgres_pool_size, name="flusher"
+            settings.postgres_url,
+            max_size=settings.postgres_pool_size,
+            name="flusher",
+            timeout=settings.postgres_timeout_seconds,
         )
         resources.push_async_callback(pg.close)
         background: list[service.BackgroundJob] = [
             messages.supervisor(settings, redis, mysql).run,
             likes.supervisor(settings, redis, pg).run,
             monitor(settings, redis).run,
-            *await maintenance.build(settings, redis, mysql, likes.reconciler(settings, redis, pg)),
+            *maintenance.build(settings, redis, mysql, likes.reconciler(settings, redis, pg)),
         ]
         # The flusher serves no RPCs: its port answers gRPC health for the probes.
         server = GrpcServer.from_settings(
             settings, service_names=[], register=lambda _: None, port=settings.grpc_port
         )
-        return service.Service(server, resources, background)
+        return service.Service(
+            server,
+            resources,
+            background,
+            dependencies=[
+                Dependency("redis", lambda: redis_client.check_streams(redis)),
+                Dependency("mysql", mysql.ping),
+                Dependency("postgresql", lambda: postgres.ping(pg)),
+            ],
+        )
 
 
 main = service.main("flusher", FlusherSettings, build)

@@ -30,8 +30,8 @@ _ERRORS = {
         403: "The token does not grant this resource",
         404: "Not found",
         422: "Invalid parameters (the fields say which)",
-        429: "Too many requests or backlog full (see Retry-After)",
-        503: "An upstream service is unavailable (see Retry-After)",
+        429: "Too many requests from this user (see Retry-After)",
+        503: "A backlog is full or an upstream service is unavailable (see Retry-After)",
     }.items()
 }
 

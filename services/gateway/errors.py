@@ -29,7 +29,10 @@ GRPC_TO_HTTP: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.FAILED_PRECONDITION: 409,
     grpc.StatusCode.PERMISSION_DENIED: 403,
     grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    # The services answer RESOURCE_EXHAUSTED when a backlog is at its bound or Redis is full: the
+    # server cannot take the write now, whoever sends it (not "you send too much": that 429 is
+    # the gateway's own rate limit). The caller keeps the write and retries after Retry-After.
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 503,
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 503,
     grpc.StatusCode.CANCELLED: 503,

@@ -17,6 +17,9 @@ class IngestSettings(ServiceSettings, MessageStreamSettings):
     grpc_port: int = 50051
     # Seed 000 §7: MESSAGE_QUEUE_MAX >= peak msg/s * outage seconds; 500 msg/s * 300 s by default.
     message_queue_max: int = Field(default=150_000, ge=1)
+    # The same bound in bytes (what Redis memory is made of): messages vary from 100 bytes to
+    # hundreds of kilobytes with their JSON documents.
+    message_queue_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
     ingest_max_batch: int = Field(default=500, ge=1, le=10_000)
     content_max_chars: int = Field(default=65_535, ge=1)
     json_max_bytes: int = Field(default=65_536, ge=2)

@@ -12,6 +12,7 @@ from services.ingest.handlers import IngestHandlers
 from services.ingest.repository import MessageStreamRepository
 from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import GrpcServer
+from services.runtime.readiness import Dependency
 from services.streams.messages import MessageStreams
 
 SERVICE_NAMES = [
@@ -23,16 +24,22 @@ SERVICE_NAMES = [
 async def build(settings: IngestSettings) -> service.Service:
     """The ingest service, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        redis = redis_client.connect(settings.redis_url)
+        redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
         resources.push_async_callback(redis.aclose)
-        await redis_client.require_safe_for_streams(redis)
         pool = await postgres.connect(
-            settings.postgres_url, max_size=settings.postgres_pool_size, name="ingest"
+            settings.postgres_url,
+            max_size=settings.postgres_pool_size,
+            name="ingest",
+            timeout=settings.postgres_timeout_seconds,
         )
         resources.push_async_callback(pool.close)
         streams = MessageStreams.from_settings(settings)
         messages = IngestHandlers(
-            settings, streams, MessageStreamRepository(redis, streams, settings.message_queue_max)
+            settings,
+            streams,
+            MessageStreamRepository(
+                redis, streams, settings.message_queue_max, settings.message_queue_max_bytes
+            ),
         )
         forum = ForumWriteHandlers(ForumWriteRepository(pool))
 
@@ -43,7 +50,16 @@ async def build(settings: IngestSettings) -> service.Service:
         server = GrpcServer.from_settings(
             settings, service_names=SERVICE_NAMES, register=register, port=settings.grpc_port
         )
-        return service.Service(server, resources)
+        messaging_name, forum_name = SERVICE_NAMES
+        return service.Service(
+            server,
+            resources,
+            # Chat ingest needs Redis only: it keeps accepting messages while PostgreSQL is down.
+            dependencies=[
+                Dependency("redis", lambda: redis_client.check_streams(redis), (messaging_name,)),
+                Dependency("postgresql", lambda: postgres.ping(pool), (forum_name,)),
+            ],
+        )
 
 
 main = service.main("ingest", IngestSettings, build)

@@ -23,6 +23,10 @@ class LikesSettings(ServiceSettings, LikeStreamSettings):
     postgres_pool_size: int = Field(default=10, ge=1)
     # A user's liked SET lives this long after their last toggle (seed: 7 days).
     liked_set_ttl_seconds: int = Field(default=604_800, ge=60)
+    # Unflushed like events the streams may hold (split evenly over the shards); past it a
+    # toggle is refused (RESOURCE_EXHAUSTED), so a stopped flusher cannot fill Redis.
+    like_queue_max: int = Field(default=200_000, ge=1)
+    like_queue_max_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
 
     @model_validator(mode="after")
     def _mode_needs(self) -> LikesSettings:

@@ -10,7 +10,12 @@ from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc as pb_grpc
 
 from services.domain.forum import NOT_ENROLLED
-from services.likes.errors import ColdSetError, NotEnrolledError, TargetNotFoundError
+from services.likes.errors import (
+    BacklogFull,
+    ColdSetError,
+    NotEnrolledError,
+    TargetNotFoundError,
+)
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.streams.likes import KIND_NAMES, TargetKind
 
@@ -67,6 +72,9 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
             await abort(
                 context, grpc.StatusCode.NOT_FOUND, f"{KIND_NAMES[kind]} not found in this course"
             )
+        except BacklogFull as exc:
+            # The caller keeps the toggle and retries (the gateway answers 503 + Retry-After).
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; retry later")
         except ColdSetError as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         return pb.SetLikeResponse(changed=changed, liked=request.like)

@@ -12,18 +12,27 @@ after expiring cannot offer a second like (seed traps 3/4).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as redis
 from agora.events.v1 import like_events_pb2
 from agora.forum.v1 import like_service_pb2
+from redis.exceptions import OutOfMemoryError
 
-from services.likes.errors import ColdSetError, NotEnrolledError, TargetNotFoundError
+from services.likes.errors import (
+    BacklogFull,
+    ColdSetError,
+    NotEnrolledError,
+    TargetNotFoundError,
+)
 from services.likes.repository import ForumChecks
 from services.streams.likes import LikeStreams, TargetKind, member
 from services.streams.producer import LUA_APPEND, publishing
 
-# Warm KEYS[1] from the database members ARGV[from..] (only when absent), then apply the last
-# operations of KEYS[2]. The '_' member keeps a user who liked nothing from looking cold; unpack()
+# Warm KEYS[1] from the database members ARGV[from..] (only when absent), then apply the
+# unflushed last operations of KEYS[2] ('like:<id>' / 'unlike:<id>'; 'dead:…' ones never landed
+# and are ignored). The '_' member keeps a user who liked nothing from looking cold; unpack()
 # takes at most 5,000 members at a time (Lua's stack limit is near 8,000).
 _WARM_BODY = """
 local function warm(from)
@@ -33,45 +42,61 @@ local function warm(from)
   end
   local ops = redis.call('HGETALL', KEYS[2 + OPS_OFFSET])
   for i = 1, #ops, 2 do
-    if ops[i + 1] == 'like' then
+    local op = string.match(ops[i + 1], '^(%a+)')
+    if op == 'like' then
       redis.call('SADD', KEYS[1], ops[i])
-    else
+    elseif op == 'unlike' then
       redis.call('SREM', KEYS[1], ops[i])
     end
   end
 end
 """
 
-# KEYS: liked set, stream, last-ops hash. ARGV: member, op ('like' | 'unlike'), ttl, the encoded
-# stream entry (ENTRY_LENGTH items), warm ('1' when members follow), members from the database...
+# One atomic step: the SET never changes without its event. Returns 1 changed, 0 already so,
+# -1 cold (ask again with the database's members), -2 the shard's backlog is full. Declared
+# with a shebang so a Redis at maxmemory refuses the whole script up front (OOM) instead of
+# letting it run past the limit.
+# KEYS: liked set, stream, last-ops hash, the stream's bytes counter.
+# ARGV: member, op ('like' | 'unlike'), ttl, the encoded stream entry (ENTRY_LENGTH items),
+# backlog entries bound, backlog bytes bound, warm ('1' when members follow), members...
 TOGGLE = (
-    LUA_APPEND
+    "#!lua\n"
+    + LUA_APPEND
     + "local OPS_OFFSET = 1\n"
     + _WARM_BODY
     + """
-local WARM_FLAG = 4 + ENTRY_LENGTH
+local BOUND = 4 + ENTRY_LENGTH
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[WARM_FLAG] ~= '1' then return -1 end
-  warm(WARM_FLAG + 1)
+  if ARGV[BOUND + 2] ~= '1' then return -1 end
+  warm(BOUND + 3)
 end
-local changed
-if ARGV[2] == 'like' then
-  changed = redis.call('SADD', KEYS[1], ARGV[1])
+local like = ARGV[2] == 'like'
+if (redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1) == like then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  return 0
+end
+local size = entry_bytes(4)
+if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[BOUND])
+   or tonumber(redis.call('GET', KEYS[4]) or '0') + size > tonumber(ARGV[BOUND + 1]) then
+  return -2
+end
+if like then
+  redis.call('SADD', KEYS[1], ARGV[1])
 else
-  changed = redis.call('SREM', KEYS[1], ARGV[1])
+  redis.call('SREM', KEYS[1], ARGV[1])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-if changed == 0 then return 0 end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+local id = append_entry(KEYS[2], 4)
+redis.call('INCRBY', KEYS[4], size)
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. id)
 redis.call('EXPIRE', KEYS[3], ARGV[3])
-append_entry(KEYS[2], 4)
 return 1
 """
 )
 
 # KEYS: liked set, last-ops hash. ARGV: ttl, members from the database...
 WARM = (
-    "local OPS_OFFSET = 0\n"
+    "#!lua\nlocal OPS_OFFSET = 0\n"
     + _WARM_BODY
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -82,16 +107,34 @@ return 1
 )
 
 
+@dataclass(frozen=True)
+class BacklogBound:
+    """How much each like stream shard may hold unflushed (events and bytes)."""
+
+    entries_per_shard: int
+    bytes_per_shard: int
+
+    @classmethod
+    def of(cls, total_entries: int, total_bytes: int, shards: int) -> BacklogBound:
+        return cls(-(-total_entries // shards), -(-total_bytes // shards))
+
+
 class BufferedLikes:
     """SetLike / LikedMap against Redis; the flusher writes the database in batches."""
 
     def __init__(
-        self, client: redis.Redis, streams: LikeStreams, checks: ForumChecks, ttl_seconds: int
+        self,
+        client: redis.Redis,
+        streams: LikeStreams,
+        checks: ForumChecks,
+        ttl_seconds: int,
+        bound: BacklogBound,
     ) -> None:
         self._redis = client
         self._streams = streams
         self._checks = checks
         self._ttl = ttl_seconds
+        self._bound = bound
         self._toggle = client.register_script(TOGGLE)
         self._warm = client.register_script(WARM)
 
@@ -115,6 +158,8 @@ class BufferedLikes:
             if not check.target:
                 raise TargetNotFoundError
             result = await self._toggle_and_append(event, check.liked)
+            if result == -2:
+                raise BacklogFull("the like backlog is full")
             if result != -1:
                 return bool(result == 1)
             cold = True  # expired between EXISTS and the script: ask again, with the members
@@ -124,23 +169,31 @@ class BufferedLikes:
         self, event: like_events_pb2.LikeChanged, warm_with: list[str] | None
     ) -> int:
         user_id, course_id = event.user_id, event.course_id
-        stream = self._streams.stream_of(user_id)
+        shard = self._streams.shard_of(user_id)
+        stream = self._streams.stream(shard)
         with publishing(stream) as publication:
             warm_args = ["1", *warm_with] if warm_with is not None else ["0"]
-            result = await self._toggle(
-                keys=[
-                    self._streams.liked_set(user_id, course_id),
-                    stream,
-                    self._streams.last_ops(user_id, course_id),
-                ],
-                args=[
-                    member(event.target.kind, event.target.id),
-                    "like" if event.liked else "unlike",
-                    self._ttl,
-                    *publication.fields(event),
-                    *warm_args,
-                ],
-            )
+            try:
+                result = await self._toggle(
+                    keys=[
+                        self._streams.liked_set(user_id, course_id),
+                        stream,
+                        self._streams.last_ops(user_id, course_id),
+                        self._streams.backlog_bytes(shard),
+                    ],
+                    args=[
+                        member(event.target.kind, event.target.id),
+                        "like" if event.liked else "unlike",
+                        self._ttl,
+                        *publication.fields(event),
+                        self._bound.entries_per_shard,
+                        self._bound.bytes_per_shard,
+                        *warm_args,
+                    ],
+                )
+            except OutOfMemoryError as exc:
+                publication.span.set_attribute("agora.backlog_full", True)
+                raise BacklogFull("Redis is full") from exc
         return int(result)
 
     async def liked_map(
@@ -151,12 +204,26 @@ class BufferedLikes:
         check = await self._checks.check(course_id, user_id, None, cold)
         if not check.member:
             raise NotEnrolledError
+        members = [member(t.kind, t.id) for t in targets]
         if check.liked is not None:
-            await self._warm(
-                keys=[key, self._streams.last_ops(user_id, course_id)],
-                args=[self._ttl, *check.liked],
-            )
+            ops_key = self._streams.last_ops(user_id, course_id)
+            try:
+                await self._warm(keys=[key, ops_key], args=[self._ttl, *check.liked])
+            except OutOfMemoryError:
+                # Redis is full: answer from the database and the unflushed operations, and
+                # warm the SET another time.
+                liked = await self._liked_without_warming(set(check.liked), ops_key)
+                return [m in liked for m in members]
         if not targets:
             return []
-        members = [member(t.kind, t.id) for t in targets]
         return [bool(f) for f in await self._redis.smismember(key, members)]
+
+    async def _liked_without_warming(self, liked: set[str], ops_key: str) -> set[str]:
+        ops: dict[Any, Any] = await self._redis.hgetall(ops_key)
+        for field, value in ops.items():
+            op = value.split(b":", 1)[0]
+            if op == b"like":
+                liked.add(field.decode())
+            elif op == b"unlike":
+                liked.discard(field.decode())
+        return liked

@@ -6,11 +6,12 @@ from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
 from services.likes.config import LikesSettings
 from services.likes.handlers import LikeHandlers, LikeStore
-from services.likes.redis_store import BufferedLikes
+from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
 from services.likes.sync_store import SyncLikes
 from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import GrpcServer
+from services.runtime.readiness import Dependency
 from services.streams.likes import LikeStreams
 
 SERVICE_NAMES = [like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name]
@@ -20,23 +21,31 @@ async def build(settings: LikesSettings) -> service.Service:
     """The likes service in the configured mode, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
         read_pool = await postgres.connect(
-            settings.postgres_url, max_size=settings.postgres_pool_size, name="likes"
+            settings.postgres_url,
+            max_size=settings.postgres_pool_size,
+            name="likes",
+            timeout=settings.postgres_timeout_seconds,
         )
         resources.push_async_callback(read_pool.close)
+        dependencies = [Dependency("postgresql", lambda: postgres.ping(read_pool))]
         checks = ForumChecks(read_pool)
         store: LikeStore
         # LikesSettings guarantees the URL each mode needs.
         if settings.likes_mode == "buffered" and settings.redis_url:
-            redis = redis_client.connect(settings.redis_url)
+            redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
             resources.push_async_callback(redis.aclose)
-            await redis_client.require_safe_for_streams(redis)
+            dependencies.append(Dependency("redis", lambda: redis_client.check_streams(redis)))
             streams = LikeStreams.from_settings(settings)
-            store = BufferedLikes(redis, streams, checks, settings.liked_set_ttl_seconds)
+            bound = BacklogBound.of(
+                settings.like_queue_max, settings.like_queue_max_bytes, streams.shards
+            )
+            store = BufferedLikes(redis, streams, checks, settings.liked_set_ttl_seconds, bound)
         elif settings.postgres_write_url:
             write_pool = await postgres.connect(
                 settings.postgres_write_url,
                 max_size=settings.postgres_pool_size,
                 name="likes-writer",
+                timeout=settings.postgres_timeout_seconds,
             )
             resources.push_async_callback(write_pool.close)
             store = SyncLikes(checks, write_pool)
@@ -49,7 +58,7 @@ async def build(settings: LikesSettings) -> service.Service:
             register=lambda s: like_service_pb2_grpc.add_LikeServiceServicer_to_server(handlers, s),
             port=settings.grpc_port,
         )
-        return service.Service(server, resources)
+        return service.Service(server, resources, dependencies=dependencies)
 
 
 main = service.main("likes", LikesSettings, build)

@@ -28,6 +28,11 @@ class ServiceSettings(BaseSettings):
     log_level: str = "INFO"
     # Prometheus text on this port (GET /metrics); unset: not served.
     metrics_port: int | None = None
+    # Deadlines of every datastore call (a statement, a command, taking a pooled connection): a
+    # half-open connection must not hold a request or a shard for longer than this.
+    mysql_timeout_seconds: float = Field(default=10.0, gt=0)
+    postgres_timeout_seconds: float = Field(default=10.0, gt=0)
+    redis_timeout_seconds: float = Field(default=5.0, gt=0)
 
 
 def load(cls: type[S]) -> S:

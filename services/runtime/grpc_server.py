@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from services.runtime.config import ServiceSettings
 from services.runtime.grpc_errors import ErrorMappingInterceptor
 from services.runtime.metrics import MetricsInterceptor
+from services.runtime.readiness import LIVENESS, Readiness
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +84,22 @@ class GrpcServer:
             drain_seconds=settings.grpc_drain_seconds,
         )
 
-    async def start(self) -> None:
-        """Start serving and report SERVING for every registered service."""
+    @property
+    def service_names(self) -> list[str]:
+        return list(self._service_names)
+
+    async def start(self, *, serving: bool = True) -> None:
+        """Start serving; report every registered service SERVING, or NOT_SERVING until a
+        readiness check says otherwise. `liveness` is SERVING while the process runs."""
         await self._server.start()
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in ["", *self._service_names]:
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(name, status)
+        await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         log.info("gRPC server listening on port %d", self.port)
 
     async def stop(self) -> None:
@@ -103,15 +115,20 @@ async def run_until_terminated(
     *,
     background: Sequence[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = (),
     cleanup: Sequence[Callable[[], Awaitable[None]]] = (),
+    readiness: Readiness | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT, then drain, stop background loops and run the clean-ups."""
+    """Serve until SIGTERM/SIGINT, then drain, stop background loops and run the clean-ups.
+
+    With `readiness`, health starts NOT_SERVING and follows the dependencies' checks.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    await server.start()
-    tasks = [asyncio.create_task(job(stop)) for job in background]
+    await server.start(serving=readiness is None)
+    jobs = [*background, readiness.run] if readiness else list(background)
+    tasks = [asyncio.create_task(job(stop)) for job in jobs]
     waiter = asyncio.create_task(stop.wait())
     # A background loop that dies is a failed process: stop serving instead of lying in health.
     done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -42,3 +42,24 @@ async def repeat(
             log.warning("%s: datastore unavailable, retrying: %s", name, exc)
         if not busy:
             await pause(stop, every)
+
+
+async def until_done(
+    stop: asyncio.Event,
+    step: Callable[[], Awaitable[object]],
+    *,
+    every: float,
+    name: str,
+) -> bool:
+    """Run `step` until it succeeds, retrying transient failures every `every` seconds; False
+    when `stop` was set first."""
+    while not stop.is_set():
+        try:
+            await step()
+            return True
+        except Exception as exc:
+            if not errors.is_transient(exc):
+                raise
+            log.warning("%s: datastore unavailable, retrying: %s", name, exc)
+        await pause(stop, every)
+    return False

@@ -8,6 +8,7 @@ placeholders only, server.address/port, db.operation.batch.size). Values are nev
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -83,7 +84,7 @@ class MysqlTarget:
 
 
 class Connection:
-    """One pooled connection; every statement on it is traced."""
+    """One pooled connection; every statement on it is traced and has a deadline."""
 
     def __init__(self, conn: aiomysql.Connection, db: MysqlDatabase) -> None:
         self._conn = conn
@@ -91,18 +92,30 @@ class Connection:
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one statement; returns the affected (or matched) row count."""
-        async with self._span(sql, None), self._conn.cursor() as cur:
+        async with (
+            self._span(sql, None),
+            deadline(self._conn, self._db.timeout),
+            self._conn.cursor() as cur,
+        ):
             return int(await cur.execute(sql, args))
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """One multi-row statement for `INSERT … VALUES (%s, …)` (every item a placeholder)."""
         if not rows:
             return 0
-        async with self._span(sql, len(rows)), self._conn.cursor() as cur:
+        async with (
+            self._span(sql, len(rows)),
+            deadline(self._conn, self._db.timeout),
+            self._conn.cursor() as cur,
+        ):
             return int(await cur.executemany(sql, rows))
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        async with self._span(sql, None) as span, self._conn.cursor() as cur:
+        async with (
+            self._span(sql, None) as span,
+            deadline(self._conn, self._db.timeout),
+            self._conn.cursor() as cur,
+        ):
             await cur.execute(sql, args)
             rows: list[Row] = list(await cur.fetchall())
             span.set_attribute("db.response.returned_rows", len(rows))
@@ -143,19 +156,41 @@ class Connection:
                 raise
 
 
+@asynccontextmanager
+async def deadline(conn: aiomysql.Connection, seconds: float) -> AsyncIterator[None]:
+    """Give up on a call after `seconds`, closing the connection: after a timeout nobody knows
+    what state it is in (a half-open socket, a statement still running), so it is never reused."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        conn.close()
+        raise
+
+
 class MysqlDatabase:
     """A connection pool; reads run in autocommit, writes in explicit transactions."""
 
-    def __init__(self, pool: aiomysql.Pool, target: MysqlTarget, system: str) -> None:
+    def __init__(
+        self, pool: aiomysql.Pool, target: MysqlTarget, system: str, timeout: float
+    ) -> None:
         self._pool = pool
         self.target = target
         self.system = system
+        self.timeout = timeout
 
     @classmethod
     async def connect(
-        cls, url: str, *, minsize: int = 1, maxsize: int = 10, system: str = "mariadb"
+        cls,
+        url: str,
+        *,
+        minsize: int = 0,
+        maxsize: int = 10,
+        system: str = "mariadb",
+        timeout: float = 10.0,  # noqa: ASYNC109 (the pool's deadline for every call, not this one's)
     ) -> MysqlDatabase:
-        """Open a pool to `url`. Sessions run in UTC so DATETIME and TIMESTAMP agree."""
+        """A pool to `url`; connections open on first use, so a service starts while MySQL is
+        down. Sessions run in UTC so DATETIME and TIMESTAMP agree."""
         target = MysqlTarget.from_url(url)
         pool = await aiomysql.create_pool(
             minsize=minsize,
@@ -169,30 +204,46 @@ class MysqlDatabase:
             autocommit=True,
             init_command="SET time_zone = '+00:00'",
             pool_recycle=3600,
-            connect_timeout=5,
+            connect_timeout=min(timeout, 5),
             conv=_CONVERSIONS,
         )
         metrics.watch_pool(
             f"mysql:{target.user}", lambda: pool.size, lambda: pool.freesize, maxsize
         )
-        return cls(pool, target, system)
+        return cls(pool, target, system, timeout)
+
+    @asynccontextmanager
+    async def _acquire(self) -> AsyncIterator[aiomysql.Connection]:
+        # Taking a connection may mean opening one, or waiting for a busy pool: both bounded.
+        async with asyncio.timeout(self.timeout):
+            conn = await self._pool.acquire()
+        try:
+            yield conn
+        finally:
+            await self._pool.release(conn)
+
+    async def ping(self) -> None:
+        """One round trip (for readiness)."""
+        await self.fetchone("SELECT 1")
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             yield Connection(conn, self)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
         """BEGIN … COMMIT, or ROLLBACK when the block raises."""
-        async with self._pool.acquire() as conn:
-            await conn.begin()
+        async with self._acquire() as conn:
+            async with deadline(conn, self.timeout):
+                await conn.begin()
             try:
                 yield Connection(conn, self)
             except BaseException:
-                await _rollback_quietly(conn)
+                await _rollback_quietly(conn, self.timeout)
                 raise
-            await conn.commit()
+            async with deadline(conn, self.timeout):
+                await conn.commit()
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         async with self.connection() as conn:
@@ -211,11 +262,14 @@ class MysqlDatabase:
         await self._pool.wait_closed()
 
 
-async def _rollback_quietly(conn: aiomysql.Connection) -> None:
+async def _rollback_quietly(conn: aiomysql.Connection, seconds: float) -> None:
     # The original error matters more than a failed rollback on a broken connection; a broken
     # connection is closed so the pool does not hand it out again.
+    if conn.closed:
+        return
     try:
-        await conn.rollback()
+        async with asyncio.timeout(seconds):
+            await conn.rollback()
     except Exception:
         conn.close()
 

@@ -15,13 +15,25 @@ async def _reset(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
-async def connect(url: str, *, min_size: int = 1, max_size: int = 10, name: str) -> asyncpg.Pool:
-    """A pool to `url` (postgresql://user:password@host:port/db), sessions in UTC."""
+async def connect(
+    url: str,
+    *,
+    min_size: int = 0,
+    max_size: int = 10,
+    name: str,
+    timeout: float = 10.0,  # noqa: ASYNC109 (the pool's deadline for every call, not this one's)
+) -> asyncpg.Pool:
+    """A pool to `url` (postgresql://user:password@host:port/db), sessions in UTC.
+
+    Connections open on first use (a service starts while PostgreSQL is down); every statement
+    has a deadline (command_timeout) and so does opening a connection.
+    """
     pool = await asyncpg.create_pool(
         url,
         min_size=min_size,
         max_size=max_size,
-        command_timeout=10,
+        command_timeout=timeout,
+        timeout=min(timeout, 5.0),
         reset=_reset,
         server_settings={"application_name": name, "timezone": "UTC"},
     )
@@ -31,9 +43,16 @@ async def connect(url: str, *, min_size: int = 1, max_size: int = 10, name: str)
     return pool
 
 
+async def ping(pool: asyncpg.Pool) -> None:
+    """One round trip (for readiness)."""
+    await pool.fetchval("SELECT 1")
+
+
 # SQLSTATEs after which the same statement may succeed later: serialization failure, deadlock,
 # the connection/shutdown classes and too many connections.
-TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
+TRANSIENT_SQLSTATES = frozenset(
+    {"40001", "40P01", "57P01", "57P02", "57P03", "57014", "53300", "55P03"}
+)
 
 
 def classify(exc: BaseException) -> errors.ErrorKind | None:

@@ -9,6 +9,7 @@ import redis.asyncio as redis
 from redis import exceptions as redis_errors
 
 from services.runtime import errors
+from services.runtime.readiness import FatalDependency
 
 log = logging.getLogger(__name__)
 
@@ -20,19 +21,28 @@ SAFE_EVICTION_POLICIES = frozenset(
 )
 
 
-class UnsafeRedis(RuntimeError):
+class UnsafeRedis(FatalDependency):
     """Redis is configured so that acknowledged stream entries could disappear."""
 
 
-def connect(url: str, *, max_connections: int = 64) -> redis.Redis:
-    """A pooled asyncio client with bytes replies (hiredis parses when installed)."""
+def connect(url: str, *, max_connections: int = 64, timeout: float = 5.0) -> redis.Redis:
+    """A pooled asyncio client with bytes replies (hiredis parses when installed); every command
+    has a deadline (blocking reads must ask for less than `timeout`)."""
     return redis.Redis.from_url(
         url,
         max_connections=max_connections,
         decode_responses=False,
         health_check_interval=30,
         socket_keepalive=True,
+        socket_timeout=timeout,
+        socket_connect_timeout=min(timeout, 5.0),
     )
+
+
+async def check_streams(client: redis.Redis) -> None:
+    """Readiness of a Redis that holds streams: it answers, and cannot evict them."""
+    await client.ping()
+    await require_safe_for_streams(client)
 
 
 async def require_safe_for_streams(client: redis.Redis) -> None:
@@ -63,6 +73,9 @@ def classify(exc: BaseException) -> errors.ErrorKind | None:
             redis_errors.BusyLoadingError,
         ),
     ):
+        return errors.ErrorKind.TRANSIENT
+    if isinstance(exc, redis_errors.OutOfMemoryError):
+        # maxmemory with noeviction: writes come back once the flusher has drained some.
         return errors.ErrorKind.TRANSIENT
     if isinstance(exc, redis_errors.RedisError):
         return errors.ErrorKind.OTHER

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from services.runtime import config, logs, metrics, telemetry
 from services.runtime.config import ServiceSettings
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
+from services.runtime.readiness import Dependency, Readiness
 
 S = TypeVar("S", bound=ServiceSettings)
 BackgroundJob = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
@@ -28,6 +29,13 @@ class Service:
     server: GrpcServer
     resources: contextlib.AsyncExitStack
     background: list[BackgroundJob] = field(default_factory=list)
+    # The datastores it needs; health follows them (None: SERVING from the start).
+    dependencies: list[Dependency] = field(default_factory=list)
+
+    def readiness(self) -> Readiness | None:
+        if not self.dependencies:
+            return None
+        return Readiness(self.server.health, self.server.service_names, self.dependencies)
 
     async def close(self) -> None:
         """Close pools and clients, newest first."""
@@ -48,7 +56,9 @@ async def opening() -> AsyncIterator[contextlib.AsyncExitStack]:
 async def serve(service: Service) -> None:
     """Serve until SIGTERM, then drain, stop the background loops and close everything."""
     try:
-        await run_until_terminated(service.server, background=service.background)
+        await run_until_terminated(
+            service.server, background=service.background, readiness=service.readiness()
+        )
     finally:
         await service.close()
 

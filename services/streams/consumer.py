@@ -1,10 +1,18 @@
 """At-least-once consumption of one stream shard, with ACK only after the handler's COMMIT.
 
-The loop every flusher consumer shares: claim what a dead consumer left pending, read this
-consumer's own pending entries before new ones, hand a batch to the handler (one transaction),
-then XACK + XDEL. A batch that fails on its data is split so each entry lands or fails alone; an
-entry that keeps failing moves to the dead-letter stream, with its error, after N deliveries.
-Connection trouble is retried with backoff and never counts as a delivery.
+The loop every flusher consumer shares: wait until what a previous owner left pending is safe to
+take (idle longer than a lease) and claim it, read this consumer's own pending entries before new
+ones, hand a batch to the handler (one transaction, fenced by the lease's epoch), then XACK + XDEL
+and give the batch's units and bytes back to the backlog bound.
+
+What a failure means decides what happens (services/runtime/errors.py):
+- the data is refused (DATA): the batch is split, so each entry lands or fails alone, and an entry
+  that carries several messages is split again so each message lands or fails alone; what keeps
+  failing moves to the dead-letter stream, with its error, after N deliveries;
+- anything else (a connection, a timeout, a revoked grant, a missing table, Redis out of memory)
+  stalls the shard: the same batch is retried with backoff, never counted as a delivery, and the
+  stall is visible in agora_stream_stalled until the infrastructure is fixed;
+- the lease was taken over (Fenced): the consumer stops; the batch rolled back.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 import redis.asyncio as redis
+from google.protobuf.message import Message
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import Link, SpanKind
@@ -31,39 +40,52 @@ from services.streams.entries import (
     FIELD_SOURCE_STREAM,
     Entry,
     PoisonEntry,
+    encode,
+    stored_bytes,
 )
 from services.streams.faults import fault
+from services.streams.fencing import Fence, Fenced
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 
 T = TypeVar("T")
 
-# XACK + XDEL after COMMIT, and give the acknowledged units back to the backlog bound, atomically.
-# KEYS: stream, backlog counter (or a dummy). ARGV: group, use-backlog flag, then (id, units) pairs.
-_ACK = """
-local released = 0
-for i = 3, #ARGV, 2 do
+# XACK + XDEL after COMMIT, and give the acknowledged units and bytes back to the backlog bound,
+# atomically. allow-oom: acknowledging frees memory, so it must run when Redis is full.
+# KEYS: stream, units counter, bytes counter (a dummy key when a counter is not kept).
+# ARGV: group, keep-units flag, keep-bytes flag, then (id, units, bytes) triples.
+_ACK = """#!lua flags=allow-oom
+local units, size = 0, 0
+for i = 4, #ARGV, 3 do
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
   if redis.call('XDEL', KEYS[1], ARGV[i]) == 1 then
-    released = released + tonumber(ARGV[i + 1])
+    units = units + tonumber(ARGV[i + 1])
+    size = size + tonumber(ARGV[i + 2])
   end
 end
-if ARGV[2] == '1' and released > 0 then
-  redis.call('DECRBY', KEYS[2], released)
-end
-return released
+if ARGV[2] == '1' and units > 0 then redis.call('DECRBY', KEYS[2], units) end
+if ARGV[3] == '1' and size > 0 then redis.call('DECRBY', KEYS[3], size) end
+return units
 """
 
-# Move one entry to the dead-letter stream with its error, then ACK + XDEL it, atomically.
-# KEYS: stream, dead-letter stream, backlog counter. ARGV: group, use-backlog flag, id, units,
-# then the dead letter's field/value pairs: where it came from, the error, the deliveries, and
-# the entry's own fields.
-_DEAD_LETTER = """
-redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-if redis.call('XDEL', KEYS[1], ARGV[3]) == 1 and ARGV[2] == '1' then
-  redis.call('DECRBY', KEYS[3], tonumber(ARGV[4]))
+# Move one entry (or the parts of it that failed) to the dead-letter stream, then ACK + XDEL the
+# entry, atomically. The dead-letter stream is capped (MAXLEN ~). allow-oom: the move frees about
+# as much as it takes, and it is how a shard gets past poison when Redis is full.
+# KEYS: stream, dead-letter stream, units counter, bytes counter.
+# ARGV: group, keep-units flag, keep-bytes flag, id, units, bytes, dead-letter cap, letter count,
+# then per letter: its item count, then its field/value items.
+_DEAD_LETTER = """#!lua flags=allow-oom
+local at = 9
+for _ = 1, tonumber(ARGV[8]) do
+  local n = tonumber(ARGV[at])
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', unpack(ARGV, at + 1, at + n))
+  at = at + n + 1
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[4])
+if redis.call('XDEL', KEYS[1], ARGV[4]) == 1 then
+  if ARGV[2] == '1' then redis.call('DECRBY', KEYS[3], tonumber(ARGV[5])) end
+  if ARGV[3] == '1' then redis.call('DECRBY', KEYS[4], tonumber(ARGV[6])) end
 end
 return 1
 """
@@ -78,8 +100,29 @@ class BatchHandler(Protocol[T]):
     def size(self, item: T) -> int:
         """How much work an item is (messages), to cap transactions."""
 
-    async def apply(self, items: Sequence[T]) -> None:
-        """Apply items in one transaction, idempotently; raise on failure."""
+    def parts(self, item: T) -> Sequence[T]:
+        """The smallest items `item` can be applied as, to isolate bad data ([item] if atomic)."""
+
+    def event(self, item: T) -> Message:
+        """The event of an item, to dead-letter a part of an entry on its own."""
+
+    async def take_over(self, fence: Fence) -> None:
+        """Raise the shard's fence to this epoch before consuming; Fenced when already newer."""
+
+    async def apply(self, items: Sequence[T], fence: Fence | None) -> None:
+        """Apply items in one transaction, idempotently, fenced; raise on failure."""
+
+    async def dead_lettered(self, items: Sequence[T]) -> None:
+        """Told after items moved to the dead letters (e.g. to stop pretending they applied)."""
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The counters a producer adds an entry's units and bytes to and the consumer gives back.
+    None: not kept (e.g. the like streams count units by their length)."""
+
+    units_key: str | None = None
+    bytes_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +137,10 @@ class ConsumerConfig:
     # After the first new entries arrive, keep collecting up to batch_max for this long: fewer,
     # larger transactions (likes: one UPDATE of a hot post per batch) for a bounded delay.
     linger_ms: int = 0
+    # The lease period. Pending entries of another consumer are only taken once they have been
+    # idle this long, and the loop never waits longer than a third of it between heartbeats.
+    lease_ms: int = 10_000
+    dead_letter_max: int = 100_000
 
 
 @dataclass
@@ -106,7 +153,7 @@ class ConsumerStats:
 
 
 class ShardConsumer(Generic[T]):
-    """Consumes one shard stream for one consumer group until told to stop."""
+    """Consumes one shard stream for one consumer group until told to stop (or fenced off)."""
 
     def __init__(
         self,
@@ -114,22 +161,39 @@ class ShardConsumer(Generic[T]):
         *,
         stream: str,
         dead_letters: str,
-        backlog_key: str | None,
+        backlog: Backlog,
         handler: BatchHandler[T],
         config: ConsumerConfig,
         family: str,
+        fence: Fence | None = None,
     ) -> None:
         self._redis = client
         self._stream = stream
         self._dead_letters = dead_letters
-        self._backlog_key = backlog_key
+        self._backlog = backlog
         self._handler = handler
         self._config = config
+        # None only for the negative control of the fault-injection suite (fencing switched off).
+        self.fence = fence
         # Metrics are labelled per stream family (messages, likes), not per shard.
         self._family = family
         self._ack = client.register_script(_ACK)
         self._dead_letter = client.register_script(_DEAD_LETTER)
         self.stats = ConsumerStats()
+        # When the loop last showed it is alive; the supervisor renews the lease only while it is.
+        self.heartbeat = time.monotonic()
+        self.fenced: Fenced | None = None
+        self._beat_every = config.lease_ms / 3000
+
+    @property
+    def stream(self) -> str:
+        return self._stream
+
+    def alive_within(self, seconds: float) -> bool:
+        return time.monotonic() - self.heartbeat < seconds
+
+    def _beat(self) -> None:
+        self.heartbeat = time.monotonic()
 
     async def ensure_group(self) -> None:
         try:
@@ -138,8 +202,9 @@ class ShardConsumer(Generic[T]):
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def claim_abandoned(self) -> int:
-        """Take over every entry pending on other consumers (call only while owning the shard)."""
+    async def claim_abandoned(self, min_idle_ms: int | None = None) -> int:
+        """Take over the entries pending on other consumers that are idle longer than a lease."""
+        idle = self._config.lease_ms if min_idle_ms is None else min_idle_ms
         claimed = 0
         cursor: bytes | str = "0-0"
         while True:
@@ -147,7 +212,7 @@ class ShardConsumer(Generic[T]):
                 self._stream,
                 self._config.group,
                 self._config.consumer,
-                min_idle_time=0,
+                min_idle_time=idle,
                 start_id=cursor,
                 count=500,
             )
@@ -158,39 +223,68 @@ class ShardConsumer(Generic[T]):
             if cursor in (b"0-0", "0-0"):
                 return claimed
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Consume until `stop` is set; the current batch always finishes first."""
-        backoff = 0.1
-        claimed = False
+    async def _others_pending(self) -> int:
+        summary: Any = await self._redis.xpending(self._stream, self._config.group)
+        me = self._config.consumer
+        return sum(
+            int(c["pending"]) for c in summary.get("consumers") or [] if _text(c["name"]) != me
+        )
+
+    async def take_over(self, stop: asyncio.Event) -> None:
+        """Fence the shard at this lease's epoch, then claim what the previous owner left.
+
+        Entries read by another consumer are taken only when idle longer than a lease (that
+        consumer's lease has lapsed by then), and new entries wait until all are taken: a newer
+        entry of a user must never be applied before an older one still pending elsewhere.
+        """
+        await self.ensure_group()
+        if self.fence is None:  # negative control: no fencing, claim at once
+            await self.claim_abandoned(min_idle_ms=0)
+            return
+        await self._handler.take_over(self.fence)
         while not stop.is_set():
+            self._beat()
+            claimed = await self.claim_abandoned()
+            if claimed:
+                log.info("%s: claimed %d entries of a previous owner", self._stream, claimed)
+            if not await self._others_pending():
+                return
+            await asyncio.sleep(min(self._beat_every, 0.5))
+        raise _Stopped()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set or the shard is fenced off; a batch finishes first."""
+        backoff = 0.1
+        taken_over = False
+        while not stop.is_set():
+            self._beat()
             try:
-                if not claimed:
-                    await self.ensure_group()
-                    count = await self.claim_abandoned()
-                    if count:
-                        log.info(
-                            "%s: claimed %d entries of departed consumers", self._stream, count
-                        )
-                    claimed = True
+                if not taken_over:
+                    await self.take_over(stop)
+                    taken_over = True
                 entries = await self._read("0") or await self._fill(await self._read(">"))
                 if entries:
                     await self.process(entries, stop)
                 backoff = 0.1
             except _Stopped:
                 return
+            except Fenced as exc:
+                log.warning("%s: stopping: %s", self._stream, exc)
+                self.fenced = exc
+                return
             except redis.ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
                 # Redis came back without its data (no AOF): recreate the group and go on.
                 log.error("%s: consumer group is gone, recreating it", self._stream)
-                claimed = False
-            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
-                # Redis restarting: what was read and not acknowledged is still pending there.
-                log.warning(
-                    "%s: Redis unavailable, retrying in %.1fs: %s", self._stream, backoff, exc
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._config.retry_backoff_max)
+                taken_over = False
+            except Exception as exc:
+                if not errors.is_transient(exc):
+                    raise
+                # Redis or a database restarting: what was read is still pending in Redis.
+                log.warning("%s: unavailable, retrying in %.1fs: %s", self._stream, backoff, exc)
+                await self._pause(backoff)
+                backoff = min(backoff * 2, self._config.retry_backoff_max, self._beat_every)
 
     async def run_once(self) -> int:
         """Process what is available now (own pending first, then new); returns entries handled."""
@@ -223,6 +317,7 @@ class ShardConsumer(Generic[T]):
         block_ms: int | None = None,
         count: int | None = None,
     ) -> list[Entry]:
+        wait_ms = min(block_ms or self._config.block_ms, int(self._beat_every * 1000))
         # Polling is not a request: without this every idle read would be a trace of its own.
         with suppress_instrumentation():
             reply: Any = await self._redis.xreadgroup(
@@ -230,8 +325,9 @@ class ShardConsumer(Generic[T]):
                 self._config.consumer,
                 {self._stream: start},
                 count=count or self._config.read_count,
-                block=(block_ms or self._config.block_ms) if start == ">" and block else None,
+                block=wait_ms if start == ">" and block else None,
             )
+        self._beat()
         if not reply:
             return []
         _, rows = reply[0]
@@ -248,7 +344,7 @@ class ShardConsumer(Generic[T]):
             try:
                 decoded.append((entry, self._handler.decode(entry)))
             except PoisonEntry as exc:
-                await self._on_poison(entry, exc)
+                await self._on_poison(entry, exc, [])
         for chunk in _chunks(decoded, self._handler.size, self._config.batch_max):
             await self._apply_chunk(chunk, stop)
 
@@ -261,27 +357,81 @@ class ShardConsumer(Generic[T]):
                 try:
                     await self._apply_with_retry([entry], [item], stop)
                 except _DataError as exc:
-                    await self._on_poison(entry, exc.__cause__ or exc)
+                    await self._isolate_parts(entry, item, exc.__cause__ or exc, stop)
+
+    async def _isolate_parts(
+        self, entry: Entry, item: T, error: BaseException, stop: asyncio.Event
+    ) -> None:
+        """An entry refused for its data: apply its parts one by one so the good ones land.
+
+        Each part is its own transaction (all idempotent, so a redelivery applies them again
+        harmlessly); the entry is acknowledged when every part landed, or, after N deliveries,
+        with the parts that still fail moved to the dead letters on their own.
+        """
+        parts = self._handler.parts(item)
+        if len(parts) <= 1:
+            await self._on_poison(entry, error, [item])
+            return
+        failed: list[tuple[T, BaseException]] = []
+        for part in parts:
+            try:
+                await self._apply_parts(part, stop)
+            except _DataError as exc:
+                failed.append((part, exc.__cause__ or exc))
+        if not failed:
+            await self._acknowledge([entry])
+            self._record(self._handler.size(item), started=time.perf_counter())
+            return
+        await self._on_poison(entry, failed[0][1], [p for p, _ in failed], split=True)
+
+    async def _apply_parts(self, part: T, stop: asyncio.Event) -> None:
+        """Apply one part without acknowledging anything (the entry is acknowledged whole)."""
+        await self._apply_with_retry([], [part], stop)
 
     async def _apply_with_retry(
         self, entries: Sequence[Entry], items: Sequence[T], stop: asyncio.Event
     ) -> None:
         backoff = 0.05
-        while True:
-            try:
-                await self._apply(entries, items)
-                return
-            except Exception as exc:
-                if not errors.is_transient(exc):
-                    raise _DataError() from exc
-                self.stats.transient_failures += 1
-                if stop.is_set():
-                    raise _Stopped() from exc
-                log.warning(
-                    "%s: transient failure, retrying in %.2fs: %s", self._stream, backoff, exc
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._config.retry_backoff_max)
+        stalled = False
+        try:
+            while True:
+                self._beat()
+                try:
+                    await self._apply(entries, items)
+                    return
+                except Fenced:
+                    raise
+                except Exception as exc:
+                    kind = errors.classify(exc)
+                    if kind is errors.ErrorKind.DATA:
+                        raise _DataError() from exc
+                    # Not the data's fault: stall the shard (nothing is dead-lettered, nothing
+                    # counts as a delivery) until the datastore or the grant is back.
+                    self.stats.transient_failures += 1
+                    if not stalled:
+                        stalled = True
+                        metrics.STREAM_STALLED.labels(self._stream).set(1)
+                    metrics.STALL_RETRIES.labels(self._family, kind.value).inc()
+                    if stop.is_set():
+                        raise _Stopped() from exc
+                    log.warning(
+                        "%s: %s failure, retrying in %.2fs: %s",
+                        self._stream,
+                        kind.value,
+                        backoff,
+                        exc,
+                    )
+                    await self._pause(backoff)
+                    backoff = min(backoff * 2, self._config.retry_backoff_max, self._beat_every)
+        finally:
+            if stalled:
+                metrics.STREAM_STALLED.labels(self._stream).set(0)
+
+    async def _pause(self, seconds: float) -> None:
+        """Back off, staying alive for the supervisor (the loop is waiting, not stuck)."""
+        self._beat()
+        await asyncio.sleep(seconds)
+        self._beat()
 
     async def _apply(self, batch: Sequence[Entry], items: Sequence[T]) -> None:
         links = [
@@ -291,7 +441,7 @@ class ShardConsumer(Generic[T]):
         ]
         # The batch continues the first entry's trace and links every entry's producer, so one
         # trace runs from the request to the INSERT and each other request can still find it.
-        parent = extract_context(batch[0].trace_carrier())
+        parent = extract_context(batch[0].trace_carrier()) if batch else None
         size = sum(self._handler.size(i) for i in items)
         started = time.perf_counter()
         with _tracer.start_as_current_span(
@@ -307,9 +457,14 @@ class ShardConsumer(Generic[T]):
                 "messaging.batch.message_count": size,
             },
         ):
-            await self._handler.apply(items)
+            await self._handler.apply(items, self.fence)
             fault("after_commit")
-            await self._acknowledge(batch)
+            if batch:
+                await self._acknowledge(batch)
+        if batch:
+            self._record(size, started)
+
+    def _record(self, size: int, started: float) -> None:
         self.stats.applied += size
         self.stats.batches += 1
         metrics.FLUSH_BATCHES.labels(self._family).inc()
@@ -317,13 +472,33 @@ class ShardConsumer(Generic[T]):
         metrics.FLUSH_BATCH_SECONDS.labels(self._family).observe(time.perf_counter() - started)
         metrics.FLUSHED_MESSAGES.labels(self._family).inc(size)
 
-    async def _acknowledge(self, entries: Sequence[Entry]) -> None:
-        args: list[bytes | int | str] = [self._config.group, "1" if self._backlog_key else "0"]
-        for entry in entries:
-            args += [entry.id, entry.units]
-        await self._ack(keys=[self._stream, self._backlog_key or self._stream], args=args)
+    def _backlog_args(self) -> list[bytes | int | str]:
+        return [
+            self._config.group,
+            "1" if self._backlog.units_key else "0",
+            "1" if self._backlog.bytes_key else "0",
+        ]
 
-    async def _on_poison(self, entry: Entry, error: BaseException) -> None:
+    def _backlog_keys(self) -> list[str]:
+        return [
+            self._backlog.units_key or self._stream,
+            self._backlog.bytes_key or self._stream,
+        ]
+
+    async def _acknowledge(self, entries: Sequence[Entry]) -> None:
+        args = self._backlog_args()
+        for entry in entries:
+            args += [entry.id, entry.units if entry.fields else 0, stored_bytes(entry.fields)]
+        await self._ack(keys=[self._stream, *self._backlog_keys()], args=args)
+
+    async def _on_poison(
+        self,
+        entry: Entry,
+        error: BaseException,
+        items: Sequence[T],
+        *,
+        split: bool = False,
+    ) -> None:
         deliveries = await self._deliveries(entry.id)
         if deliveries < self._config.max_deliveries:
             log.warning(
@@ -336,37 +511,51 @@ class ShardConsumer(Generic[T]):
             )
             # Left pending: the next read of own pending entries retries it, after a pause so a
             # poison entry does not spin the loop.
-            await asyncio.sleep(min(0.05 * 2**deliveries, 2.0))
+            await self._pause(min(0.05 * 2**deliveries, 2.0))
             return
         log.error(
-            "%s: entry %s moved to %s after %d deliveries: %s",
+            "%s: %s of entry %s moved to %s after %d deliveries: %s",
             self._stream,
+            f"{len(items)} part(s)" if split else "all",
             entry.id.decode(),
             self._dead_letters,
             deliveries,
             error,
         )
-        args: list[bytes | int | str] = [
-            self._config.group,
-            "1" if self._backlog_key else "0",
-            entry.id,
-            entry.units,
+        meta = [
             FIELD_SOURCE_STREAM,
-            self._stream,
+            self._stream.encode(),
             FIELD_SOURCE_ID,
             entry.id,
             FIELD_ERROR,
-            f"{type(error).__name__}: {error}"[:2000],
+            f"{type(error).__name__}: {error}"[:2000].encode(),
             FIELD_DELIVERIES,
-            deliveries,
+            str(deliveries).encode(),
         ]
-        for name, value in entry.fields.items():
-            args += [name, value]
+        if split:
+            letters = [
+                meta + encode(self._handler.event(p), self._handler.size(p), entry.trace_carrier())
+                for p in items
+            ]
+        else:
+            letters = [meta + [v for pair in entry.fields.items() for v in pair]]
+        args = self._backlog_args()
+        args += [
+            entry.id,
+            entry.units,
+            stored_bytes(entry.fields),
+            self._config.dead_letter_max,
+            len(letters),
+        ]
+        for letter in letters:
+            args += [len(letter), *letter]
         await self._dead_letter(
-            keys=[self._stream, self._dead_letters, self._backlog_key or self._stream], args=args
+            keys=[self._stream, self._dead_letters, *self._backlog_keys()], args=args
         )
-        self.stats.dead_lettered += 1
-        metrics.DEAD_LETTERS.labels(self._family).inc()
+        if items:
+            await self._handler.dead_lettered(items)
+        self.stats.dead_lettered += len(letters)
+        metrics.DEAD_LETTERS.labels(self._family).inc(len(letters))
 
     async def _deliveries(self, entry_id: bytes) -> int:
         pending = await self._redis.xpending_range(
@@ -381,6 +570,10 @@ class _Stopped(Exception):
 
 class _DataError(Exception):
     """The handler refused the batch because of its data (the cause says why)."""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _chunks(

@@ -51,6 +51,12 @@ def encode(event: Message, units: int, carrier: Mapping[str, str]) -> list[bytes
     ]
 
 
+def stored_bytes(fields: Mapping[bytes, bytes]) -> int:
+    """What an entry weighs against a byte bound: its field names and values, as Redis keeps them
+    (the producers' Lua computes the same sum over the items `encode` returned)."""
+    return sum(len(name) + len(value) for name, value in fields.items())
+
+
 def as_mapping(
     event: Message, units: int = 1, carrier: Mapping[str, str] | None = None
 ) -> dict[FieldT, EncodableT]:

@@ -1,22 +1,50 @@
 """One consumer per shard at a time, with shards spread evenly over the live flusher replicas.
 
-Each replica heartbeats into a member set and holds an owned lock (redis-py's Lock, token = the
-member name) per shard it owns. A replica owns at most ceil(shards / live replicas) shards and
-gives extras back, so a new replica gets its share within one lease period. A lease that is not
-renewed expires and another replica takes the shard (claiming the dead consumer's pending entries
-first).
+Each replica heartbeats into a member set and holds a lease key per shard it owns (SET NX PX, the
+value naming the holder). Taking a lease also takes the next epoch of that shard (an INCR in the
+same script): the fencing token its consumer carries to the database (streams/fencing.py). A
+replica owns at most ceil(shards / live replicas) shards; the supervisor gives extras back (after
+stopping their consumers), renews only the leases whose consumers are making progress, and takes
+free shards up to its share.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import zlib
 
 import redis.asyncio as redis
-from redis.asyncio.lock import Lock
-from redis.exceptions import LockError
+
+# KEYS: lease, epoch counter. ARGV: holder, ttl ms. A free lease is taken with the next epoch.
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0
+"""
+# KEYS: lease. ARGV: holder, ttl ms. Only the holder extends (or gives back) its lease.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+# KEYS: epoch counter. ARGV: an epoch the datastore holds. The counter never goes backwards, and
+# after this the next lease is newer than anything the datastore has seen.
+_RAISE_EPOCH = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+"""
 
 
 class ShardLeases:
@@ -27,63 +55,60 @@ class ShardLeases:
     ) -> None:
         self._redis = client
         self._prefix = prefix
-        self._shards = shards
-        self._member = member
-        self._ttl = ttl_ms / 1000
-        self._held: dict[int, Lock] = {}
-
-    @property
-    def owned(self) -> set[int]:
-        return set(self._held)
+        self.shards = shards
+        self.member = member
+        self.ttl_ms = ttl_ms
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+        self._raise_epoch = client.register_script(_RAISE_EPOCH)
 
     def _key(self, shard: int) -> str:
         return f"{self._prefix}:{shard}"
+
+    def _epoch_key(self, shard: int) -> str:
+        return f"{self._prefix}:{shard}:epoch"
 
     @property
     def _members_key(self) -> str:
         return f"{self._prefix}:members"
 
-    async def refresh(self) -> set[int]:
-        """Heartbeat, renew what is held, give back extras, take free shards up to a fair share."""
+    async def heartbeat(self) -> tuple[int, list[int]]:
+        """Say this replica is alive; returns its fair share and the shards nobody holds."""
         now_ms = int(time.time() * 1000)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self._members_key, {self._member: now_ms})
-            pipe.zremrangebyscore(self._members_key, "-inf", now_ms - int(self._ttl * 1000))
+            pipe.zadd(self._members_key, {self.member: now_ms})
+            pipe.zremrangebyscore(self._members_key, "-inf", now_ms - self.ttl_ms)
             pipe.zcard(self._members_key)
-            pipe.mget([self._key(s) for s in range(self._shards)])
+            pipe.mget([self._key(s) for s in range(self.shards)])
             _, _, live, holders = await pipe.execute()
-        fair = math.ceil(self._shards / max(int(live), 1))
+        fair = math.ceil(self.shards / max(int(live), 1))
+        # Look from a member-specific offset so replicas do not all race for shard 0.
+        offset = zlib.crc32(self.member.encode()) % self.shards
+        order = [(offset + i) % self.shards for i in range(self.shards)]
+        return fair, [s for s in order if holders[s] is None]
 
-        for shard, lock in sorted(self._held.items()):
-            try:
-                await lock.extend(self._ttl, replace_ttl=True)
-            except LockError:  # expired and maybe taken by another replica: not ours any more
-                del self._held[shard]
-        for shard in sorted(self._held, reverse=True)[: max(len(self._held) - fair, 0)]:
-            await self._release(shard)
-        # Start looking at a member-specific offset so replicas do not all race for shard 0.
-        offset = zlib.crc32(self._member.encode()) % self._shards
-        for i in range(self._shards):
-            if len(self._held) >= fair:
-                break
-            shard = (offset + i) % self._shards
-            if holders[shard] is not None:
-                continue
-            lock = self._redis.lock(
-                self._key(shard), timeout=self._ttl, blocking=False, thread_local=False
+    async def acquire(self, shard: int) -> int | None:
+        """Take a free lease; its epoch, or None when another replica holds it."""
+        epoch = int(
+            await self._acquire(
+                keys=[self._key(shard), self._epoch_key(shard)], args=[self.member, self.ttl_ms]
             )
-            if await lock.acquire(token=self._member):
-                self._held[shard] = lock
-        return self.owned
+        )
+        return epoch or None
 
-    async def release_all(self) -> None:
-        """Give every lease back at shutdown so another replica takes over at once."""
-        for shard in sorted(self._held):
-            await self._release(shard)
-        await self._redis.zrem(self._members_key, self._member)
+    async def renew(self, shard: int) -> bool:
+        """Extend a lease this replica holds; False when it expired (maybe taken over)."""
+        return bool(await self._renew(keys=[self._key(shard)], args=[self.member, self.ttl_ms]))
 
-    async def _release(self, shard: int) -> None:
-        lock = self._held.pop(shard)
-        # Already expired: nothing to give back.
-        with contextlib.suppress(LockError):
-            await lock.release()
+    async def release(self, shard: int) -> None:
+        """Give a lease back (after its consumer stopped) so another replica takes it at once."""
+        await self._release(keys=[self._key(shard)], args=[self.member])
+
+    async def raise_epoch(self, shard: int, epoch: int) -> None:
+        """Make the next lease of `shard` newer than `epoch` (the counter fell behind)."""
+        await self._raise_epoch(keys=[self._epoch_key(shard)], args=[epoch])
+
+    async def leave(self) -> None:
+        """Leave the member set at shutdown, so the others' fair share grows at once."""
+        await self._redis.zrem(self._members_key, self.member)

@@ -65,6 +65,10 @@ class LikeStreams:
     def stream_of(self, user_id: int) -> str:
         return self.stream(self.shard_of(user_id))
 
+    def backlog_bytes(self, shard: int) -> str:
+        """Bytes of the shard's unflushed events (the stream's length counts them)."""
+        return f"{self.prefix}:{{ls{shard}}}:like-events:bytes"
+
     def liked_set(self, user_id: int, course_id: int) -> str:
         """What the user has liked in the course: members p:<post id> / c:<comment id>."""
         return f"{self._tagged(user_id)}:u:{user_id}:c:{course_id}:liked"
@@ -81,13 +85,61 @@ class LikeStreams:
         return f"{self.prefix}:like-lease"
 
     def dirty(self, kind: TargetKind) -> str:
-        """Targets whose counters a flush changed, for reconciliation."""
-        return f"{self.prefix}:dirty:{KIND_NAMES[kind]}s"
+        """Targets whose counters a flush changed, for reconciliation (one hash tag for both)."""
+        return f"{self.prefix}:{{dirty}}:{KIND_NAMES[kind]}s"
 
 
 def member(kind: TargetKind, target_id: int) -> str:
     """The SET member of a target: p:12 or c:34."""
     return f"{_LETTERS[kind]}:{target_id}"
+
+
+# A user's last-operation hash (last_ops) maps a member to '<like|unlike>:<stream entry id>'
+# while that operation is not flushed yet: warming a liked SET applies these on top of the
+# database. The flusher deletes a field once the very entry it names is committed (a newer
+# toggle has another id and stays), and marks it 'dead:<op>:<id>' when the entry is
+# dead-lettered (warming then ignores it: the database is right). Replaying a dead letter puts it
+# back only while it is still the user's last operation on that target.
+
+
+def op_value(liked: bool, entry_id: bytes | str) -> bytes:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return f"{'like' if liked else 'unlike'}:{text}".encode()
+
+
+DEAD = b"dead:"
+
+# KEYS: last-op hashes (one shard: one hash tag). ARGV: (key index, member, value) triples.
+# Delete each field still holding exactly the flushed value. allow-oom: deleting frees memory.
+FORGET_FLUSHED = """#!lua flags=allow-oom
+for i = 1, #ARGV, 3 do
+  local key = KEYS[tonumber(ARGV[i])]
+  if redis.call('HGET', key, ARGV[i + 1]) == ARGV[i + 2] then
+    redis.call('HDEL', key, ARGV[i + 1])
+  end
+end
+return 1
+"""
+
+# Same arguments: mark each field still holding exactly the dead-lettered value as dead.
+MARK_DEAD = """#!lua flags=allow-oom
+for i = 1, #ARGV, 3 do
+  local key = KEYS[tonumber(ARGV[i])]
+  if redis.call('HGET', key, ARGV[i + 1]) == ARGV[i + 2] then
+    redis.call('HSET', key, ARGV[i + 1], 'dead:' .. ARGV[i + 2])
+  end
+end
+return 1
+"""
+
+# KEYS: dirty posts, dirty comments. ARGV: how many post ids, the post ids, the comment ids.
+# allow-oom: a mark must not be lost when Redis is full (the sets hold ids, bounded by targets).
+MARK_DIRTY = """#!lua flags=allow-oom
+local posts = tonumber(ARGV[1])
+for i = 2, posts + 1 do redis.call('SADD', KEYS[1], ARGV[i]) end
+for i = posts + 2, #ARGV do redis.call('SADD', KEYS[2], ARGV[i]) end
+return 1
+"""
 
 
 def decode(entry: Entry) -> like_events_pb2.LikeChanged:

@@ -57,6 +57,11 @@ class MessageStreams:
         return f"{self.prefix}:backlog"
 
     @property
+    def backlog_bytes_key(self) -> str:
+        """Bytes of the entries appended and not yet flushed, across all shards."""
+        return f"{self.prefix}:backlog-bytes"
+
+    @property
     def dead_letters(self) -> str:
         return f"{self.prefix}:dead"
 

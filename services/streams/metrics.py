@@ -55,3 +55,25 @@ REDIS_EVICTED_KEYS = Gauge("agora_redis_evicted_keys", "Redis INFO evicted_keys 
 REDIS_USED_MEMORY = Gauge("agora_redis_used_memory_bytes", "Redis INFO used_memory")
 
 REDIS_MAXMEMORY = Gauge("agora_redis_maxmemory_bytes", "Redis maxmemory (0 = unlimited)")
+
+STREAM_STALLED = Gauge(
+    "agora_stream_stalled",
+    "1 while a shard's consumer retries a batch the infrastructure refuses (not its data)",
+    ["stream"],
+)
+
+STALL_RETRIES = Counter(
+    "agora_stream_stall_retries",
+    "Batch retries after a transient or infrastructure failure",
+    ["stream", "kind"],
+)
+
+DEAD_LETTER_OLDEST = Gauge(
+    "agora_dead_letter_oldest_seconds",
+    "Age of the oldest entry of a dead-letter stream",
+    ["stream"],
+)
+
+BACKLOG_BYTES = Gauge(
+    "agora_backlog_bytes", "Bytes appended and not yet flushed, per stream family", ["family"]
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as redis
@@ -25,12 +25,15 @@ class StreamMonitor:
         streams: Sequence[tuple[str, str]],
         dead_letters: Sequence[str],
         backlog_key: str,
+        backlog_bytes: Mapping[str, Sequence[str]] | None = None,
         interval: float = 10.0,
     ) -> None:
         self._redis = client
         self._streams = list(streams)  # (stream, group)
         self._dead = list(dead_letters)
         self._backlog_key = backlog_key
+        # family → the counters of unflushed bytes its shards keep
+        self._backlog_bytes = dict(backlog_bytes or {})
         self._interval = interval
 
     async def sample(self) -> None:
@@ -51,7 +54,13 @@ class StreamMonitor:
             metrics.STREAM_OLDEST_PENDING.labels(stream).set(max(age, 0.0))
         for stream in self._dead:
             metrics.DEAD_LETTERS_WAITING.labels(stream).set(await self._redis.xlen(stream))
+            first: Any = await self._redis.xrange(stream, count=1)
+            age = (now_ms - int(_text(first[0][0]).split("-")[0])) / 1000 if first else 0.0
+            metrics.DEAD_LETTER_OLDEST.labels(stream).set(max(age, 0.0))
         metrics.MESSAGE_BACKLOG.set(float(await self._redis.get(self._backlog_key) or 0))
+        for family, keys in self._backlog_bytes.items():
+            values = await self._redis.mget(list(keys)) if keys else []
+            metrics.BACKLOG_BYTES.labels(family).set(sum(float(v or 0) for v in values))
         stats: Any = await self._redis.info("stats")
         memory: Any = await self._redis.info("memory")
         metrics.REDIS_EVICTED_KEYS.set(float(stats.get("evicted_keys", 0)))

@@ -1,10 +1,18 @@
-"""Runs one ShardConsumer per shard this replica holds a lease on, following lease changes."""
+"""Runs one ShardConsumer per shard this replica holds a lease on, following lease changes.
+
+Every tick (a third of the lease period): heartbeat; for each running consumer, renew its lease
+only while the consumer shows it is alive (a consumer stuck in a call loses its lease on purpose,
+so another replica takes over), stop it when its lease is gone or it was fenced off; give back
+shards beyond the fair share, always stopping the consumer before releasing its lease; then take
+free shards up to the fair share, each with a new epoch.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis.asyncio as redis
@@ -16,6 +24,9 @@ from services.streams.leases import ShardLeases
 
 log = logging.getLogger(__name__)
 
+# (shard, epoch) -> the consumer of that shard, fenced by that epoch.
+ConsumerFactory = Callable[[int, int], ShardConsumer[Any]]
+
 
 class ShardedLayout(Protocol):
     """What a stream family's layout tells the supervisor: how many shards, where leases live."""
@@ -26,6 +37,13 @@ class ShardedLayout(Protocol):
     def lease_prefix(self) -> str: ...
 
 
+@dataclass
+class _Running:
+    consumer: ShardConsumer[Any]
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+
 class ShardSupervisor:
     """Starts and stops shard consumers as leases are won and lost."""
 
@@ -34,7 +52,7 @@ class ShardSupervisor:
         cls,
         client: redis.Redis,
         layout: ShardedLayout,
-        make_consumer: Callable[[int], ShardConsumer[Any]],
+        make_consumer: ConsumerFactory,
         *,
         member: str,
         ttl_ms: int,
@@ -43,53 +61,98 @@ class ShardSupervisor:
         leases = ShardLeases(
             client, prefix=layout.lease_prefix(), shards=layout.shards, member=member, ttl_ms=ttl_ms
         )
-        # Renew three times per lease period, so one slow round trip does not lose a lease.
-        return cls(leases, make_consumer, refresh_seconds=ttl_ms / 3000)
+        return cls(leases, make_consumer)
 
-    def __init__(
-        self,
-        leases: ShardLeases,
-        make_consumer: Callable[[int], ShardConsumer[Any]],
-        refresh_seconds: float,
-    ) -> None:
+    def __init__(self, leases: ShardLeases, make_consumer: ConsumerFactory) -> None:
         self._leases = leases
         self._make_consumer = make_consumer
-        self._refresh = refresh_seconds
-        self._running: dict[int, tuple[asyncio.Event, asyncio.Task[None]]] = {}
+        self._ttl = leases.ttl_ms / 1000
+        # Renew three times per lease period, so one slow round trip does not lose a lease.
+        self._refresh = self._ttl / 3
+        self._running: dict[int, _Running] = {}
+
+    @property
+    def owned(self) -> set[int]:
+        return set(self._running)
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
-            await repeat(stop, self._follow_leases, every=self._refresh, name="shard leases")
+            await repeat(stop, self.follow_leases, every=self._refresh, name="shard leases")
         finally:
-            for shard in list(self._running):
-                await self._stop(shard)
+            for shard in sorted(self._running):
+                await self._give_back(shard)
             try:
-                await self._leases.release_all()
+                await self._leases.leave()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning("leases not released (they expire on their own): %s", exc)
+                log.warning("not leaving the member set (it expires on its own): %s", exc)
 
-    async def _follow_leases(self) -> None:
+    async def follow_leases(self) -> None:
+        """One tick: keep, stop, give back and take shards (see the module docstring)."""
         try:
             with suppress_instrumentation():  # housekeeping, not a request
-                owned = await self._leases.refresh()
+                await self._tick()
         except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
-            # Redis restarting: keep the consumers (they retry on their own) and the shards we
-            # hold; leases are checked again on the next tick.
+            # Redis away: nobody can take our shards meanwhile; the consumers retry on their own
+            # and leases are checked again on the next tick.
             log.warning("shard leases unavailable: %s", exc)
-            owned = set(self._running)
-        for shard in owned - self._running.keys():
-            shard_stop = asyncio.Event()
-            task = asyncio.create_task(self._make_consumer(shard).run(shard_stop))
-            self._running[shard] = (shard_stop, task)
-            log.info("consuming shard %d", shard)
-        for shard in set(self._running) - owned:
-            await self._stop(shard)
-            log.info("gave up shard %d", shard)
-        for _, task in list(self._running.values()):
-            if task.done():  # a consumer that crashed: surface it, fail the process
-                task.result()
+
+    async def _tick(self) -> None:
+        fair, free = await self._leases.heartbeat()
+        for shard, run in sorted(self._running.items()):
+            if run.task.done():
+                await self._ended(shard, run)
+            elif not run.consumer.alive_within(self._ttl - self._refresh):
+                # Stuck in a call (a half-open connection?): stop renewing so the lease lapses
+                # and another replica takes over; fencing keeps this one from committing.
+                log.warning("shard %d: consumer made no progress; giving the shard up", shard)
+                await self._stop(shard)
+            elif not await self._leases.renew(shard):
+                log.warning("shard %d: lease lost; stopping its consumer", shard)
+                await self._stop(shard)
+        for shard in sorted(self._running, reverse=True)[: max(len(self._running) - fair, 0)]:
+            await self._give_back(shard)
+        for shard in free:
+            if len(self._running) >= fair:
+                break
+            epoch = await self._leases.acquire(shard)
+            if epoch is None:
+                continue
+            stop = asyncio.Event()
+            consumer = self._make_consumer(shard, epoch)
+            task = asyncio.create_task(consumer.run(stop))
+            self._running[shard] = _Running(consumer, stop, task)
+            log.info("consuming shard %d at epoch %d", shard, epoch)
+
+    async def _ended(self, shard: int, run: _Running) -> None:
+        """A consumer that stopped on its own: fenced off (give the shard back), or crashed."""
+        self._running.pop(shard)
+        fenced = run.consumer.fenced
+        if fenced is None:
+            run.task.result()  # a consumer that crashed: surface it, fail the process
+            return
+        if fenced.current is not None:
+            # The datastore holds a newer epoch than this lease: the lease counter fell behind
+            # (Redis restored from an older snapshot). Move it past, then lease again.
+            await self._leases.raise_epoch(shard, fenced.current)
+        await self._leases.release(shard)
 
     async def _stop(self, shard: int) -> None:
-        shard_stop, task = self._running.pop(shard)
-        shard_stop.set()
-        await asyncio.gather(task, return_exceptions=True)
+        run = self._running.pop(shard)
+        run.stop.set()
+        try:
+            # A consumer finishes its batch (every call has a deadline); one that does not is
+            # cancelled. Either way fencing keeps a late commit out.
+            await asyncio.wait_for(asyncio.shield(run.task), self._ttl)
+        except TimeoutError:
+            run.task.cancel()
+        except Exception as exc:
+            log.warning("shard %d: consumer ended with %r", shard, exc)
+        log.info("stopped consuming shard %d", shard)
+
+    async def _give_back(self, shard: int) -> None:
+        """Stop the consumer first, then release the lease: never two consumers at once."""
+        await self._stop(shard)
+        try:
+            await self._leases.release(shard)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("shard %d: lease not released (it expires on its own): %s", shard, exc)

@@ -8,6 +8,7 @@ from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 from services.runtime import postgres, service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
+from services.runtime.readiness import Dependency
 from services.timeline.config import TimelineSettings
 from services.timeline.forum_handlers import ForumReadHandlers
 from services.timeline.forum_repository import ForumReadRepository
@@ -23,10 +24,17 @@ SERVICE_NAMES = [
 async def build(settings: TimelineSettings) -> service.Service:
     """The timeline service, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        mysql = await MysqlDatabase.connect(settings.mysql_url, maxsize=settings.mysql_pool_size)
+        mysql = await MysqlDatabase.connect(
+            settings.mysql_url,
+            maxsize=settings.mysql_pool_size,
+            timeout=settings.mysql_timeout_seconds,
+        )
         resources.push_async_callback(mysql.close)
         pool = await postgres.connect(
-            settings.postgres_url, max_size=settings.postgres_pool_size, name="timeline"
+            settings.postgres_url,
+            max_size=settings.postgres_pool_size,
+            name="timeline",
+            timeout=settings.postgres_timeout_seconds,
         )
         resources.push_async_callback(pool.close)
         messages = TimelineHandlers(TimelineRepository(mysql))
@@ -39,7 +47,15 @@ async def build(settings: TimelineSettings) -> service.Service:
         server = GrpcServer.from_settings(
             settings, service_names=SERVICE_NAMES, register=register, port=settings.grpc_port
         )
-        return service.Service(server, resources)
+        messaging_name, forum_name = SERVICE_NAMES
+        return service.Service(
+            server,
+            resources,
+            dependencies=[
+                Dependency("mysql", mysql.ping, (messaging_name,)),
+                Dependency("postgresql", lambda: postgres.ping(pool), (forum_name,)),
+            ],
+        )
 
 
 main = service.main("timeline", TimelineSettings, build)

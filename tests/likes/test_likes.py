@@ -261,17 +261,37 @@ async def test_killed_between_commit_and_ack_the_flusher_counts_nothing_twice(
     assert len([p for p in state["post_likes"] if p[0] == 1]) == len(enrolled)
 
 
-async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_replayed(
-    flusher: Flusher, redis_client: redis.Redis, pg_admin: asyncpg.Pool
+async def set_like(
+    likes: like_service_pb2_grpc.LikeServiceStub, user: int, target: pb.Target, like: bool
+) -> pb.SetLikeResponse:
+    reply: pb.SetLikeResponse = await likes.SetLike(
+        pb.SetLikeRequest(user_id=user, course_id=42, target=target, like=like)
+    )
+    return reply
+
+
+async def poison_unlike_of_post_2(
+    likes: like_service_pb2_grpc.LikeServiceStub, flusher: Flusher, pg_admin: asyncpg.Pool
 ) -> None:
-    # A counter that drifted to 0 while user 7's like row exists: unliking it would take
-    # like_count below zero, which the CHECK refuses on every delivery (seed case 3).
+    """User 7 unlikes post 2 while its counter drifted to 0: the unlike would take like_count
+    below zero, which the CHECK refuses on every delivery (seed case 3) — a dead letter."""
     await pg_admin.execute("UPDATE posts SET like_count = 0 WHERE id = 2")
+    assert (await set_like(likes, 7, post(2), False)).changed
+    await flusher.drain()
+
+
+async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_replayed(
+    likes: like_service_pb2_grpc.LikeServiceStub,
+    flusher: Flusher,
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+) -> None:
     stream = STREAMS.stream_of(7)
-    await redis_client.xadd(stream, like_event(7, COMMENT, 1))
-    await redis_client.xadd(stream, like_event(7, POST, 2, liked=False))
+    await set_like(likes, 7, pb.Target(kind=pb.TARGET_KIND_COMMENT, id=1), True)
+    await pg_admin.execute("UPDATE posts SET like_count = 0 WHERE id = 2")
+    await set_like(likes, 7, post(2), False)
     await redis_client.xadd(stream, like_event(7, POST, 0))  # no target id: never applicable
-    await redis_client.xadd(stream, like_event(7, POST, 1))
+    await set_like(likes, 7, post(1), True)
 
     await flusher.drain()
 
@@ -288,7 +308,7 @@ async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_r
     await flusher.reconciler().recount_dirty()
     await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
     unlike = next(d for d in dead if target_of(d) == (POST, 2))
-    await replay(redis_client, unlike, backlog_key=None)
+    assert (await replay(redis_client, unlike, like_streams=STREAMS)).new_id is not None
     await flusher.drain()
     state = await counts(pg_admin)
     assert (2, 7) not in state["post_likes"]
@@ -296,6 +316,66 @@ async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_r
     assert [target_of(d) for d in await list_dead(redis_client, STREAMS.dead_letters)] == [
         (POST, 0)
     ]
+    # The replay made it the user's last operation again, until it was flushed.
+    assert not await redis_client.hgetall(STREAMS.last_ops(7, 42))
+
+
+async def test_a_dead_letter_never_overrides_a_newer_toggle(
+    likes: like_service_pb2_grpc.LikeServiceStub,
+    flusher: Flusher,
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+) -> None:
+    await poison_unlike_of_post_2(likes, flusher, pg_admin)
+    [unlike] = await list_dead(redis_client, STREAMS.dead_letters)
+    await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
+    # Meanwhile the user likes post 2 again (the SET says unliked: this is a change).
+    assert (await set_like(likes, 7, post(2), True)).changed
+    await flusher.drain()
+
+    result = await replay(redis_client, unlike, like_streams=STREAMS)
+
+    assert result.new_id is None
+    assert "obsolete" in result.reason
+    await flusher.drain()
+    state = await counts(pg_admin)
+    assert (2, 7) in state["post_likes"]  # the newer like stands
+    assert state["posts"][2] == 1
+    # Refused letters stay for the operator to read (and drop).
+    assert len(await list_dead(redis_client, STREAMS.dead_letters)) == 1
+
+
+async def test_deleting_a_users_sets_recovers_after_a_dead_letter_and_after_a_flush(
+    likes: like_service_pb2_grpc.LikeServiceStub,
+    flusher: Flusher,
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+) -> None:
+    """Seed 002 case 2: when Redis and the database disagree, deleting the user's liked SET
+    makes the next request warm it from the database (docs/runbooks/like-drift.md)."""
+    # A flushed like: its last-operation record is forgotten once it is in the database.
+    assert (await set_like(likes, 8, post(1), True)).changed
+    await flusher.drain()
+    assert not await redis_client.hexists(STREAMS.last_ops(8, 42), "p:1")
+    # A dead-lettered unlike: Redis says unliked, the database still has the like.
+    await poison_unlike_of_post_2(likes, flusher, pg_admin)
+    assert len(await list_dead(redis_client, STREAMS.dead_letters)) == 1
+    assert not (await set_like(likes, 7, post(2), False)).changed  # Redis: already unliked
+
+    await redis_client.delete(STREAMS.liked_set(7, 42), STREAMS.liked_set(8, 42))
+
+    # Warmed from the database: user 7's like of post 2 is back, and 8's flushed like too.
+    flags = await likes.LikedMap(
+        pb.LikedMapRequest(user_id=7, course_id=42, targets=[post(1), post(2)])
+    )
+    assert list(flags.liked) == [False, True]
+    flags = await likes.LikedMap(pb.LikedMapRequest(user_id=8, course_id=42, targets=[post(1)]))
+    assert list(flags.liked) == [True]
+    # And the user can act on the state they see: unliking works (once the counter is right).
+    await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
+    assert (await set_like(likes, 7, post(2), False)).changed
+    await flusher.drain()
+    assert (2, 7) not in (await counts(pg_admin))["post_likes"]
 
 
 def target_of(letter: DeadLetter) -> tuple[int, int]:

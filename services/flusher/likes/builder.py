@@ -10,7 +10,7 @@ from services.flusher.likes.handler import LikeEntryHandler, LikeEvent
 from services.flusher.likes.reconcile import Reconciler
 from services.flusher.likes.repository import LikeRepository
 from services.streams import likes
-from services.streams.consumer import ConsumerConfig, ShardConsumer
+from services.streams.consumer import Backlog, ConsumerConfig, ShardConsumer
 from services.streams.supervisor import ShardSupervisor
 
 LikeConsumer = ShardConsumer[LikeEvent]
@@ -22,30 +22,30 @@ def streams(settings: FlusherSettings) -> likes.LikeStreams:
 
 def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
     """One like per entry, read a batch at a time and lingered over."""
-    return ConsumerConfig(
-        group=likes.GROUP,
-        consumer=settings.flusher_consumer_name,
-        read_count=settings.flusher_batch_max,
-        batch_max=settings.flusher_batch_max,
-        block_ms=settings.flusher_block_ms,
-        max_deliveries=settings.flusher_max_deliveries,
-        linger_ms=settings.like_flush_linger_ms,
+    return settings.consumer_config(
+        likes.GROUP, read_count=settings.flusher_batch_max, linger_ms=settings.like_flush_linger_ms
     )
 
 
 def consumer(
-    settings: FlusherSettings, client: redis.Redis, repo: LikeRepository, shard: int
+    settings: FlusherSettings,
+    client: redis.Redis,
+    repo: LikeRepository,
+    shard: int,
+    epoch: int | None = None,
 ) -> LikeConsumer:
-    """The consumer of one like stream shard."""
+    """The consumer of one like stream shard, fenced by its lease's epoch."""
     layout = streams(settings)
     return ShardConsumer(
         client,
         stream=layout.stream(shard),
         dead_letters=layout.dead_letters,
-        backlog_key=None,
+        # The stream's length counts its unflushed events; only the bytes need a counter.
+        backlog=Backlog(bytes_key=layout.backlog_bytes(shard)),
         handler=LikeEntryHandler(repo, client, layout),
         config=consumer_config(settings),
         family="likes",
+        fence=settings.fence(layout.stream(shard), epoch),
     )
 
 
@@ -59,7 +59,7 @@ def supervisor(settings: FlusherSettings, client: redis.Redis, pg: asyncpg.Pool)
     return ShardSupervisor.leased(
         client,
         streams(settings),
-        lambda shard: consumer(settings, client, repo, shard),
+        lambda shard, epoch: consumer(settings, client, repo, shard, epoch),
         member=settings.flusher_consumer_name,
         ttl_ms=settings.flusher_lease_ttl_ms,
     )

@@ -1,4 +1,5 @@
-"""Turns like stream entries into LikeRepository batches; marks touched counters dirty."""
+"""Turns like stream entries into LikeRepository batches; after each COMMIT marks the touched
+counters dirty and forgets the users' last operations that are now in the database."""
 
 from __future__ import annotations
 
@@ -7,27 +8,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis.asyncio as redis
+from agora.forum.v1 import like_service_pb2
+from redis.commands.core import AsyncScript
 
 from services.flusher.likes import metrics
 from services.flusher.likes.repository import LikeOp, LikeRepository
 from services.streams import likes
 from services.streams.entries import Entry
+from services.streams.fencing import Fence
+from services.streams.likes import COMMENT, POST
 
 
 @dataclass(frozen=True)
 class LikeEvent:
     op: LikeOp
-    appended_ms: int  # from the stream entry id, for flush lag
+    entry_id: bytes  # the stream entry, which the user's last-operation hash names
+
+    @property
+    def appended_ms(self) -> int:
+        """When the like was appended (from its entry id), for flush lag."""
+        return int(self.entry_id.split(b"-", 1)[0])
 
 
-def collapse(events: Sequence[LikeEvent]) -> list[LikeOp]:
-    """The last operation per (target, user, course), in stream order (seed 002 §4.4)."""
-    last: dict[tuple[int, int, int, int], LikeOp] = {}
+def collapse(events: Sequence[LikeEvent]) -> list[LikeEvent]:
+    """The last event per (target, user, course), in stream order (seed 002 §4.4)."""
+    last: dict[tuple[int, int, int, int], LikeEvent] = {}
     for event in events:
         op = event.op
         key = (op.kind, op.target_id, op.user_id, op.course_id)
         last.pop(key, None)  # re-insert so the dict keeps the order of the last operations
-        last[key] = op
+        last[key] = event
     return list(last.values())
 
 
@@ -38,26 +48,69 @@ class LikeEntryHandler:
         self, repo: LikeRepository, client: redis.Redis, streams: likes.LikeStreams
     ) -> None:
         self._repo = repo
-        self._redis = client
         self._streams = streams
+        self._mark_dirty = client.register_script(likes.MARK_DIRTY)
+        self._forget = client.register_script(likes.FORGET_FLUSHED)
+        self._mark_dead = client.register_script(likes.MARK_DEAD)
 
     def decode(self, entry: Entry) -> LikeEvent:
         event = likes.decode(entry)
         op = LikeOp(event.target.kind, event.target.id, event.user_id, event.course_id, event.liked)
-        return LikeEvent(op, entry.appended_ms)
+        return LikeEvent(op, entry.id)
 
     def size(self, item: LikeEvent) -> int:
         return 1
 
-    async def apply(self, items: Sequence[LikeEvent]) -> None:
-        touched = await self._repo.apply(collapse(items))
-        # After COMMIT, before ACK: a crash in between replays the batch, which marks again.
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for kind, ids in touched.items():
-                if ids:
-                    pipe.sadd(self._streams.dirty(kind), *map(str, ids))
-            await pipe.execute()
+    def parts(self, item: LikeEvent) -> Sequence[LikeEvent]:
+        return [item]
+
+    def event(self, item: LikeEvent) -> likes.LikeChanged:
+        op = item.op
+        return likes.LikeChanged(
+            user_id=op.user_id,
+            course_id=op.course_id,
+            target=like_service_pb2.Target(kind=op.kind, id=op.target_id),
+            liked=op.liked,
+        )
+
+    async def take_over(self, fence: Fence) -> None:
+        await self._repo.fences.take_over(fence)
+
+    async def apply(self, items: Sequence[LikeEvent], fence: Fence | None) -> None:
+        last = collapse(items)
+        touched = await self._repo.apply([e.op for e in last], fence)
+        # After COMMIT, before ACK: a crash in between replays the batch, which does this again.
+        # Both scripts may run past maxmemory: the ACK that frees memory comes right after.
+        posts, comments = sorted(touched[POST]), sorted(touched[COMMENT])
+        if posts or comments:
+            await self._mark_dirty(
+                keys=[self._streams.dirty(POST), self._streams.dirty(COMMENT)],
+                args=[len(posts), *posts, *comments],
+            )
+        await self._compare_and(self._forget, last)
         now_ms = time.time() * 1000
         for item in items:
             metrics.LIKE_FLUSH_LAG.observe(max(now_ms - item.appended_ms, 0) / 1000)
         metrics.LIKES_FLUSHED.inc(len(items))
+
+    async def dead_lettered(self, items: Sequence[LikeEvent]) -> None:
+        """These never reached the database: warming a liked SET must not pretend they did."""
+        await self._compare_and(self._mark_dead, items)
+
+    async def _compare_and(self, script: AsyncScript, events: Sequence[LikeEvent]) -> None:
+        """Run a last-operation script on each event's (user, course) hash field, but only where
+        the field still names that very event (a newer toggle is left alone)."""
+        if not events:
+            return
+        keys: dict[str, int] = {}
+        args: list[int | str | bytes] = []
+        for event in events:
+            op = event.op
+            key = self._streams.last_ops(op.user_id, op.course_id)
+            index = keys.setdefault(key, len(keys) + 1)
+            args += [
+                index,
+                likes.member(op.kind, op.target_id),
+                likes.op_value(op.liked, event.entry_id),
+            ]
+        await script(keys=list(keys), args=args)

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from services.streams.faults import fault
+from services.flusher.fencing import PostgresFences
+from services.streams.faults import delay_before_commit, fault
+from services.streams.fencing import Fence
 from services.streams.likes import COMMENT, KIND_NAMES, POST, TargetKind
 
 _EVENTS = "ev(tid, uid, cid) AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]))"
@@ -120,14 +122,21 @@ class LikeRepository:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+        self.fences = PostgresFences(pool)
 
-    async def apply(self, ops: Sequence[LikeOp]) -> dict[TargetKind, set[int]]:
-        """Apply in one transaction; returns the post and comment ids whose counter moved."""
+    async def apply(
+        self, ops: Sequence[LikeOp], fence: Fence | None = None
+    ) -> dict[TargetKind, set[int]]:
+        """Apply in one transaction, fenced; returns the post and comment ids whose counter
+        moved."""
         groups: dict[tuple[TargetKind, bool], list[LikeOp]] = {}
         for op in ops:
             groups.setdefault((op.kind, op.liked), []).append(op)
         touched: dict[TargetKind, set[int]] = {POST: set(), COMMENT: set()}
         async with self._pool.acquire() as conn, conn.transaction():
+            if fence is not None:
+                # First: the fence row's lock also orders this batch after a takeover.
+                await PostgresFences.check(conn, fence)
             for (kind, liked), group in sorted(groups.items(), key=lambda item: item[0]):
                 rows = await conn.fetch(
                     APPLY[(kind, liked)],
@@ -136,6 +145,7 @@ class LikeRepository:
                     [o.course_id for o in group],
                 )
                 touched[kind].update(r[0] for r in rows)
+            await delay_before_commit()
             fault("before_commit")
         return touched
 

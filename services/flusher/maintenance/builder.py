@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import redis.asyncio as redis
 
 from services.flusher.config import FlusherSettings
@@ -10,6 +12,7 @@ from services.flusher.maintenance.periodic import Job, PeriodicJobs
 from services.flusher.maintenance.prune import PruneQueue, Pruner, PruneSettings
 from services.flusher.maintenance.retention import RetentionJobs
 from services.flusher.maintenance.retention_repository import RetentionRepository
+from services.runtime.loops import until_done
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.service import BackgroundJob
 
@@ -75,15 +78,22 @@ def periodic_jobs(
     return PeriodicJobs(client, JOBS_PREFIX, schedule)
 
 
-async def build(
+def build(
     settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase, reconcile: Reconciler
 ) -> list[BackgroundJob]:
     """The maintenance loops; archive partitions are made current before the first prune."""
     jobs = retention_jobs(settings, mysql)
-    if settings.archive_enabled:
-        # This month's and next month's partitions must exist before a row is archived.
-        await jobs.maintain_partitions()
     background: list[BackgroundJob] = [periodic_jobs(settings, client, jobs, reconcile).run]
     if settings.prune_enabled:
-        background.append(pruner(settings, client, mysql).run)
+        prune = pruner(settings, client, mysql)
+
+        async def prune_after_partitions(stop: asyncio.Event) -> None:
+            # This month's and next month's partitions must exist before a row is archived
+            # (retried while MySQL is away: the process starts regardless).
+            if not settings.archive_enabled or await until_done(
+                stop, jobs.maintain_partitions, every=1.0, name="archive partitions"
+            ):
+                await prune.run(stop)
+
+        background.append(prune_after_partitions)
     return background

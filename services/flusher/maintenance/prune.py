@@ -45,6 +45,15 @@ return due
 """
 
 
+# KEYS: due. ARGV: due time, conversation ids. Schedule each unless already due (ZADD NX).
+# allow-oom: scheduled after a COMMIT, right before the ACK that frees memory, so it must not
+# be refused when Redis is full (the set holds at most one member per conversation).
+_SCHEDULE = """#!lua flags=allow-oom
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'NX', ARGV[1], ARGV[i]) end
+return 1
+"""
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -57,13 +66,12 @@ class PruneQueue:
         self.due_key = f"{prefix}:due"
         self.running_key = f"{prefix}:running"
         self._claim = client.register_script(_CLAIM)
+        self._schedule = client.register_script(_SCHEDULE)
 
     async def schedule(self, conversation_ids: set[int], debounce_ms: int) -> None:
         if conversation_ids:
             due = _now_ms() + debounce_ms
-            await self._redis.zadd(
-                self.due_key, dict.fromkeys(map(str, conversation_ids), due), nx=True
-            )
+            await self._schedule(keys=[self.due_key], args=[due, *sorted(conversation_ids)])
 
     async def claim(self, limit: int, lease_ms: int) -> list[int]:
         claimed = await self._claim(

@@ -10,7 +10,7 @@ from services.flusher.messages.handler import MessageEntryHandler
 from services.flusher.messages.repository import MessageRepository
 from services.runtime.mysql import MysqlDatabase
 from services.streams import messages
-from services.streams.consumer import ConsumerConfig, ShardConsumer
+from services.streams.consumer import Backlog, ConsumerConfig, ShardConsumer
 from services.streams.supervisor import ShardSupervisor
 
 MessageConsumer = ShardConsumer[messages.MessageStreamEntry]
@@ -22,30 +22,28 @@ def streams(settings: FlusherSettings) -> messages.MessageStreams:
 
 def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
     """Entries carry up to a whole ingest call each; no linger (chat latency)."""
-    return ConsumerConfig(
-        group=messages.GROUP,
-        consumer=settings.flusher_consumer_name,
-        read_count=settings.flusher_read_count,
-        batch_max=settings.flusher_batch_max,
-        block_ms=settings.flusher_block_ms,
-        max_deliveries=settings.flusher_max_deliveries,
-    )
+    return settings.consumer_config(messages.GROUP)
 
 
 def consumer(
-    settings: FlusherSettings, client: redis.Redis, repo: MessageRepository, shard: int
+    settings: FlusherSettings,
+    client: redis.Redis,
+    repo: MessageRepository,
+    shard: int,
+    epoch: int | None = None,
 ) -> MessageConsumer:
-    """The consumer of one message stream shard."""
+    """The consumer of one message stream shard, fenced by its lease's epoch."""
     layout = streams(settings)
     handler = MessageEntryHandler(repo, prune_queue(settings, client), settings.prune_debounce_ms)
     return ShardConsumer(
         client,
         stream=layout.stream(shard),
         dead_letters=layout.dead_letters,
-        backlog_key=layout.backlog_key,
+        backlog=Backlog(layout.backlog_key, layout.backlog_bytes_key),
         handler=handler,
         config=consumer_config(settings),
         family="messages",
+        fence=settings.fence(layout.stream(shard), epoch),
     )
 
 
@@ -53,11 +51,11 @@ def supervisor(
     settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase
 ) -> ShardSupervisor:
     """Follows this replica's message shard leases, running a consumer per shard held."""
-    repo = MessageRepository(mysql)
+    repo = MessageRepository(mysql, archive=settings.archive_enabled)
     return ShardSupervisor.leased(
         client,
         streams(settings),
-        lambda shard: consumer(settings, client, repo, shard),
+        lambda shard, epoch: consumer(settings, client, repo, shard, epoch),
         member=settings.flusher_consumer_name,
         ttl_ms=settings.flusher_lease_ttl_ms,
     )

@@ -10,6 +10,7 @@ from services.flusher.maintenance.prune import PruneQueue
 from services.flusher.messages.repository import MessageRepository
 from services.streams import messages
 from services.streams.entries import Entry
+from services.streams.fencing import Fence
 
 
 class MessageEntryHandler:
@@ -28,9 +29,31 @@ class MessageEntryHandler:
     def size(self, item: events.MessageStreamEntry) -> int:
         return messages.units(item)
 
-    async def apply(self, items: Sequence[events.MessageStreamEntry]) -> None:
-        touched = await self._repo.apply(items)
+    def parts(self, item: events.MessageStreamEntry) -> Sequence[events.MessageStreamEntry]:
+        """One entry per message, so one message the database refuses keeps no other out."""
+        if not item.HasField("messages") or len(item.messages.messages) <= 1:
+            return [item]
+        return [
+            events.MessageStreamEntry(
+                account_id=item.account_id,
+                accepted_at=item.accepted_at,
+                messages=events.MessagesReceived(messages=[message]),
+            )
+            for message in item.messages.messages
+        ]
+
+    def event(self, item: events.MessageStreamEntry) -> events.MessageStreamEntry:
+        return item
+
+    async def take_over(self, fence: Fence) -> None:
+        await self._repo.fences.take_over(fence)
+
+    async def apply(self, items: Sequence[events.MessageStreamEntry], fence: Fence | None) -> None:
+        touched = await self._repo.apply(items, fence)
         # After COMMIT and before ACK: a crash in between redelivers the batch, which schedules
         # again, so no conversation misses its prune.
         if self._prune_queue is not None:
             await self._prune_queue.schedule(touched, self._debounce_ms)
+
+    async def dead_lettered(self, items: Sequence[events.MessageStreamEntry]) -> None:
+        """Nothing to undo: a message stored nowhere has left no trace."""

@@ -16,9 +16,11 @@ from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import message_pb2
 
 from services.domain.messaging import DIRECTION_NAMES, THREAD_TYPE_NAMES
-from services.runtime.mysql import Connection, MysqlDatabase
+from services.flusher.fencing import MysqlFences
+from services.runtime.mysql import Connection, MysqlDatabase, placeholders
 from services.runtime.timeutil import to_datetime
-from services.streams.faults import fault
+from services.streams.faults import delay_before_commit, fault
+from services.streams.fencing import Fence
 
 # Every VALUES item is a placeholder, so aiomysql sends one multi-row statement per batch.
 UPSERT_CONVERSATIONS = """
@@ -50,20 +52,32 @@ VALUES (%s, %s, %s, %s, %s, %s, %s)
 ON DUPLICATE KEY UPDATE msg_id = COALESCE(msg_id, VALUES(msg_id))
 """
 
+ARCHIVED_MSG_IDS = """
+SELECT msg_id FROM zalo_messages_archive WHERE zalo_account_id = %s AND msg_id IN"""
+
 ConversationKey = tuple[int, str]
 
 
 class MessageRepository:
     """Applies decoded stream entries to MySQL."""
 
-    def __init__(self, db: MysqlDatabase, *, id_cache_size: int = 200_000) -> None:
+    def __init__(
+        self, db: MysqlDatabase, *, archive: bool = False, id_cache_size: int = 200_000
+    ) -> None:
         self._db = db
+        self.fences = MysqlFences(db)
+        # With the archive on, a message is stored once across zalo_messages and the archive: a
+        # pruned (archived) message forwarded again is not stored a second time.
+        self._archive = archive
         # Conversation ids never change once created, so resolved ids are kept (after COMMIT).
         self._ids: dict[ConversationKey, int] = {}
         self._id_cache_size = id_cache_size
 
-    async def apply(self, entries: Sequence[events.MessageStreamEntry]) -> set[int]:
-        """Apply a batch in one transaction; returns the ids of conversations that got messages."""
+    async def apply(
+        self, entries: Sequence[events.MessageStreamEntry], fence: Fence | None = None
+    ) -> set[int]:
+        """Apply a batch in one transaction, fenced; returns the ids of conversations that got
+        messages."""
         conversations: dict[ConversationKey, tuple[str, datetime]] = {}
         messages: list[tuple[ConversationKey, message_pb2.Message]] = []
         reads: dict[ConversationKey, datetime] = {}
@@ -98,6 +112,9 @@ class MessageRepository:
                 )
 
         async with self._db.transaction() as tx:
+            if fence is not None:
+                # First: the fence row's lock also orders this batch after a takeover.
+                await MysqlFences.check(tx, fence)
             ids: dict[ConversationKey, int] = {}
             if conversations:
                 await tx.executemany(
@@ -105,6 +122,8 @@ class MessageRepository:
                     [(a, t, kind, at) for (a, t), (kind, at) in sorted(conversations.items())],
                 )
                 ids = await self._conversation_ids(tx, conversations)
+            if messages and self._archive:
+                messages = await self._not_archived(tx, messages)
             if messages:
                 await tx.executemany(
                     INSERT_MESSAGES, [_message_row(key, ids[key], msg) for key, msg in messages]
@@ -113,9 +132,32 @@ class MessageRepository:
                 await tx.execute(MARK_READ, (read_at, read_at, account, thread))
             if agent_sent:
                 await tx.executemany(INSERT_AGENT_SENT, agent_sent)
+            await delay_before_commit()
             fault("before_commit")
         self._remember(ids)
         return set(ids.values())
+
+    @staticmethod
+    async def _not_archived(
+        tx: Connection, messages: list[tuple[ConversationKey, message_pb2.Message]]
+    ) -> list[tuple[ConversationKey, message_pb2.Message]]:
+        """The messages whose (account, msg_id) is not in the archive already.
+
+        The shared lock on the index range keeps a prune from archiving one of them between
+        this check and our COMMIT (prune's INSERT into the archive waits for us; our upsert into
+        zalo_messages then finds the row it is about to move, so it exists once either way).
+        """
+        by_account: dict[int, list[str]] = defaultdict(list)
+        for (account, _), msg in messages:
+            by_account[account].append(msg.msg_id)
+        archived: set[tuple[int, str]] = set()
+        for account, msg_ids in sorted(by_account.items()):
+            rows = await tx.fetchall(
+                f"{ARCHIVED_MSG_IDS} ({placeholders(msg_ids)}) LOCK IN SHARE MODE",
+                [account, *msg_ids],
+            )
+            archived |= {(account, str(r[0])) for r in rows}
+        return [(key, m) for key, m in messages if (key[0], m.msg_id) not in archived]
 
     async def _conversation_ids(
         self, tx: Connection, keys: Iterable[ConversationKey]

@@ -1,0 +1,149 @@
+"""Putting a dead letter back on its stream, without ever letting it override newer data.
+
+A message is replayed as it was (the flusher stores a message once, whenever it comes), and
+counts against the backlog bound again. A like is replayed only while it is still the user's last
+operation on that target: its last-operation field still reads 'dead:<op>:<its entry id>'
+(services/streams/likes.py). If the user toggled the target since, the dead letter is obsolete —
+appending it would undo a newer choice — and it is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio as redis
+from redis.commands.core import AsyncScript
+
+from services.streams import likes, messages
+from services.streams.entries import DEAD_LETTER_FIELDS, FIELD_SOURCE_ID, Entry, encode
+from services.streams.producer import LUA_APPEND
+
+# KEYS: stream, units counter, bytes counter. ARGV: units, the encoded entry.
+_REPLAY_MESSAGE = (
+    "#!lua\n"
+    + LUA_APPEND
+    + """
+local id = append_entry(KEYS[1], 2)
+redis.call('INCRBY', KEYS[2], ARGV[1])
+redis.call('INCRBY', KEYS[3], entry_bytes(2))
+return id
+"""
+)
+
+# KEYS: last-op hash, stream, liked SET, the stream's bytes counter.
+# ARGV: member, the dead field value to expect, op, the encoded entry.
+_REPLAY_LIKE = (
+    "#!lua\n"
+    + LUA_APPEND
+    + """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return false end
+local id = append_entry(KEYS[2], 4)
+redis.call('INCRBY', KEYS[4], entry_bytes(4))
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. ':' .. id)
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  if ARGV[3] == 'like' then
+    redis.call('SADD', KEYS[3], ARGV[1])
+  else
+    redis.call('SREM', KEYS[3], ARGV[1])
+  end
+end
+return id
+"""
+)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    new_id: str | None  # None: refused
+    reason: str = ""
+
+
+class Replayer:
+    """Replays dead letters of the message and like streams."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        message_streams: messages.MessageStreams,
+        like_streams: likes.LikeStreams,
+    ) -> None:
+        self._redis = client
+        self._messages = message_streams
+        self._likes = like_streams
+        self._replay_message: AsyncScript = client.register_script(_REPLAY_MESSAGE)
+        self._replay_like: AsyncScript = client.register_script(_REPLAY_LIKE)
+
+    async def replay(
+        self, dead_stream: str, letter_id: str, fields: dict[bytes, bytes]
+    ) -> Replayed:
+        """Append the letter's entry to `source` again (or refuse), then drop the dead letter."""
+        original = Entry(fields.get(FIELD_SOURCE_ID, b"0-0"), _entry_fields(fields))
+        if dead_stream == self._messages.dead_letters:
+            result = await self._message(original)
+        elif dead_stream == self._likes.dead_letters:
+            result = await self._like(original)
+        else:
+            raise ValueError(f"not a dead-letter stream: {dead_stream}")
+        if result.new_id is not None:
+            # A second step (the dead-letter stream is not in the entry's hash slot): a crash in
+            # between leaves the letter to be replayed again, which the two rules above make safe.
+            await self._redis.xdel(dead_stream, letter_id)
+        return result
+
+    async def _message(self, entry: Entry) -> Replayed:
+        event = messages.decode(entry)
+        shard = self._shard_of_message(event)
+        new_id = await self._replay_message(
+            keys=[
+                self._messages.stream(shard),
+                self._messages.backlog_key,
+                self._messages.backlog_bytes_key,
+            ],
+            args=[entry.units, *encode(event, entry.units, entry.trace_carrier())],
+        )
+        return Replayed(_text(new_id))
+
+    def _shard_of_message(self, event: messages.MessageStreamEntry) -> int:
+        kind = event.WhichOneof("event")
+        thread = (
+            event.messages.messages[0].thread_id
+            if kind == "messages"
+            else event.read.thread_id
+            if kind == "read"
+            else event.agent_sent.thread_id
+        )
+        return self._messages.shard_of(event.account_id, thread)
+
+    async def _like(self, entry: Entry) -> Replayed:
+        event = likes.decode(entry)
+        target = likes.member(event.target.kind, event.target.id)
+        expected = likes.DEAD + likes.op_value(event.liked, entry.id)
+        shard = self._likes.shard_of(event.user_id)
+        new_id = await self._replay_like(
+            keys=[
+                self._likes.last_ops(event.user_id, event.course_id),
+                self._likes.stream(shard),
+                self._likes.liked_set(event.user_id, event.course_id),
+                self._likes.backlog_bytes(shard),
+            ],
+            args=[
+                target,
+                expected,
+                "like" if event.liked else "unlike",
+                *encode(event, 1, entry.trace_carrier()),
+            ],
+        )
+        if new_id is None:
+            return Replayed(
+                None,
+                "obsolete: the user changed this like since (or the record of it expired)",
+            )
+        return Replayed(_text(new_id))
+
+
+def _entry_fields(fields: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    return {k: v for k, v in fields.items() if k not in DEAD_LETTER_FIELDS}
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
