@@ -48,8 +48,9 @@ TABLES = [
     "zalo_conversations",
     "zalo_accounts",
     "capacity_snapshots",
+    "stream_fences",
 ]
-PG_TABLES = "comment_likes, post_likes, comments, posts, course_members, courses"
+PG_TABLES = "comment_likes, post_likes, comments, posts, course_members, courses, stream_fences"
 
 
 def _env(name: str) -> str:

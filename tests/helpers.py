@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ from services.flusher.messages import builder as messages
 from services.flusher.messages.repository import MessageRepository
 from services.runtime.mysql import MysqlDatabase
 from tools.jwt_token import mint
+from tools.ports import free_port
 
 ACCOUNTS = (1, 2, 3)
 SHARDS = 4  # stream shards in tests (both message and like streams)
@@ -76,7 +81,7 @@ class Flusher:
         self.db = db
         self.redis = client
         self.pg = pg
-        self.repo = MessageRepository(db)
+        self.repo = MessageRepository(db, archive=settings.archive_enabled)
         self.likes = LikeRepository(pg)
         self.consumers = [
             messages.consumer(settings, client, self.repo, shard)
@@ -97,6 +102,11 @@ class Flusher:
             while n := await consumer.run_once():
                 handled += n
         return handled
+
+    def configured(self, **overrides: Any) -> Flusher:
+        """The same flusher with these settings overridden (e.g. archive_enabled=True)."""
+        settings = self.settings.model_copy(update=overrides)
+        return Flusher(settings, self.redis, self.db, self.pg)
 
     def pruner(self, **overrides: Any) -> Pruner:
         """The real pruner with these settings overridden (e.g. archive_enabled=True)."""
@@ -146,3 +156,35 @@ async def run_flusher(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@asynccontextmanager
+async def redis_server(*options: str) -> AsyncIterator[str]:
+    """A throwaway redis-server (the Debian one the stack runs) on a free port; its URL."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as directory:
+        proc = await asyncio.create_subprocess_exec(
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            directory,
+            *options,
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            client = redis.Redis(port=port)
+            for _ in range(50):
+                with contextlib.suppress(redis.ConnectionError):
+                    if await client.ping():
+                        break
+                await asyncio.sleep(0.1)
+            await client.aclose()
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 10)

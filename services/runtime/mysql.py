@@ -219,6 +219,13 @@ class MysqlDatabase:
             conn = await self._pool.acquire()
         try:
             yield conn
+        except aiomysql.Error as exc:
+            # Refused for who we are or what the schema is (a revoked grant, a missing table):
+            # a connection keeps the database-level privileges it started with, so only a new
+            # one sees the grant once it is restored.
+            if classify(exc) is errors.ErrorKind.OTHER:
+                conn.close()
+            raise
         finally:
             await self._pool.release(conn)
 

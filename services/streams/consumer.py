@@ -91,6 +91,17 @@ return 1
 """
 
 
+# Create the consumer group (and the stream) unless it exists. allow-oom: a consumer must be
+# able to start draining a Redis that filled up before it ever ran.
+# KEYS: stream. ARGV: group.
+_ENSURE_GROUP = """#!lua flags=allow-oom
+local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+if ok then return 1 end
+if string.find(tostring(err), 'BUSYGROUP') then return 0 end
+return redis.error_reply(tostring(err))
+"""
+
+
 class BatchHandler(Protocol[T]):
     """What a consumer needs from the code that knows the entries' meaning."""
 
@@ -179,6 +190,7 @@ class ShardConsumer(Generic[T]):
         self._family = family
         self._ack = client.register_script(_ACK)
         self._dead_letter = client.register_script(_DEAD_LETTER)
+        self._ensure_group = client.register_script(_ENSURE_GROUP)
         self.stats = ConsumerStats()
         # When the loop last showed it is alive; the supervisor renews the lease only while it is.
         self.heartbeat = time.monotonic()
@@ -196,11 +208,7 @@ class ShardConsumer(Generic[T]):
         self.heartbeat = time.monotonic()
 
     async def ensure_group(self) -> None:
-        try:
-            await self._redis.xgroup_create(self._stream, self._config.group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        await self._ensure_group(keys=[self._stream], args=[self._config.group])
 
     async def claim_abandoned(self, min_idle_ms: int | None = None) -> int:
         """Take over the entries pending on other consumers that are idle longer than a lease."""

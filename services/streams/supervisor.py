@@ -98,6 +98,7 @@ class ShardSupervisor:
 
     async def _tick(self) -> None:
         fair, free = await self._leases.heartbeat()
+        lost = []
         for shard, run in sorted(self._running.items()):
             if run.task.done():
                 await self._ended(shard, run)
@@ -105,12 +106,13 @@ class ShardSupervisor:
                 # Stuck in a call (a half-open connection?): stop renewing so the lease lapses
                 # and another replica takes over; fencing keeps this one from committing.
                 log.warning("shard %d: consumer made no progress; giving the shard up", shard)
-                await self._stop(shard)
+                lost.append(shard)
             elif not await self._leases.renew(shard):
                 log.warning("shard %d: lease lost; stopping its consumer", shard)
-                await self._stop(shard)
-        for shard in sorted(self._running, reverse=True)[: max(len(self._running) - fair, 0)]:
-            await self._give_back(shard)
+                lost.append(shard)
+        await asyncio.gather(*(self._stop(shard) for shard in lost))
+        surplus = sorted(self._running, reverse=True)[: max(len(self._running) - fair, 0)]
+        await asyncio.gather(*(self._give_back(shard) for shard in surplus))
         for shard in free:
             if len(self._running) >= fair:
                 break

@@ -296,6 +296,45 @@ async def test_timeline_continues_into_the_archive_only_when_asked(
     assert everything[:500] == live_only[:500]
 
 
+async def test_a_pruned_message_forwarded_again_is_not_stored_twice(
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    admin_db: MysqlDatabase,
+    gateway: httpx.AsyncClient,
+    token: str,
+) -> None:
+    """With the archive on, a message is stored once across the live table and the archive: a
+    listener re-sending history (a reconnect, a resync) adds nothing, and the timeline shows
+    each message once."""
+    archiving = flusher.configured(archive_enabled=True)
+    await ingest_shuffled(ingest, [message(f"m{i}", sent_at=at(i)) for i in range(600)])
+    await archiving.drain()
+    await archiving.pruner().run_once()
+    assert len(await rows(admin_db, "zalo_messages_archive")) == 100
+
+    # The oldest 150 are forwarded again: 100 of them archived, 50 still live.
+    await ingest_shuffled(ingest, [message(f"m{i}", sent_at=at(i)) for i in range(150)])
+    await archiving.drain()
+
+    live = [r[2] for r in await rows(admin_db, "zalo_messages")]
+    archived = [r[2] for r in await rows(admin_db, "zalo_messages_archive")]
+    assert len(live) == len(set(live)) == 500
+    assert not set(live) & set(archived)
+    response = await gateway.get(
+        "/api/zalo-accounts/1/messages",
+        params={
+            "conversation_key": "t1",
+            "limit": 100,
+            "include_archive": "true",
+            "before_sent_at": at(200).isoformat(),
+            "before_id": 2**62,
+        },
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    shown = [m["msg_id"] for m in response.json()["data"]]
+    assert len(shown) == len(set(shown)) == 100
+
+
 async def test_capacity_report_reads_sizes_and_growth_from_snapshots(
     flusher: Flusher, admin_db: MysqlDatabase
 ) -> None:

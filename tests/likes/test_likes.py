@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,9 +31,8 @@ from services.streams.likes import (
     TargetKind,
 )
 from tests.conftest import Env
-from tests.helpers import ROOT, SHARDS, Flusher, mint_token, run_flusher
+from tests.helpers import ROOT, SHARDS, Flusher, mint_token, redis_server, run_flusher
 from tools.dead_letters import DeadLetter, list_dead, replay
-from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
@@ -408,34 +405,8 @@ async def test_reconciliation_fixes_drifted_counters_and_leaves_correct_ones(
 @pytest_asyncio.fixture
 async def evicting_redis() -> AsyncIterator[str]:
     """A throwaway Redis whose maxmemory-policy may evict streams."""
-    port = free_port()
-    with tempfile.TemporaryDirectory() as directory:
-        proc = await asyncio.create_subprocess_exec(
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--maxmemory-policy",
-            "allkeys-lru",
-            "--dir",
-            directory,
-            stdout=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            client = redis.Redis(port=port)
-            for _ in range(50):
-                with contextlib.suppress(redis.ConnectionError):
-                    if await client.ping():
-                        break
-                await asyncio.sleep(0.1)
-            await client.aclose()
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            proc.terminate()
-            await asyncio.wait_for(proc.wait(), 10)
+    async with redis_server("--maxmemory-policy", "allkeys-lru") as url:
+        yield url
 
 
 @pytest.mark.parametrize("service", ["likes", "flusher"])

@@ -1,0 +1,130 @@
+"""A Redis at maxmemory (noeviction): producers are refused whole, the flusher keeps draining.
+
+Acknowledging (XACK + XDEL) is what frees memory, so it must never wait behind a write Redis
+refuses; the producers' scripts must be refused up front (not run past the limit); and nothing
+acknowledged may be lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+import redis.asyncio as redis
+from agora.forum.v1 import like_service_pb2 as like_pb
+from agora.forum.v1 import like_service_pb2_grpc
+from agora.messaging.v1 import ingest_service_pb2 as pb
+from agora.messaging.v1 import ingest_service_pb2_grpc
+
+from services.flusher.config import FlusherSettings
+from services.ingest import server as ingest_service
+from services.ingest.config import IngestSettings
+from services.likes import server as likes_service
+from services.likes.config import LikesSettings
+from services.runtime.grpc_client import open_channel
+from services.runtime.mysql import MysqlDatabase
+from services.streams.messages import MessageStreams
+from tests.conftest import Env, serving
+from tests.helpers import SHARDS, Flusher, message, redis_server
+
+pytestmark = pytest.mark.asyncio
+
+
+async def used_memory(client: redis.Redis) -> int:
+    info: Any = await client.info("memory")
+    return int(info["used_memory"])
+
+
+async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains(
+    env: Env,
+    flusher_settings: FlusherSettings,
+    admin_db: MysqlDatabase,
+    flusher_db: MysqlDatabase,
+    pg_flusher: asyncpg.Pool,
+    pg_admin: asyncpg.Pool,
+    clean: None,
+) -> None:
+    async with redis_server("--maxmemory-policy", "noeviction", "--appendonly", "yes") as url:
+        client = redis.Redis.from_url(url)
+        ingest_settings = IngestSettings(
+            redis_url=url, postgres_url=env.pg_ingest_url, message_stream_shards=SHARDS, grpc_port=0
+        )
+        likes_settings = LikesSettings(
+            redis_url=url, postgres_url=env.pg_likes_url, like_stream_shards=SHARDS, grpc_port=0
+        )
+        async with (
+            serving(await ingest_service.build(ingest_settings)) as ingest_server,
+            serving(await likes_service.build(likes_settings)) as likes_server,
+            open_channel(f"127.0.0.1:{ingest_server.port}") as ingest_channel,
+            open_channel(f"127.0.0.1:{likes_server.port}") as likes_channel,
+        ):
+            ingest = ingest_service_pb2_grpc.IngestServiceStub(ingest_channel)
+            likes = like_service_pb2_grpc.LikeServiceStub(likes_channel)
+            acknowledged = []
+            for batch in range(20):
+                ids = [f"b{batch}-{i}" for i in range(50)]
+                reply = await ingest.IngestMessages(
+                    pb.IngestMessagesRequest(
+                        account_id=1,
+                        messages=[message(m, thread=f"t{i % 7}") for i, m in enumerate(ids)],
+                    )
+                )
+                assert reply.accepted == 50
+                acknowledged += ids
+            await likes.SetLike(
+                like_pb.SetLikeRequest(
+                    user_id=8,
+                    course_id=42,
+                    target=like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=1),
+                    like=True,
+                )
+            )
+
+            await client.config_set("maxmemory", str(await used_memory(client)))
+            try:
+                with pytest.raises(grpc.aio.AioRpcError) as full:
+                    await ingest.IngestMessages(
+                        pb.IngestMessagesRequest(account_id=1, messages=[message("refused")])
+                    )
+                assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                with pytest.raises(grpc.aio.AioRpcError) as full_like:
+                    await likes.SetLike(
+                        like_pb.SetLikeRequest(
+                            user_id=9,
+                            course_id=42,
+                            target=like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=1),
+                            like=True,
+                        )
+                    )
+                assert full_like.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+                # Still full, the flusher drains every stream: acknowledging frees memory.
+                settings = flusher_settings.model_copy(update={"redis_url": url})
+                drained = await Flusher(settings, client, flusher_db, pg_flusher).drain()
+                assert drained > 0
+            finally:
+                await client.config_set("maxmemory", "0")
+
+            rows = await admin_db.fetchall("SELECT msg_id FROM zalo_messages")
+            assert sorted(r[0] for r in rows) == sorted(acknowledged)  # nothing lost, no "refused"
+            assert (
+                await pg_admin.fetchval(
+                    "SELECT count(*) FROM post_likes WHERE post_id = 1 AND user_id = 8"
+                )
+                == 1
+            )
+            assert (
+                await pg_admin.fetchval(
+                    "SELECT count(*) FROM post_likes WHERE post_id = 1 AND user_id = 9"
+                )
+                == 0
+            )
+            # The refused toggle left no trace in Redis either (refused whole, up front).
+            layout = Flusher(flusher_settings, client, flusher_db, pg_flusher)
+            assert all([await client.xlen(c.stream) == 0 for c in layout.like_consumers])
+            streams = MessageStreams.from_settings(ingest_settings)
+            assert int(await client.get(streams.backlog_key) or 0) == 0
+            assert int(await client.get(streams.backlog_bytes_key) or 0) == 0
+        await client.aclose()
