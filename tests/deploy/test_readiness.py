@@ -1,0 +1,158 @@
+"""A service starts whatever its datastores are doing: NOT_SERVING for what cannot work yet,
+SERVING once the datastore answers, `liveness` SERVING throughout — never a crash loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from agora.messaging.v1 import ingest_service_pb2 as pb
+from agora.messaging.v1 import ingest_service_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.runtime.grpc_client import open_channel
+from tests.chaos.proxy import Proxy
+from tests.conftest import Env
+from tests.helpers import ROOT, SHARDS, message
+from tools.ports import free_port
+
+pytestmark = pytest.mark.asyncio
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+INGEST = "agora.messaging.v1.IngestService"
+FORUM_WRITE = "agora.forum.v1.ForumWriteService"
+TIMELINE = "agora.messaging.v1.TimelineService"
+FORUM_READ = "agora.forum.v1.ForumReadService"
+
+
+@asynccontextmanager
+async def partitioned(url: str) -> AsyncIterator[tuple[str, Proxy]]:
+    """`url` through a proxy that starts blackholed (the datastore unreachable)."""
+    parts = urlsplit(url)
+    proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 0)
+    port = await proxy.start()
+    proxy.blackhole()
+    try:
+        yield urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0] + f":{port}")), proxy
+    finally:
+        await proxy.close()
+
+
+@asynccontextmanager
+async def service_process(name: str, env: dict[str, str]) -> AsyncIterator[int]:
+    """`python -m services.<name>` on a free gRPC port; yields the port."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        f"services.{name}",
+        cwd=ROOT,
+        env={
+            **os.environ,
+            **env,
+            "GRPC_PORT": str(port),
+            "POSTGRES_TIMEOUT_SECONDS": "1",
+            "MYSQL_TIMEOUT_SECONDS": "1",
+            "REDIS_TIMEOUT_SECONDS": "1",
+        },
+    )
+    try:
+        yield port
+        assert proc.returncode is None, f"{name} exited with {proc.returncode}"
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def statuses(port: int, *services: str) -> dict[str, int]:
+    async with open_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        found = {}
+        for service in services:
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            found[service] = reply.status
+        return found
+
+
+async def eventually(port: int, expected: dict[str, int], seconds: float = 15) -> None:
+    for _ in range(int(seconds / 0.25)):
+        try:
+            if await statuses(port, *expected) == expected:
+                return
+        except Exception:  # noqa: S110 (not listening yet)
+            pass
+        await asyncio.sleep(0.25)
+    assert await statuses(port, *expected) == expected
+
+
+async def test_ingest_accepts_chat_messages_while_postgres_is_unreachable(
+    env: Env, clean: None
+) -> None:
+    async with (
+        partitioned(env.pg_ingest_url) as (pg_url, proxy),
+        service_process(
+            "ingest",
+            {
+                "REDIS_URL": env.redis_url,
+                "POSTGRES_URL": pg_url,
+                "MESSAGE_STREAM_SHARDS": str(SHARDS),
+            },
+        ) as port,
+    ):
+        await eventually(
+            port, {"": SERVING, INGEST: SERVING, FORUM_WRITE: NOT_SERVING, "liveness": SERVING}
+        )
+        async with open_channel(f"127.0.0.1:{port}") as channel:
+            stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+            reply = await stub.IngestMessages(
+                pb.IngestMessagesRequest(account_id=1, messages=[message("while-pg-down")]),
+                timeout=5,
+            )
+        assert reply.accepted == 1
+        proxy.forward(reset=True)
+        await eventually(port, {FORUM_WRITE: SERVING})
+
+
+async def test_timeline_starts_with_mysql_unreachable_and_serves_when_it_returns(
+    env: Env,
+) -> None:
+    async with (
+        partitioned(env.mysql_timeline_url) as (mysql_url, proxy),
+        service_process(
+            "timeline", {"MYSQL_URL": mysql_url, "POSTGRES_URL": env.pg_timeline_url}
+        ) as port,
+    ):
+        await eventually(
+            port,
+            {TIMELINE: NOT_SERVING, FORUM_READ: SERVING, "": SERVING, "liveness": SERVING},
+        )
+        proxy.forward(reset=True)
+        await eventually(port, {TIMELINE: SERVING})
+
+
+async def test_the_flusher_starts_with_every_datastore_unreachable(env: Env) -> None:
+    async with (
+        partitioned(env.redis_url) as (redis_url, redis_proxy),
+        partitioned(env.mysql_flusher_url) as (mysql_url, mysql_proxy),
+        partitioned(env.pg_flusher_url) as (pg_url, pg_proxy),
+        service_process(
+            "flusher",
+            {
+                "REDIS_URL": redis_url,
+                "MYSQL_URL": mysql_url,
+                "POSTGRES_URL": pg_url,
+                "FLUSHER_CONSUMER_NAME": "readiness-test",
+            },
+        ) as port,
+    ):
+        await eventually(port, {"": NOT_SERVING, "liveness": SERVING})
+        for proxy in (redis_proxy, mysql_proxy, pg_proxy):
+            proxy.forward(reset=True)
+        await eventually(port, {"": SERVING})
