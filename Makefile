@@ -7,7 +7,7 @@ ACCOUNTS ?= 1
 TRACES ?= 0
 N ?= 5
 
-.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos traces
+.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos traces backup restore
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
@@ -20,6 +20,8 @@ help:
 	@echo "make chaos       every fault under load + the negative control; updates docs/reliability.md"
 	@echo "make capacity    table sizes, bytes per row, 50M-row projection, growth per day"
 	@echo "make dead-letters  list dead letters; REPLAY=<id> or REPLAY=all puts them back"
+	@echo "make backup      Redis, MariaDB and PostgreSQL into var/backups/<UTC timestamp>/ (online)"
+	@echo "make restore     BACKUP=var/backups/<timestamp>: replace the stack's data with a backup"
 
 setup:
 	@$(STACK) setup
@@ -68,3 +70,10 @@ chaos: setup
 
 traces:
 	@$(PY) -m tools.traces -n $(N) $(if $(TRACE),--trace $(TRACE),)
+
+backup:
+	@$(STACK) run $(PY) -m tools.backup backup
+
+restore:
+	@test -n "$(BACKUP)" || { echo "usage: make restore BACKUP=var/backups/<timestamp>"; exit 2; }
+	@$(STACK) run $(PY) -m tools.backup restore "$(BACKUP)"

@@ -9,6 +9,8 @@
 #   stack.sh down         stop everything
 #   stack.sh logs         follow every log
 #   stack.sh run CMD...   run CMD with the stack's variables (and env/test.env) exported
+#   stack.sh redis-stop | redis-start | services-stop | services-start
+#                         one part of a running stack, for a restore (tools/backup.py)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -389,6 +391,34 @@ down() {
 
 logs() { tail -n 50 -F "$var"/log/*.log; }
 
+# A restore (tools/backup.py) replaces Redis's files and the databases: Redis alone and the
+# services alone are stopped and started again, the other datastores keep running.
+require_supervisord() {
+  supervisord_running || die "the stack is not running (make up)"
+}
+
+redis_stop() {
+  require_supervisord
+  supervisorctl stop datastores:redis >/dev/null 2>&1 || true
+}
+
+redis_start() {
+  require_supervisord
+  supervisorctl start datastores:redis >/dev/null || true
+  # PING answers LOADING (exit 0) while a large dataset is read; only PONG means ready.
+  wait_for "Redis" 300 redis_ready
+}
+
+services_stop() {
+  require_supervisord
+  supervisorctl stop 'services:*' >/dev/null 2>&1 || true
+}
+
+services_start() {
+  require_supervisord
+  supervisorctl start 'services:*' >/dev/null || true
+}
+
 run() {
   set -a
   local f
@@ -410,5 +440,9 @@ case "$cmd" in
   down) down ;;
   logs) logs ;;
   run) run "$@" ;;
-  *) die "usage: stack.sh setup|datastores|migrate DB|up|down|logs|run CMD..." ;;
+  redis-stop) redis_stop ;;
+  redis-start) redis_start ;;
+  services-stop) services_stop ;;
+  services-start) services_start ;;
+  *) die "usage: stack.sh setup|datastores|migrate DB|up|down|logs|run CMD...|redis-stop|redis-start|services-stop|services-start" ;;
 esac
