@@ -10,6 +10,7 @@ from pydantic import Field
 from services.runtime.config import ServiceSettings
 from services.streams.consumer import ConsumerConfig
 from services.streams.fencing import Fence
+from services.streams.leases import ShardedLayout
 from services.streams.likes import LikeStreamSettings
 from services.streams.messages import MessageStreamSettings
 
@@ -75,6 +76,17 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
             group=group, consumer=self.flusher_consumer_name, **{**base, **tuning}
         )
 
-    def fence(self, stream: str, epoch: int | None) -> Fence | None:
-        """The fence a consumer of `stream` commits under (None: unfenced, tests only)."""
-        return Fence(stream, epoch) if epoch is not None and self.flusher_fencing else None
+    def fence(
+        self, layout: ShardedLayout, stream: str, shard: int, epoch: int | None
+    ) -> Fence | None:
+        """The fence a consumer of `stream` reads and commits under (None: unfenced — tests
+        that drain in-process, and the fault-injection suite's negative control)."""
+        if epoch is None or not self.flusher_fencing:
+            return None
+        return Fence(
+            stream,
+            epoch,
+            lease_key=layout.lease_key(shard),
+            lease_epoch_key=layout.lease_epoch_key(shard),
+            holder=self.flusher_consumer_name,
+        )

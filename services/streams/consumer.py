@@ -102,6 +102,25 @@ return redis.error_reply(tostring(err))
 """
 
 
+# Read new entries only while the lease is still this consumer's (same holder, same epoch): one
+# that wakes up after its shard was taken over must not take entries meant for the new owner
+# (they would wait, pending on it, until a later takeover applied them out of order). A script
+# cannot block: with nothing new it returns the stream's last id, and the caller waits for an
+# entry after it with a plain XREAD.
+# KEYS: stream, lease, lease epoch. ARGV: group, consumer, count, holder, epoch.
+# Returns {0} lease lost, {1, entries}, or {2, last id}.
+_READ_NEW = """
+if redis.call('GET', KEYS[2]) ~= ARGV[4] or redis.call('GET', KEYS[3]) ~= ARGV[5] then
+  return {0}
+end
+local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
+                         'STREAMS', KEYS[1], '>')
+if reply then return {1, reply[1][2]} end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+return {2, last[1] and last[1][1] or '0-0'}
+"""
+
+
 class BatchHandler(Protocol[T]):
     """What a consumer needs from the code that knows the entries' meaning."""
 
@@ -191,10 +210,12 @@ class ShardConsumer(Generic[T]):
         self._ack = client.register_script(_ACK)
         self._dead_letter = client.register_script(_DEAD_LETTER)
         self._ensure_group = client.register_script(_ENSURE_GROUP)
+        self._read_new = client.register_script(_READ_NEW)
         self.stats = ConsumerStats()
         # When the loop last showed it is alive; the supervisor renews the lease only while it is.
         self.heartbeat = time.monotonic()
         self.fenced: Fenced | None = None
+        self._is_stalled = False
         self._beat_every = config.lease_ms / 3000
 
     @property
@@ -206,6 +227,12 @@ class ShardConsumer(Generic[T]):
 
     def _beat(self) -> None:
         self.heartbeat = time.monotonic()
+
+    def _stalled(self, stalled: bool) -> None:
+        """agora_stream_stalled follows whether this shard is waiting on its infrastructure."""
+        if stalled != self._is_stalled:
+            self._is_stalled = stalled
+            metrics.STREAM_STALLED.labels(self._stream).set(1 if stalled else 0)
 
     async def ensure_group(self) -> None:
         await self._ensure_group(keys=[self._stream], args=[self._config.group])
@@ -274,6 +301,7 @@ class ShardConsumer(Generic[T]):
                 if entries:
                     await self.process(entries, stop)
                 backoff = 0.1
+                self._stalled(False)
             except _Stopped:
                 return
             except Fenced as exc:
@@ -290,6 +318,7 @@ class ShardConsumer(Generic[T]):
                 if not errors.is_transient(exc):
                     raise
                 # Redis or a database restarting: what was read is still pending in Redis.
+                self._stalled(True)
                 log.warning("%s: unavailable, retrying in %.1fs: %s", self._stream, backoff, exc)
                 await self._pause(backoff)
                 backoff = min(backoff * 2, self._config.retry_backoff_max, self._beat_every)
@@ -328,22 +357,50 @@ class ShardConsumer(Generic[T]):
         wait_ms = min(block_ms or self._config.block_ms, int(self._beat_every * 1000))
         # Polling is not a request: without this every idle read would be a trace of its own.
         with suppress_instrumentation():
-            reply: Any = await self._redis.xreadgroup(
-                self._config.group,
-                self._config.consumer,
-                {self._stream: start},
-                count=count or self._config.read_count,
-                block=wait_ms if start == ">" and block else None,
-            )
+            if start == ">" and self.fence is not None:
+                rows = await self._read_new_fenced(
+                    self.fence, count or self._config.read_count, wait_ms if block else 0
+                )
+            else:
+                reply: Any = await self._redis.xreadgroup(
+                    self._config.group,
+                    self._config.consumer,
+                    {self._stream: start},
+                    count=count or self._config.read_count,
+                    block=wait_ms if start == ">" and block else None,
+                )
+                rows = reply[0][1] if reply else []
         self._beat()
-        if not reply:
-            return []
-        _, rows = reply[0]
         # An id whose entry was deleted comes back with empty fields: nothing left to apply.
         stale = [entry_id for entry_id, fields in rows if not fields]
         if stale:
             await self._acknowledge([Entry(i, {}) for i in stale])
         return [Entry(entry_id, fields) for entry_id, fields in rows if fields]
+
+    async def _read_new_fenced(
+        self, fence: Fence, count: int, wait_ms: int
+    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """New entries, read only while the lease is ours (Fenced otherwise), waiting up to
+        `wait_ms` for one."""
+        keys = [self._stream, fence.lease_key, fence.lease_epoch_key]
+        args: list[str | int] = [
+            self._config.group,
+            self._config.consumer,
+            count,
+            fence.holder,
+            fence.epoch,
+        ]
+        for attempt in range(2):
+            reply: Any = await self._read_new(keys=keys, args=args)
+            if int(reply[0]) == 0:
+                raise Fenced(fence)
+            if int(reply[0]) == 1:
+                return [(entry_id, _pairs(fields)) for entry_id, fields in reply[1]]
+            if attempt or not wait_ms:
+                return []
+            # Nothing new: wait for an entry after the last one, then read it under the lease.
+            await self._redis.xread({self._stream: reply[1]}, count=1, block=wait_ms)
+        return []
 
     async def process(self, entries: Sequence[Entry], stop: asyncio.Event) -> None:
         """Apply entries in transactions of at most batch_max units; ACK each after its COMMIT."""
@@ -400,7 +457,6 @@ class ShardConsumer(Generic[T]):
         self, entries: Sequence[Entry], items: Sequence[T], stop: asyncio.Event
     ) -> None:
         backoff = 0.05
-        stalled = False
         try:
             while True:
                 self._beat()
@@ -416,9 +472,7 @@ class ShardConsumer(Generic[T]):
                     # Not the data's fault: stall the shard (nothing is dead-lettered, nothing
                     # counts as a delivery) until the datastore or the grant is back.
                     self.stats.transient_failures += 1
-                    if not stalled:
-                        stalled = True
-                        metrics.STREAM_STALLED.labels(self._stream).set(1)
+                    self._stalled(True)
                     metrics.STALL_RETRIES.labels(self._family, kind.value).inc()
                     if stop.is_set():
                         raise _Stopped() from exc
@@ -432,8 +486,7 @@ class ShardConsumer(Generic[T]):
                     await self._pause(backoff)
                     backoff = min(backoff * 2, self._config.retry_backoff_max, self._beat_every)
         finally:
-            if stalled:
-                metrics.STREAM_STALLED.labels(self._stream).set(0)
+            self._stalled(False)
 
     async def _pause(self, seconds: float) -> None:
         """Back off, staying alive for the supervisor (the loop is waiting, not stuck)."""
@@ -578,6 +631,13 @@ class _Stopped(Exception):
 
 class _DataError(Exception):
     """The handler refused the batch because of its data (the cause says why)."""
+
+
+def _pairs(flat: list[bytes] | None) -> dict[bytes, bytes]:
+    """A field/value list as a script returns it (empty for a deleted entry)."""
+    if not flat:
+        return {}
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _text(value: object) -> str:

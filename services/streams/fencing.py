@@ -15,10 +15,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Fence:
-    """The shard (by stream name) and the epoch of the lease its consumer holds."""
+    """The shard (by stream name) and the epoch of the lease its consumer holds — and where that
+    lease lives, so reading new entries can be fenced in Redis as committing is in the database:
+    a consumer whose lease was taken over must not take entries meant for the new owner."""
 
     stream: str
     epoch: int
+    lease_key: str = ""
+    lease_epoch_key: str = ""
+    holder: str = ""
 
 
 class Fenced(Exception):

@@ -13,8 +13,23 @@ from __future__ import annotations
 import math
 import time
 import zlib
+from typing import Protocol
 
 import redis.asyncio as redis
+
+
+class ShardedLayout(Protocol):
+    """What a stream family's layout tells the leases: how many shards, where leases live."""
+
+    @property
+    def shards(self) -> int: ...
+
+    def lease_prefix(self) -> str: ...
+
+    def lease_key(self, shard: int) -> str: ...
+
+    def lease_epoch_key(self, shard: int) -> str: ...
+
 
 # KEYS: lease, epoch counter. ARGV: holder, ttl ms. A free lease is taken with the next epoch.
 _ACQUIRE = """
@@ -51,11 +66,12 @@ class ShardLeases:
     """Lease bookkeeping for one family of sharded streams."""
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str, shards: int, member: str, ttl_ms: int
+        self, client: redis.Redis, layout: ShardedLayout, *, member: str, ttl_ms: int
     ) -> None:
         self._redis = client
-        self._prefix = prefix
-        self.shards = shards
+        self._layout = layout
+        self._prefix = layout.lease_prefix()
+        self.shards = layout.shards
         self.member = member
         self.ttl_ms = ttl_ms
         self._acquire = client.register_script(_ACQUIRE)
@@ -64,10 +80,10 @@ class ShardLeases:
         self._raise_epoch = client.register_script(_RAISE_EPOCH)
 
     def _key(self, shard: int) -> str:
-        return f"{self._prefix}:{shard}"
+        return self._layout.lease_key(shard)
 
     def _epoch_key(self, shard: int) -> str:
-        return f"{self._prefix}:{shard}:epoch"
+        return self._layout.lease_epoch_key(shard)
 
     @property
     def _members_key(self) -> str:

@@ -84,6 +84,14 @@ class LikeStreams:
     def lease_prefix(self) -> str:
         return f"{self.prefix}:like-lease"
 
+    def lease_key(self, shard: int) -> str:
+        """Who consumes the shard (SET NX PX, the holder's name)."""
+        return f"{self.lease_prefix()}:{shard}"
+
+    def lease_epoch_key(self, shard: int) -> str:
+        """The shard's lease counter: every acquisition takes the next epoch."""
+        return f"{self.lease_key(shard)}:epoch"
+
     def dirty(self, kind: TargetKind) -> str:
         """Targets whose counters a flush changed, for reconciliation (one hash tag for both)."""
         return f"{self.prefix}:{{dirty}}:{KIND_NAMES[kind]}s"

@@ -68,6 +68,14 @@ class MessageStreams:
     def lease_prefix(self) -> str:
         return f"{self.prefix}:lease"
 
+    def lease_key(self, shard: int) -> str:
+        """Who consumes the shard (SET NX PX, the holder's name)."""
+        return f"{self.lease_prefix()}:{shard}"
+
+    def lease_epoch_key(self, shard: int) -> str:
+        """The shard's lease counter: every acquisition takes the next epoch."""
+        return f"{self.lease_key(shard)}:epoch"
+
 
 def units(event: message_events_pb2.MessageStreamEntry) -> int:
     """What an entry counts for against the backlog bound: its messages, or 1 for other events."""

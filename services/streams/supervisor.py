@@ -13,28 +13,19 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import redis.asyncio as redis
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from services.runtime.loops import repeat
 from services.streams.consumer import ShardConsumer
-from services.streams.leases import ShardLeases
+from services.streams.leases import ShardedLayout, ShardLeases
 
 log = logging.getLogger(__name__)
 
 # (shard, epoch) -> the consumer of that shard, fenced by that epoch.
 ConsumerFactory = Callable[[int, int], ShardConsumer[Any]]
-
-
-class ShardedLayout(Protocol):
-    """What a stream family's layout tells the supervisor: how many shards, where leases live."""
-
-    @property
-    def shards(self) -> int: ...
-
-    def lease_prefix(self) -> str: ...
 
 
 @dataclass
@@ -58,10 +49,7 @@ class ShardSupervisor:
         ttl_ms: int,
     ) -> ShardSupervisor:
         """A supervisor of `layout`'s shards under leases named for this replica (`member`)."""
-        leases = ShardLeases(
-            client, prefix=layout.lease_prefix(), shards=layout.shards, member=member, ttl_ms=ttl_ms
-        )
-        return cls(leases, make_consumer)
+        return cls(ShardLeases(client, layout, member=member, ttl_ms=ttl_ms), make_consumer)
 
     def __init__(self, leases: ShardLeases, make_consumer: ConsumerFactory) -> None:
         self._leases = leases
@@ -70,6 +58,9 @@ class ShardSupervisor:
         # Renew three times per lease period, so one slow round trip does not lose a lease.
         self._refresh = self._ttl / 3
         self._running: dict[int, _Running] = {}
+        # Consumers told to stop, finishing their batch in the background: the ticks go on
+        # meanwhile, so the other leases are renewed on time.
+        self._retiring: set[asyncio.Task[None]] = set()
 
     @property
     def owned(self) -> set[int]:
@@ -80,7 +71,8 @@ class ShardSupervisor:
             await repeat(stop, self.follow_leases, every=self._refresh, name="shard leases")
         finally:
             for shard in sorted(self._running):
-                await self._give_back(shard)
+                self._give_back(shard)
+            await asyncio.gather(*self._retiring, return_exceptions=True)
             try:
                 await self._leases.leave()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -110,9 +102,10 @@ class ShardSupervisor:
             elif not await self._leases.renew(shard):
                 log.warning("shard %d: lease lost; stopping its consumer", shard)
                 lost.append(shard)
-        await asyncio.gather(*(self._stop(shard) for shard in lost))
-        surplus = sorted(self._running, reverse=True)[: max(len(self._running) - fair, 0)]
-        await asyncio.gather(*(self._give_back(shard) for shard in surplus))
+        for shard in lost:
+            self._retire(shard, release=False)
+        for shard in sorted(self._running, reverse=True)[: max(len(self._running) - fair, 0)]:
+            self._give_back(shard)
         for shard in free:
             if len(self._running) >= fair:
                 break
@@ -123,7 +116,7 @@ class ShardSupervisor:
             consumer = self._make_consumer(shard, epoch)
             task = asyncio.create_task(consumer.run(stop))
             self._running[shard] = _Running(consumer, stop, task)
-            log.info("consuming shard %d at epoch %d", shard, epoch)
+            log.info("consuming %s at epoch %d", consumer.stream, epoch)
 
     async def _ended(self, shard: int, run: _Running) -> None:
         """A consumer that stopped on its own: fenced off (give the shard back), or crashed."""
@@ -138,22 +131,29 @@ class ShardSupervisor:
             await self._leases.raise_epoch(shard, fenced.current)
         await self._leases.release(shard)
 
-    async def _stop(self, shard: int) -> None:
+    def _give_back(self, shard: int) -> None:
+        """Stop the consumer first, then release the lease: never two consumers at once."""
+        self._retire(shard, release=True)
+
+    def _retire(self, shard: int, *, release: bool) -> None:
         run = self._running.pop(shard)
         run.stop.set()
+        task = asyncio.create_task(self._finish(shard, run, release))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _finish(self, shard: int, run: _Running, release: bool) -> None:
         try:
-            # A consumer finishes its batch (every call has a deadline); one that does not is
-            # cancelled. Either way fencing keeps a late commit out.
+            # A consumer finishes its batch or, past a lease, is cancelled: fencing keeps a late
+            # commit out either way.
             await asyncio.wait_for(asyncio.shield(run.task), self._ttl)
         except TimeoutError:
             run.task.cancel()
         except Exception as exc:
-            log.warning("shard %d: consumer ended with %r", shard, exc)
-        log.info("stopped consuming shard %d", shard)
-
-    async def _give_back(self, shard: int) -> None:
-        """Stop the consumer first, then release the lease: never two consumers at once."""
-        await self._stop(shard)
+            log.warning("%s: consumer ended with %r", run.consumer.stream, exc)
+        log.info("stopped consuming %s", run.consumer.stream)
+        if not release:
+            return
         try:
             await self._leases.release(shard)
         except (redis.ConnectionError, redis.TimeoutError) as exc:

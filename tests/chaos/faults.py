@@ -1,24 +1,57 @@
-"""The faults, each injected at a chosen point and healed the way an orchestrator would."""
+"""The faults, each injected at a chosen point and healed the way an orchestrator (or the network,
+or a DBA) would. Each returns figures for the table; a Scenario says what stack and load it needs.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
+import redis.asyncio as redis
 
 from services.runtime.mysql import MysqlDatabase
-from tests.chaos.stack import ChaosStack
+from tests.chaos.load import LikePlan, Load
+from tests.chaos.proxy import ProxyProcess
+from tests.chaos.stack import LEASE_TTL_MS, LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack, Service
 
 ROOT = Path(__file__).resolve().parents[2]
-Fault = Callable[[ChaosStack], Awaitable[dict[str, float]]]
+Fault = Callable[[ChaosStack, Load], Awaitable[dict[str, float]]]
+LEASE_S = LEASE_TTL_MS / 1000
+LIKE_SHARDS = frozenset(LIKE_STREAMS.all_streams())
+# Longer than every datastore deadline of the chaos stack (2 s), so each call in flight fails.
+BLACKHOLE_S = 8.0
 
 
-async def kill_ingest(stack: ChaosStack) -> dict[str, float]:
+@dataclass(frozen=True)
+class Scenario:
+    """A fault and what it runs against."""
+
+    inject: Fault
+    flushers: int = 1
+    # Extra environment of flusher-a, flusher-b, … (in order).
+    flusher_env: tuple[Mapping[str, str], ...] = ()
+    # Every service reaches MySQL, PostgreSQL and Redis through a proxy.
+    proxied: bool = False
+    # Flushers (by letter) whose PostgreSQL goes through a proxy of their own.
+    own_pg_proxy: tuple[str, ...] = ()
+    queue_max: int = 50_000
+    likes: LikePlan = field(default_factory=LikePlan)
+    after: float = 3.0
+
+
+def _errors_since(load: Load, before: Counter[str]) -> Counter[str]:
+    return load.ledger.errors - before
+
+
+async def kill_ingest(stack: ChaosStack, load: Load) -> dict[str, float]:
     ingest = stack.services["ingest"]
     ingest.kill()
     await asyncio.sleep(0.5)
@@ -28,7 +61,7 @@ async def kill_ingest(stack: ChaosStack) -> dict[str, float]:
 
 
 async def _flusher_fault(stack: ChaosStack, point: str) -> dict[str, float]:
-    flusher = stack.services["flusher"]
+    flusher = stack.flusher()
     flusher.kill()
     await flusher.start(FAULT_POINT=point)
     code = await flusher.exited(30)
@@ -39,17 +72,17 @@ async def _flusher_fault(stack: ChaosStack, point: str) -> dict[str, float]:
     return {}
 
 
-async def kill_flusher_mid_batch(stack: ChaosStack) -> dict[str, float]:
+async def kill_flusher_mid_batch(stack: ChaosStack, load: Load) -> dict[str, float]:
     """SIGKILL inside a write transaction, just before COMMIT."""
     return await _flusher_fault(stack, "before_commit")
 
 
-async def kill_flusher_after_commit(stack: ChaosStack) -> dict[str, float]:
+async def kill_flusher_after_commit(stack: ChaosStack, load: Load) -> dict[str, float]:
     """SIGKILL after COMMIT, before XACK + XDEL."""
     return await _flusher_fault(stack, "after_commit")
 
 
-async def kill_redis(stack: ChaosStack) -> dict[str, float]:
+async def kill_redis(stack: ChaosStack, load: Load) -> dict[str, float]:
     stack.kill_redis()
     await asyncio.sleep(0.5)
     await stack.start_redis()
@@ -77,12 +110,25 @@ async def _supervised_datastore(name: str, ready: Callable[[], Awaitable[bool]])
     raise RuntimeError(f"{name} did not come back")
 
 
-async def kill_mariadb(stack: ChaosStack) -> dict[str, float]:
+def mysql_admin_url() -> str:
     e = os.environ
-    url = f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@127.0.0.1:{e['MYSQL_PORT']}/agora_test"
+    return (
+        f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@127.0.0.1:{e['MYSQL_PORT']}"
+        "/agora_test"
+    )
 
+
+def pg_admin_url() -> str:
+    e = os.environ
+    return (
+        f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}@127.0.0.1:{e['PG_PORT']}"
+        "/agora_test"
+    )
+
+
+async def kill_mariadb(stack: ChaosStack, load: Load) -> dict[str, float]:
     async def ready() -> bool:
-        db = await MysqlDatabase.connect(url)
+        db = await MysqlDatabase.connect(mysql_admin_url())
         try:
             return await db.fetchone("SELECT 1") == (1,)
         finally:
@@ -92,12 +138,9 @@ async def kill_mariadb(stack: ChaosStack) -> dict[str, float]:
     return {}
 
 
-async def kill_postgres(stack: ChaosStack) -> dict[str, float]:
-    e = os.environ
-    url = f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}@127.0.0.1:{e['PG_PORT']}/agora_test"
-
+async def kill_postgres(stack: ChaosStack, load: Load) -> dict[str, float]:
     async def ready() -> bool:
-        conn = await asyncpg.connect(url)
+        conn = await asyncpg.connect(pg_admin_url())
         try:
             return bool(await conn.fetchval("SELECT 1") == 1)
         finally:
@@ -107,9 +150,9 @@ async def kill_postgres(stack: ChaosStack) -> dict[str, float]:
     return {}
 
 
-async def stall_flusher(stack: ChaosStack, seconds: float = 6) -> dict[str, float]:
+async def stall_flusher(stack: ChaosStack, load: Load, seconds: float = 6) -> dict[str, float]:
     """Stop the flusher until the ingest backlog bound is hit, then bring it back."""
-    flusher = stack.services["flusher"]
+    flusher = stack.flusher()
     await flusher.stop()
     client = stack.client()
     peak = 0.0
@@ -119,7 +162,7 @@ async def stall_flusher(stack: ChaosStack, seconds: float = 6) -> dict[str, floa
             info = await client.info("memory")
             peak = max(peak, float(info["used_memory"]))
             await asyncio.sleep(0.2)
-        backlog = float(await client.get("agora:msg:backlog") or 0)
+        backlog = float(await client.get(MESSAGE_STREAMS.backlog_key) or 0)
     finally:
         await client.aclose()
     await flusher.start()
@@ -127,18 +170,465 @@ async def stall_flusher(stack: ChaosStack, seconds: float = 6) -> dict[str, floa
     return {"backlog_at_bound": backlog, "redis_peak_mib": peak / 2**20}
 
 
-FAULTS: dict[str, Fault] = {
-    "kill -9 ingest": kill_ingest,
-    "kill -9 flusher mid-batch (before COMMIT)": kill_flusher_mid_batch,
-    "kill -9 flusher between COMMIT and ACK": kill_flusher_after_commit,
-    "kill -9 Redis + restart (AOF, fsync always)": kill_redis,
-    "kill -9 MariaDB mid-batch (crash recovery)": kill_mariadb,
-    "kill -9 PostgreSQL mid-batch (crash recovery)": kill_postgres,
-    "flusher stopped until the backlog bound": stall_flusher,
+class LeaseWatch:
+    """Samples who holds each shard's lease, counting every time a shard changes hands."""
+
+    def __init__(self, stack: ChaosStack) -> None:
+        self._stack = stack
+        self.moves = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[LeaseWatch]:
+        self._task = asyncio.create_task(self._watch())
+        try:
+            yield self
+        finally:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _watch(self) -> None:
+        client = self._stack.client()
+        last: dict[str, str] = {}
+        try:
+            while True:
+                with contextlib.suppress(redis.RedisError):
+                    for stream, holder in (await self._stack.lease_holders(client)).items():
+                        # A lease lapsing is no move; the next holder being another replica is.
+                        if holder is not None:
+                            if last.get(stream, holder) != holder:
+                                self.moves += 1
+                            last[stream] = holder
+                await asyncio.sleep(0.05)
+        finally:
+            await client.aclose()
+
+
+async def rebalance(stack: ChaosStack, load: Load) -> dict[str, float]:
+    """Two flushers; SIGTERM one, start a third, start the first again: shards move each time."""
+    a = stack.flusher("a")
+    async with LeaseWatch(stack).running() as watch:
+        await a.stop()  # graceful: it gives its shards back
+        stack.note("flusher-a stopped (SIGTERM)")
+        await asyncio.sleep(2 * LEASE_S)
+        await stack.add_flusher()
+        stack.note("flusher-c started")
+        await asyncio.sleep(2 * LEASE_S)
+        await a.start()
+        await a.healthy()
+        stack.note("flusher-a started again")
+        await asyncio.sleep(2 * LEASE_S)
+    client = stack.client()
+    try:
+        holders = list((await stack.lease_holders(client)).values())
+    finally:
+        await client.aclose()
+    return {
+        "shard_moves": watch.moves,
+        **{f"held_by_{n[-1]}": holders.count(n) for n in stack.flusher_names()},
+    }
+
+
+async def _until(
+    check: Callable[[], Awaitable[bool]], seconds: float, every: float = 0.01
+) -> float | None:
+    """Seconds until `check` holds; None if it never did within `seconds`."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        with contextlib.suppress(redis.RedisError, OSError, asyncpg.PostgresError):
+            if await check():
+                return time.monotonic() - started
+        await asyncio.sleep(every)
+    return None
+
+
+async def _holds_like_shard(stack: ChaosStack, client: redis.Redis, name: str) -> bool:
+    holders = await stack.lease_holders(client)
+    return any(holders[s] == name for s in LIKE_STREAMS.all_streams())
+
+
+async def _holds_all(stack: ChaosStack, client: redis.Redis, name: str, streams: list[str]) -> bool:
+    holders = await stack.lease_holders(client)
+    return bool(streams) and all(holders[s] == name for s in streams)
+
+
+async def _freeze_when(
+    stack: ChaosStack,
+    client: redis.Redis,
+    flusher: Service,
+    state: Callable[[], Awaitable[bool]],
+    seconds: float = 20,
+) -> dict[str, int]:
+    """SIGSTOP `flusher` at a moment it is working on a like batch (see
+    ChaosStack.batches_in_hand) and `state()` holds, both checked again once it is stopped (a
+    stopped process cannot change its state); a miss is resumed at once (a few ms, far below the
+    lease) and tried again. Returns the batches in hand by stream (empty: never hit, stopped
+    anyway)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if await stack.batches_in_hand(client, flusher.name) and await state():
+            flusher.pause()
+            hand = await stack.batches_in_hand(client, flusher.name)
+            if hand and await state():
+                return hand
+            flusher.resume()
+        await asyncio.sleep(0.005)
+    flusher.pause()
+    return {}
+
+
+async def freeze_past_lease(stack: ChaosStack, load: Load) -> dict[str, float]:
+    """Two flushers; flusher-a is stopped (SIGSTOP) for longer than its lease, twice, while
+    flusher-b takes its shards over and applies the users' newer toggles.
+
+    1. A batch in memory: at a moment flusher-a has like entries read and no transaction open,
+       its PostgreSQL goes down for it alone (its own proxy refuses), so its like consumers keep
+       their batches and retry them, failing fast — alive, so still renewing their leases (a
+       datastore that is down is no reason to give a shard up). Then SIGSTOP: the leases lapse,
+       flusher-b takes the shards over, claims the entries and applies them and everything
+       newer. PostgreSQL comes back for flusher-a, then SIGCONT: it retries its stale batch at
+       once. Fencing must refuse it; without fencing it commits over the newer toggles (a GC
+       pause or a partition between read and write looks exactly so).
+    2. Inside a transaction: SIGSTOP while a like batch transaction is open (seen in
+       pg_stat_activity, checked again once stopped): its locks, the fencing row's among them,
+       hold flusher-b's takeover back until SIGCONT; then it commits first and flusher-b applies
+       what is newer.
+    Holding a transaction open on purpose would make the stale batch of (1) wait on row locks
+    until its own supervisor cancels it, so the negative control would miss; polling finds open
+    transactions often enough.
+    """
+    a = stack.flusher("a")
+    proxy = stack.proxies["postgres:flusher-a"]
+    fenced_before = _fenced_batches(stack)
+    figures: dict[str, float] = {}
+    client = stack.client()
+    try:
+        # 1. A batch in memory. A try where flusher-a lost its leases while stalled (its
+        # supervisor busy elsewhere) shows nothing: its consumers stop, their batches dropped.
+        for attempt in range(1, 4):
+            await _until(lambda: _both_hold_like_shards(stack, client), 6 * LEASE_S)
+            figures = await _stale_batch(stack, client, a, proxy)
+            figures["attempts"] = attempt
+            if figures["kept"]:
+                break
+
+        # 2. Inside a transaction, its locks held while stopped.
+        rejoined = await _until(lambda: _holds_like_shard(stack, client, a.name), 6 * LEASE_S)
+        stack.note(f"flusher-a holds a like shard again: {rejoined is not None}")
+
+        async def in_tx() -> bool:
+            return bool(await stack.pg_open_transactions(proxy))
+
+        hand = await _freeze_when(stack, client, a, in_tx)
+        stack.note(f"flusher-a stopped inside a transaction with like batches in hand {hand}")
+        await asyncio.sleep(2 * LEASE_S)
+        a.resume()
+        # Its open transaction still holds the fencing row: it commits, then the takeover goes on.
+        stack.note("flusher-a SIGCONT")
+        figures |= {"held_mid_tx": sum(hand.values()) if hand else -1}
+    finally:
+        a.resume()
+        with contextlib.suppress(Exception):
+            await proxy.forward()
+        await client.aclose()
+    figures["fenced_batches"] = _fenced_batches(stack) - fenced_before
+    return figures
+
+
+async def _stale_batch(
+    stack: ChaosStack, client: redis.Redis, a: Service, proxy: ProxyProcess
+) -> dict[str, float]:
+    """Phase 1 of freeze_past_lease, once."""
+
+    async def idle() -> bool:
+        return not await stack.pg_open_transactions(proxy)
+
+    hand = await _freeze_when(stack, client, a, idle)
+    stack.note(f"flusher-a stopped with like batches in hand {hand}, no transaction open")
+    await proxy.refuse()
+    a.resume()
+    stack.note("flusher-a resumed; its PostgreSQL refuses it")
+    stalled = await _until(lambda: _stalled(stack, a), 3 * LEASE_S, every=0.05)
+    await asyncio.sleep(LEASE_S)  # retrying, alive: it keeps renewing its leases
+    flushed, failed = await _like_counters(a)  # nothing reaches PostgreSQL from here to SIGCONT
+    a.pause()
+    kept = await _holds_all(stack, client, a.name, list(hand))
+    held = await stack.held_by(client, a.name)
+    stack.note(f"stalled={stalled is not None}, leases kept={kept}; SIGSTOP holding {held}")
+    took = await _until(
+        lambda: _holds_all(stack, client, "flusher-b", list(hand)), 6 * LEASE_S, every=0.05
+    )
+    stack.note(f"flusher-b holds those shards: {took is not None}")
+    claimed = await _until(lambda: _holds_none(stack, client, a.name), 4 * LEASE_S)
+    stack.note(f"flusher-b claimed what flusher-a held: {claimed is not None}")
+    # flusher-b applies what it claimed and what came after. Its transactions lock the same hot
+    # post rows the stale batch needs: wait for it to catch up, so that batch is not held up
+    # behind them (past a lease its own supervisor cancels it, and it shows nothing).
+    await asyncio.sleep(1.0)
+    caught_up = await _until(lambda: _likes_waiting_below(client, 50), 3 * LEASE_S, every=0.05)
+    stack.note(f"flusher-b caught up with the likes: {caught_up is not None}")
+    await proxy.forward()
+    a.resume()
+    stack.note("PostgreSQL back for flusher-a; SIGCONT")
+    # What it commits before it holds a like shard again is the stale batch (a shard handed back
+    # to it is claimed and applied after its lease is taken, so later).
+    stale = retried = 0.0
+    deadline = time.monotonic() + 2 * LEASE_S
+    while time.monotonic() < deadline and not await _holds_like_shard(stack, client, a.name):
+        committed, failures = await _like_counters(a)
+        stale, retried = committed - flushed, failures - failed
+        await asyncio.sleep(0.05)
+    stack.note(f"until it held a like shard again, flusher-a committed {stale:.0f} likes")
+    stack.note(f"and failed {retried:.0f} attempts")
+    return {
+        "held": held if hand else -1,
+        "stalled": int(stalled is not None),
+        "kept": int(kept),
+        "takeover_s": took if took is not None else -1,
+        "claimed": int(claimed is not None),
+        "stale_likes_committed": stale,
+    }
+
+
+async def _like_counters(flusher: Service) -> tuple[float, float]:
+    """Likes the flusher committed, and like batch attempts that failed, so far."""
+    samples = [s for f in await flusher.metrics() for s in f.samples]
+    return (
+        sum(
+            float(s.value)
+            for s in samples
+            if s.name == "agora_flush_entries_total" and s.labels.get("stream") == "likes"
+        ),
+        sum(
+            float(s.value)
+            for s in samples
+            if s.name == "agora_stream_stall_retries_total" and s.labels.get("stream") == "likes"
+        ),
+    )
+
+
+async def _both_hold_like_shards(stack: ChaosStack, client: redis.Redis) -> bool:
+    return await _holds_like_shard(stack, client, "flusher-a") and await _holds_like_shard(
+        stack, client, "flusher-b"
+    )
+
+
+async def _stalled(stack: ChaosStack, flusher: Service) -> bool:
+    """The flusher reports a like shard stalled on the infrastructure (it retries its batch)."""
+    families = await flusher.metrics()
+    return any(
+        s.name == "agora_stream_stalled" and s.value == 1 and s.labels.get("stream") in LIKE_SHARDS
+        for f in families
+        for s in f.samples
+    )
+
+
+async def _likes_waiting_below(client: redis.Redis, entries: int) -> bool:
+    lengths = [int(await client.xlen(s)) for s in LIKE_STREAMS.all_streams()]
+    return sum(lengths) < entries
+
+
+async def _holds_none(stack: ChaosStack, client: redis.Redis, name: str) -> bool:
+    return await stack.held_by(client, name) == 0
+
+
+def _fenced_batches(stack: ChaosStack) -> int:
+    """Batches refused by fencing, from the flushers' logs: a consumer stops with 'epoch N was
+    fenced off'; a takeover that found a newer epoch in the database says which (not counted)."""
+    return sum(
+        stack.services[n].log_count("was fenced off", unless="the datastore holds")
+        for n in stack.flusher_names()
+    )
+
+
+async def _blackhole(stack: ChaosStack, load: Load, name: str) -> dict[str, float]:
+    """Cut one datastore off for longer than every deadline, then heal the network."""
+    proxy = stack.proxies[name]
+    errors = Counter(load.ledger.errors)
+    retries = await stack.metric("agora_stream_stall_retries_total")
+    await proxy.blackhole()
+    stack.note(f"{name} blackholed")
+    await asyncio.sleep(BLACKHOLE_S)
+    stats = await proxy.forward()
+    stack.note(f"{name} forwarding again")
+    during = _errors_since(load, errors)
+    await asyncio.sleep(1.0)
+    return {
+        "connections_cut": float(stats["blackholed"]),
+        "rpc_errors": sum(during.values()),
+        "unavailable": during["UNAVAILABLE"] + during["DEADLINE_EXCEEDED"],
+        "stall_retries": await stack.metric("agora_stream_stall_retries_total") - retries,
+    }
+
+
+async def blackhole_mysql(stack: ChaosStack, load: Load) -> dict[str, float]:
+    return await _blackhole(stack, load, "mysql")
+
+
+async def blackhole_postgres(stack: ChaosStack, load: Load) -> dict[str, float]:
+    return await _blackhole(stack, load, "postgres")
+
+
+async def blackhole_redis(stack: ChaosStack, load: Load) -> dict[str, float]:
+    return await _blackhole(stack, load, "redis")
+
+
+async def redis_full(stack: ChaosStack, load: Load, seconds: float = 4) -> dict[str, float]:
+    """maxmemory just above what Redis uses: producers are refused, the flusher must drain."""
+    client = stack.client()
+    errors = Counter(load.ledger.errors)
+    try:
+        flushed = await stack.metric("agora_flush_entries_total")
+        waiting = await stack.waiting(client)
+        # The flusher keeps the streams short, so used memory moves by tens of KiB either way:
+        # the limit follows it down (never up), so it stays just above what is used.
+        limit = peak = over = samples = 0
+        try:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                used = int((await client.info("memory"))["used_memory"])
+                if not limit or used + 1024 < limit:
+                    limit = used + 1024
+                    await client.config_set("maxmemory", limit)
+                peak, over, samples = max(peak, used), over + (used > limit), samples + 1
+                await asyncio.sleep(0.05)
+            flushed_during = await stack.metric("agora_flush_entries_total") - flushed
+        finally:
+            await client.config_set("maxmemory", 0)
+        stack.note(f"maxmemory followed used memory down to {limit:,}; back to 0")
+    finally:
+        await client.aclose()
+    during = _errors_since(load, errors)
+    return {
+        "refused": during["RESOURCE_EXHAUSTED"],
+        "other_errors": sum(during.values()) - during["RESOURCE_EXHAUSTED"],
+        "waiting_at_start": waiting,
+        "flushed_while_full": flushed_during,
+        "time_over_limit_pct": 100 * over / max(samples, 1),
+    }
+
+
+FLUSHER_MYSQL = "'agora_flusher'@'127.0.0.1'"
+FAMILIES = ("messages", "likes")
+
+
+async def _revoke(mysql: MysqlDatabase, pg: asyncpg.Connection) -> list[str]:
+    """INSERT on zalo_messages and post_likes taken from the flusher's users; returns the MySQL
+    tables given a table-level INSERT meanwhile (see below), for `_restore`."""
+    # MySQL grants the flusher INSERT on the whole database (stack.sh), and a table-level REVOKE
+    # cannot take away a database-level privilege: take it from the database and give it back
+    # on every other table, so only zalo_messages is refused.
+    rows = await mysql.fetchall(
+        "SELECT table_name FROM information_schema.tables"
+        " WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE'"
+    )
+    others = [str(r[0]) for r in rows if r[0] != "zalo_messages"]
+    for table in others:
+        await mysql.execute(f"GRANT INSERT ON `{table}` TO {FLUSHER_MYSQL}")
+    await mysql.execute(f"REVOKE INSERT ON agora_test.* FROM {FLUSHER_MYSQL}")
+    await pg.execute("REVOKE INSERT ON post_likes FROM agora_flusher")
+    return others
+
+
+async def _restore(mysql: MysqlDatabase, pg: asyncpg.Connection, tables: list[str]) -> None:
+    """Back to the grants of stack.sh and migrations/grants/postgres.sql."""
+    await mysql.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON agora_test.* TO {FLUSHER_MYSQL}")
+    for table in tables:
+        with contextlib.suppress(Exception):  # never granted (a revoke that failed half-way)
+            await mysql.execute(f"REVOKE INSERT ON `{table}` FROM {FLUSHER_MYSQL}")
+    await pg.execute("GRANT SELECT, INSERT, DELETE ON post_likes, comment_likes TO agora_flusher")
+
+
+async def ensure_grants() -> None:
+    """The flusher's standard grants (a run interrupted while they were revoked leaves them so)."""
+    mysql = await MysqlDatabase.connect(mysql_admin_url())
+    pg = await asyncpg.connect(pg_admin_url())
+    try:
+        await _restore(mysql, pg, [])
+    finally:
+        await pg.close()
+        await mysql.close()
+
+
+async def _kill_sessions(user: str) -> int:
+    """KILL the user's MySQL sessions, as the administrator over the unix socket (as stack.sh
+    does: OS-user authentication; only an administrator may kill others' sessions). A session
+    keeps the database-level privileges it logged in with, so a revoke bites on the flusher's
+    pooled connections only once they reconnect."""
+    socket = ROOT / "var/run/mysqld.sock"
+    admin_user = "root" if os.geteuid() == 0 else getpass.getuser()
+    admin = ["mariadb", "--no-defaults", f"--socket={socket}", "-u", admin_user, "-N", "-e"]
+    proc = await asyncio.create_subprocess_exec(
+        *admin,
+        "SELECT id FROM information_schema.processlist"
+        f" WHERE user = '{user}' AND db = 'agora_test'",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    ids = [int(line) for line in out.split()]
+    for session in ids:
+        kill = await asyncio.create_subprocess_exec(
+            *admin, f"KILL CONNECTION {session}", stderr=asyncio.subprocess.DEVNULL
+        )
+        await kill.wait()
+    return len(ids)
+
+
+async def revoke_grants(stack: ChaosStack, load: Load, seconds: float = 5) -> dict[str, float]:
+    """INSERT on zalo_messages (MariaDB) and post_likes (PostgreSQL) revoked for a while: the
+    flusher must stall on both, dead-letter nothing, and drain once the grants are back."""
+    mysql = await MysqlDatabase.connect(mysql_admin_url())
+    pg = await asyncpg.connect(pg_admin_url())
+    sample = "agora_stream_stall_retries_total"
+    before = {f: await stack.metric(sample, kind="other", stream=f) for f in FAMILIES}
+    tables: list[str] = []
+    try:
+        tables = await _revoke(mysql, pg)
+        stack.note("INSERT revoked (zalo_messages, post_likes)")
+        killed = await _kill_sessions("agora_flusher")
+        stack.note(f"{killed} MySQL sessions of the flusher killed")
+        await asyncio.sleep(seconds)
+        after = {f: await stack.metric(sample, kind="other", stream=f) for f in FAMILIES}
+    finally:
+        await _restore(mysql, pg, tables)
+        stack.note("grants restored")
+        await pg.close()
+        await mysql.close()
+    return {
+        "sessions_killed": killed,
+        **{f"{f}_stalls_refused": after[f] - before[f] for f in FAMILIES},
+    }
+
+
+# Many users in the middle of their toggles at any moment: what a stale batch would overwrite.
+TOGGLING = LikePlan(senders=24, pause=0.03)
+
+FAULTS: dict[str, Scenario] = {
+    "kill -9 ingest": Scenario(kill_ingest),
+    "kill -9 flusher mid-batch (before COMMIT)": Scenario(kill_flusher_mid_batch),
+    "kill -9 flusher between COMMIT and ACK": Scenario(kill_flusher_after_commit),
+    "kill -9 Redis + restart (AOF, fsync always)": Scenario(kill_redis),
+    "kill -9 MariaDB mid-batch (crash recovery)": Scenario(kill_mariadb),
+    "kill -9 PostgreSQL mid-batch (crash recovery)": Scenario(kill_postgres),
+    "flusher stopped until the backlog bound": Scenario(stall_flusher, queue_max=4_000),
+    "two flushers, forced rebalance": Scenario(rebalance, flushers=2),
+    "flusher SIGSTOPped past its lease": Scenario(
+        freeze_past_lease,
+        flushers=2,
+        own_pg_proxy=("a",),
+        likes=TOGGLING,
+    ),
+    "blackhole MySQL": Scenario(blackhole_mysql, proxied=True),
+    "blackhole PostgreSQL": Scenario(blackhole_postgres, proxied=True),
+    "blackhole Redis": Scenario(blackhole_redis, proxied=True),
+    "Redis at maxmemory": Scenario(redis_full),
+    "grant revoked and restored": Scenario(revoke_grants),
 }
 QUICK = (
     "kill -9 ingest",
     "kill -9 flusher between COMMIT and ACK",
     "kill -9 Redis + restart (AOF, fsync always)",
     "flusher stopped until the backlog bound",
+    "flusher SIGSTOPped past its lease",
 )

@@ -1,11 +1,14 @@
-"""Steady load of uniquely identified messages and likes, sent the way a real forwarder does:
-a batch or a like is retried until it is acknowledged; every attempt and ack is in the ledger."""
+"""Steady load of uniquely identified messages and like/unlike sequences, sent the way a real
+client does: a batch or a toggle is retried until it is acknowledged; every attempt and ack is in
+the ledger."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -17,52 +20,103 @@ CHAOS_ACCOUNT = 777
 CHAOS_COURSE = 4242
 BATCH = 20
 CONVERSATIONS_PER_SENDER = 5
+RPC_TIMEOUT = 3.0
+
+
+@dataclass
+class PairHistory:
+    """What one user asked of one post, in order."""
+
+    acked: list[bool] = field(default_factory=list)  # acknowledged ops (True: like)
+    acked_at: list[float] = field(default_factory=list)  # when (time.monotonic())
+    last_sent: bool | None = None
+    # Whether the last op sent was acknowledged. When it was not (the load stopped while it was
+    # being retried), it may or may not have taken effect: either final state is right.
+    last_acked: bool = False
+
+    @property
+    def expected(self) -> bool | None:
+        """The state the pair must end in (liked or not); None when either is acceptable."""
+        return self.acked[-1] if self.last_acked and self.acked else None
 
 
 @dataclass
 class Ledger:
     sent: set[str] = field(default_factory=set)
     acked: set[str] = field(default_factory=set)
-    like_sent: set[tuple[int, int]] = field(default_factory=set)
-    like_acked: set[tuple[int, int]] = field(default_factory=set)
+    likes: dict[tuple[int, int], PairHistory] = field(default_factory=dict)
+    like_ops_sent: int = 0
+    like_ops_acked: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     error_samples: dict[str, str] = field(default_factory=dict)
     message_ack_times: list[float] = field(default_factory=list)
+    # When each message's batch was acknowledged (time.monotonic()), for reports.
+    message_acked_at: dict[str, float] = field(default_factory=dict)
     like_ack_times: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class LikePlan:
+    """How the like senders behave.
+
+    Each sender owns a disjoint slice of the users and takes them one at a time: for its user it
+    sends, in rounds, one toggle per post (round 0 likes every post, round 1 unlikes them, …),
+    each acknowledged before the next, so per (user, post) the order of the ops is the order they
+    were acknowledged in. A user gets 2, 3 or 4 rounds (by user id), so pairs end liked and
+    unliked alike. `pause` spreads a user's ops over time, so that at any moment many users are
+    in the middle of their sequence (what a stale batch applied late would overwrite).
+    """
+
+    senders: int = 2
+    pause: float = 0.0
+    min_rounds: int = 2
+    max_rounds: int = 4
+
+    def rounds(self, user: int) -> int:
+        return self.min_rounds + user % (self.max_rounds - self.min_rounds + 1)
+
+
 class Load:
-    """Message senders (each owning its conversations, so order is checkable) and like senders."""
+    """Message senders (each owning its conversations, so order is checkable) and like senders
+    (each owning its users, so the order of a user's toggles is checkable)."""
 
     def __init__(
-        self, ingest_addr: str, likes_addr: str, prefix: str, posts: list[int], users: list[int]
+        self,
+        ingest_addr: str,
+        likes_addr: str,
+        prefix: str,
+        posts: Sequence[int],
+        users: Sequence[int],
+        plan: LikePlan | None = None,
     ) -> None:
         self._ingest_addr = ingest_addr
         self._likes_addr = likes_addr
         self.prefix = prefix
-        self._pairs = [(u, p) for p in posts for u in users]
+        self._posts = list(posts)
+        self._users = list(users)
+        self.plan = plan or LikePlan()
         self.ledger = Ledger()
 
-    async def run(
-        self, stop: asyncio.Event, message_senders: int = 3, like_senders: int = 2
-    ) -> None:
+    async def run(self, stop: asyncio.Event, message_senders: int = 3) -> None:
         async with (
             grpc.aio.insecure_channel(self._ingest_addr) as ingest,
             grpc.aio.insecure_channel(self._likes_addr) as likes,
         ):
             ingest_stub = ingest_service_pb2_grpc.IngestServiceStub(ingest)
             like_stub = like_service_pb2_grpc.LikeServiceStub(likes)
-            pairs = iter(self._pairs)
+            senders = self.plan.senders
             await asyncio.gather(
                 *(self._messages(ingest_stub, k, stop) for k in range(message_senders)),
-                *(self._likes(like_stub, pairs, stop) for _ in range(like_senders)),
+                *(self._likes(like_stub, self._users[k::senders], stop) for k in range(senders)),
             )
 
-    async def _until_acked(self, call: object, stop: asyncio.Event, times: list[float]) -> bool:
+    async def _until_acked(
+        self, call: Callable[[], Awaitable[object]], stop: asyncio.Event, times: list[float]
+    ) -> bool:
         backoff = 0.02
         while True:
             try:
-                await call()  # type: ignore[operator]
+                await call()
                 times.append(time.monotonic())
                 return True
             except grpc.aio.AioRpcError as exc:
@@ -94,26 +148,55 @@ class Load:
                 ids.append(msg_id)
                 seq += 1
             self.ledger.sent.update(ids)
-            call = lambda r=request: stub.IngestMessages(r, timeout=3)  # noqa: E731
+
+            def call(r: ingest_service_pb2.IngestMessagesRequest = request) -> Awaitable[object]:
+                return stub.IngestMessages(r, timeout=RPC_TIMEOUT)  # type: ignore[no-any-return]
+
             if await self._until_acked(call, stop, self.ledger.message_ack_times):
                 self.ledger.acked.update(ids)
+                at = self.ledger.message_ack_times[-1]
+                self.ledger.message_acked_at.update(dict.fromkeys(ids, at))
 
     async def _likes(
         self,
         stub: like_service_pb2_grpc.LikeServiceStub,
-        pairs: object,
+        users: list[int],
         stop: asyncio.Event,
     ) -> None:
-        for user, post in pairs:  # type: ignore[attr-defined]
-            if stop.is_set():
-                return
-            request = like_service_pb2.SetLikeRequest(
-                user_id=user,
-                course_id=CHAOS_COURSE,
-                target=like_service_pb2.Target(kind=like_service_pb2.TARGET_KIND_POST, id=post),
-                like=True,
-            )
-            self.ledger.like_sent.add((user, post))
-            call = lambda r=request: stub.SetLike(r, timeout=3)  # noqa: E731
-            if await self._until_acked(call, stop, self.ledger.like_ack_times):
-                self.ledger.like_acked.add((user, post))
+        # Past its last user a sender starts over: the sequences go on where they ended.
+        for user in itertools.cycle(users):
+            for round_ in range(self.plan.rounds(user)):
+                for post in self._posts:
+                    if stop.is_set():
+                        return
+                    await self._toggle(stub, user, post, like=round_ % 2 == 0, stop=stop)
+                    if self.plan.pause:
+                        await asyncio.sleep(self.plan.pause)
+
+    async def _toggle(
+        self,
+        stub: like_service_pb2_grpc.LikeServiceStub,
+        user: int,
+        post: int,
+        *,
+        like: bool,
+        stop: asyncio.Event,
+    ) -> None:
+        request = like_service_pb2.SetLikeRequest(
+            user_id=user,
+            course_id=CHAOS_COURSE,
+            target=like_service_pb2.Target(kind=like_service_pb2.TARGET_KIND_POST, id=post),
+            like=like,
+        )
+        history = self.ledger.likes.setdefault((user, post), PairHistory())
+        history.last_sent, history.last_acked = like, False
+        self.ledger.like_ops_sent += 1
+
+        def call(r: like_service_pb2.SetLikeRequest = request) -> Awaitable[object]:
+            return stub.SetLike(r, timeout=RPC_TIMEOUT)  # type: ignore[no-any-return]
+
+        if await self._until_acked(call, stop, self.ledger.like_ack_times):
+            history.acked.append(like)
+            history.acked_at.append(time.monotonic())
+            history.last_acked = True
+            self.ledger.like_ops_acked += 1

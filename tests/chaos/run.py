@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
+import itertools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
-import redis.asyncio as redis
 
 from services.runtime.mysql import MysqlDatabase
-from tests.chaos.faults import FAULTS
-from tests.chaos.load import CHAOS_ACCOUNT, CHAOS_COURSE, Load
-from tests.chaos.stack import SHARDS, ChaosStack
+from services.streams.likes import POST, member
+from tests.chaos.faults import FAULTS, ensure_grants, mysql_admin_url, pg_admin_url
+from tests.chaos.load import CHAOS_ACCOUNT, CHAOS_COURSE, Ledger, Load, PairHistory
+from tests.chaos.stack import LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack
 
 USERS = list(range(60_000, 62_000))
 
@@ -30,10 +30,16 @@ class Outcome:
     duplicates: int
     unexpected: int
     out_of_order: int
-    likes_acknowledged: int
-    likes_stored: int
-    likes_lost: int
-    likes_unexpected: int
+    # Likes are accounted per (user, post) by their final state: the last acknowledged toggle
+    # decides it (a pair whose last toggle was never acknowledged may end either way).
+    likes_acknowledged: int  # toggles acknowledged
+    like_pairs: int  # (user, post) pairs toggled
+    likes_stored: int  # post_likes rows of the run's posts
+    likes_lost: int  # last acknowledged toggle a like, no row (a subset of reordered)
+    likes_reordered: int  # row present or not, against the last acknowledged toggle
+    likes_redis_mismatch: int  # the user's liked SET (when it exists), against the same
+    likes_unexpected: int  # rows of pairs nobody toggled
+    redis_sets_missing: int  # users whose liked SET is gone (SMISMEMBER then answers "no")
     counter_drift: int
     pending: int
     dead_letters: int
@@ -44,35 +50,68 @@ class Outcome:
     errors: dict[str, int]
     error_samples: dict[str, str]
     extra: dict[str, float]
+    log_dir: str = ""
+    control: bool = False
+    # Evidence for a report: the fault's timeline and samples of what went wrong.
+    details: tuple[str, ...] = ()
+
+    @property
+    def problems(self) -> list[str]:
+        """What went wrong, in words (empty: nothing)."""
+        counts = [
+            (self.lost, "messages lost"),
+            (self.duplicates, "duplicates"),
+            (self.unexpected, "unexpected messages"),
+            (self.out_of_order, "out of order"),
+            (self.likes_reordered, "likes reordered"),
+            (self.likes_redis_mismatch, "Redis like mismatches"),
+            (self.likes_unexpected, "unexpected likes"),
+            (self.counter_drift, "counters drifted"),
+            (self.pending, "pending"),
+        ]
+        found = [f"{n:,} {what}" for n, what in counts if n]
+        if self.drained_s is None:
+            found.append("never drained")
+        if self.crashed:
+            found.append(f"crashed: {', '.join(self.crashed)}")
+        return found
 
     @property
     def clean(self) -> bool:
-        return (
-            self.lost == self.duplicates == self.unexpected == self.out_of_order == 0
-            and self.likes_lost == self.likes_unexpected == self.counter_drift == 0
-            and self.pending == 0
-            and self.drained_s is not None
-            and not self.crashed
-        )
+        return not self.problems
 
 
-def _urls() -> tuple[str, str]:
-    e = os.environ
-    mysql = (
-        f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@127.0.0.1:{e['MYSQL_PORT']}"
-        "/agora_test"
-    )
-    pg = (
-        f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}@127.0.0.1:{e['PG_PORT']}"
-        "/agora_test"
-    )
-    return mysql, pg
+@dataclass(frozen=True)
+class Control:
+    """A scenario with one protection switched off: the same accounting must see the damage (a
+    check that cannot fail proves nothing)."""
+
+    fault: str
+    detects: Callable[[Outcome], bool]
+    aof: bool = True
+    fencing: bool = True
+
+
+CONTROLS: dict[str, Control] = {
+    "kill -9 Redis + restart (AOF, fsync always) — NEGATIVE CONTROL: AOF off": Control(
+        "kill -9 Redis + restart (AOF, fsync always)",
+        lambda o: o.lost > 0 or o.likes_reordered > 0,
+        aof=False,
+    ),
+    "flusher SIGSTOPped past its lease — NEGATIVE CONTROL: fencing off": Control(
+        "flusher SIGSTOPped past its lease", lambda o: o.likes_reordered > 0, fencing=False
+    ),
+}
+QUICK_CONTROLS = (
+    "kill -9 Redis + restart (AOF, fsync always) — NEGATIVE CONTROL: AOF off",
+    "flusher SIGSTOPped past its lease — NEGATIVE CONTROL: fencing off",
+)
 
 
 async def prepare() -> list[int]:
     """The chaos account, the chaos course with 2,000 students, and three fresh posts."""
-    mysql_url, pg_url = _urls()
-    db = await MysqlDatabase.connect(mysql_url)
+    await ensure_grants()
+    db = await MysqlDatabase.connect(mysql_admin_url())
     try:
         await db.execute(
             "INSERT INTO zalo_accounts (id, display_name) VALUES (%s, 'chaos')"
@@ -81,7 +120,7 @@ async def prepare() -> list[int]:
         )
     finally:
         await db.close()
-    conn = await asyncpg.connect(pg_url)
+    conn = await asyncpg.connect(pg_admin_url())
     try:
         await conn.execute(
             "INSERT INTO courses (id, title) VALUES ($1, 'chaos') ON CONFLICT DO NOTHING",
@@ -103,9 +142,8 @@ async def prepare() -> list[int]:
         await conn.close()
 
 
-async def account(load: Load, posts: list[int], stack: ChaosStack) -> dict[str, int]:
-    mysql_url, pg_url = _urls()
-    db = await MysqlDatabase.connect(mysql_url)
+async def _messages(load: Load, details: list[str], t0: float) -> dict[str, int]:
+    db = await MysqlDatabase.connect(mysql_admin_url())
     try:
         rows = await db.fetchall(
             "SELECT msg_id, thread_id, id FROM zalo_messages"
@@ -116,16 +154,40 @@ async def account(load: Load, posts: list[int], stack: ChaosStack) -> dict[str, 
         await db.close()
     stored_ids = [r[0] for r in rows]
     # Per conversation, the flusher must have stored messages in the order they were sent.
-    last_seq: dict[str, int] = {}
+    last: dict[str, tuple[int, str, int]] = {}
     out_of_order = 0
-    for msg_id, thread, _ in rows:
+    acked_at = load.ledger.message_acked_at
+    for msg_id, thread, row_id in rows:
         seq = int(msg_id.rsplit("-", 1)[1])
-        if seq < last_seq.get(thread, -1):
+        before = last.get(thread)
+        if before is not None and seq < before[0]:
             out_of_order += 1
-        last_seq[thread] = seq
-    conn = await asyncpg.connect(pg_url)
+            if out_of_order <= 5:
+                shard = MESSAGE_STREAMS.shard_of(CHAOS_ACCOUNT, thread)
+                details.append(
+                    f"out of order (shard {shard}): {msg_id} (id {row_id}, acknowledged"
+                    f" {acked_at.get(msg_id, t0) - t0:+.2f}s) stored after {before[1]} (id"
+                    f" {before[2]}, acknowledged {acked_at.get(before[1], t0) - t0:+.2f}s)"
+                )
+        last[thread] = (seq, msg_id, row_id)
+    stored = set(stored_ids)
+    return {
+        "stored": len(stored),
+        "duplicates": len(stored_ids) - len(stored),
+        "lost": len(load.ledger.acked - stored),
+        "unexpected": len(stored - load.ledger.sent),
+        "out_of_order": out_of_order,
+    }
+
+
+async def _likes(
+    ledger: Ledger, posts: list[int], stack: ChaosStack, details: list[str], t0: float
+) -> dict[str, int]:
+    """Final like state per (user, post) in PostgreSQL and in the user's Redis SET, against the
+    last acknowledged toggle of the pair."""
+    conn = await asyncpg.connect(pg_admin_url())
     try:
-        like_rows = await conn.fetch(
+        rows = await conn.fetch(
             "SELECT user_id, post_id FROM post_likes WHERE post_id = ANY($1::bigint[])", posts
         )
         drift = await conn.fetchval(
@@ -135,61 +197,95 @@ async def account(load: Load, posts: list[int], stack: ChaosStack) -> dict[str, 
         )
     finally:
         await conn.close()
-    likes = {(r[0], r[1]) for r in like_rows}
+    in_pg = {(r[0], r[1]) for r in rows}
+    users = sorted({user for user, _ in ledger.likes})
+    members = [member(POST, p) for p in posts]
+    in_redis: set[tuple[int, int]] = set()
+    cold: set[int] = set()
+    missing = 0
     client = stack.client()
     try:
-        pending = 0
-        streams = [f"agora:msg:{s}" for s in range(SHARDS)]
-        streams += [f"forum:{{ls{s}}}:like-events" for s in range(SHARDS)]
-        for stream, group in [(s, "flusher") for s in streams[:SHARDS]] + [
-            (s, "like-flusher") for s in streams[SHARDS:]
-        ]:
-            with contextlib.suppress(redis.ResponseError):  # no group: nothing was ever read
-                pending += int((await client.xpending(stream, group))["pending"])
-        dead = int(await client.xlen("agora:msg:dead")) + int(
-            await client.xlen("forum:like-events:dead")
-        )
+        for start in range(0, len(users), 500):
+            chunk = users[start : start + 500]
+            async with client.pipeline(transaction=False) as pipe:
+                for user in chunk:
+                    key = LIKE_STREAMS.liked_set(user, CHAOS_COURSE)
+                    pipe.exists(key)
+                    pipe.smismember(key, members)
+                replies = await pipe.execute()
+            for i, user in enumerate(chunk):
+                if not replies[2 * i]:
+                    missing += 1
+                    cold.add(user)
+                for post, liked in zip(posts, replies[2 * i + 1], strict=True):
+                    if liked:
+                        in_redis.add((user, post))
     finally:
         await client.aclose()
-    stored = set(stored_ids)
+    reordered = lost = mismatch = 0
+    for pair, history in ledger.likes.items():
+        expected = history.expected
+        if expected is None:
+            continue
+        if (pair in in_pg) != expected:
+            reordered += 1
+            lost += expected
+            if reordered <= 8:
+                details.append(f"reordered: (user, post) {pair} {_history(history, t0)}")
+        # A user whose SET is gone is answered from the database (warmed again): only a SET
+        # that exists can disagree on its own.
+        if pair[0] not in cold and (pair in in_redis) != expected:
+            mismatch += 1
+            if mismatch <= 3:
+                details.append(f"Redis mismatch: (user, post) {pair} {_history(history, t0)}")
     return {
-        "stored": len(stored),
-        "duplicates": len(stored_ids) - len(stored),
-        "lost": len(load.ledger.acked - stored),
-        "unexpected": len(stored - load.ledger.sent),
-        "out_of_order": out_of_order,
-        "likes_stored": len(likes),
-        "likes_lost": len(load.ledger.like_acked - likes),
-        "likes_unexpected": len(likes - load.ledger.like_sent),
+        "like_pairs": len(ledger.likes),
+        "likes_stored": len(in_pg),
+        "likes_lost": lost,
+        "likes_reordered": reordered,
+        "likes_redis_mismatch": mismatch,
+        "likes_unexpected": len(in_pg - ledger.likes.keys()),
+        "redis_sets_missing": missing,
         "counter_drift": int(drift),
-        "pending": pending,
-        "dead_letters": dead,
     }
 
 
-async def run_scenario(
-    fault_name: str, *, aof: bool = True, before: float = 2.0, after: float = 3.0
-) -> Outcome:
+async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
+    """Run a fault of FAULTS, or a negative control of CONTROLS, by name."""
+    control = CONTROLS.get(name)
+    scenario = FAULTS[control.fault if control else name]
     posts = await prepare()
-    queue_max = 4_000 if fault_name.startswith("flusher stopped") else 50_000
-    stack = ChaosStack(aof=aof, queue_max=queue_max)
-    await stack.start()
+    stack = ChaosStack(
+        aof=control.aof if control else True,
+        queue_max=scenario.queue_max,
+        flushers=scenario.flushers,
+        flusher_env=scenario.flusher_env,
+        flusher_common_env={} if not control or control.fencing else {"FLUSHER_FENCING": "false"},
+        proxied=scenario.proxied,
+        own_pg_proxy=scenario.own_pg_proxy,
+    )
+    marks = [time.monotonic()]
     try:
+        await stack.start()
+        marks.append(time.monotonic())
         load = Load(
             f"127.0.0.1:{stack.services['ingest'].port}",
             f"127.0.0.1:{stack.services['likes'].port}",
             f"c{uuid.uuid4().hex[:8]}",
             posts,
             USERS,
+            scenario.likes,
         )
         stop = asyncio.Event()
         task = asyncio.create_task(load.run(stop))
-        await asyncio.sleep(before)
-        injected = time.monotonic()
-        extra = await FAULTS[fault_name](stack)
-        await asyncio.sleep(after)
-        stop.set()
-        await task
+        try:
+            await asyncio.sleep(before)
+            injected = time.monotonic()
+            extra = await scenario.inject(stack, load)
+            await asyncio.sleep(scenario.after)
+        finally:
+            stop.set()
+            await task
         # Recovery: the longest stretch without an acknowledgement, from the fault on.
         gaps = {
             path: _longest_gap(times, injected)
@@ -198,21 +294,37 @@ async def run_scenario(
                 ("likes", load.ledger.like_ack_times),
             )
         }
+        marks.append(time.monotonic())
         drained = await stack.drained()
-        counts = await account(load, posts, stack)
-        # Nothing restarts a service here but the faults: one that died on its own is a bug.
-        crashed = [
-            name
-            for name, svc in stack.services.items()
-            if svc.proc is None or svc.proc.returncode is not None
-        ]
+        marks.append(time.monotonic())
+        client = stack.client()
+        details = [f"{at - injected:+.2f}s {what}" for at, what in stack.events]
+        try:
+            pending = await stack.pending(client)
+            dead = await stack.dead_letters(client)
+            if drained is None:
+                details += [f"not drained: {line}" for line in await stack.stuck(client)]
+        finally:
+            await client.aclose()
+        counts = await _messages(load, details, injected)
+        counts |= await _likes(load.ledger, posts, stack, details, injected)
+        crashed = stack.crashed()
+        marks.append(time.monotonic())
     finally:
         await stack.stop()
+    marks.append(time.monotonic())
+    spans = [b - a for a, b in itertools.pairwise(marks)]
+    details.append(
+        "seconds: start {:.1f}, load and fault {:.1f}, drain {:.1f}, accounting {:.1f},"
+        " stop {:.1f}".format(*spans)
+    )
     return Outcome(
-        fault=fault_name + ("" if aof else " — NEGATIVE CONTROL: AOF off"),
+        fault=name,
         sent=len(load.ledger.sent),
         acknowledged=len(load.ledger.acked),
-        likes_acknowledged=len(load.ledger.like_acked),
+        likes_acknowledged=load.ledger.like_ops_acked,
+        pending=pending,
+        dead_letters=dead,
         message_gap_s=gaps["messages"],
         like_gap_s=gaps["likes"],
         drained_s=drained,
@@ -220,8 +332,19 @@ async def run_scenario(
         error_samples=dict(load.ledger.error_samples),
         extra=extra,
         crashed=crashed,
+        log_dir=str(stack.log_dir),
+        control=control is not None,
+        details=tuple(details),
         **counts,
     )
+
+
+def _history(history: PairHistory, t0: float) -> str:
+    ops = ", ".join(
+        f"{'like' if op else 'unlike'}@{at - t0:+.2f}s"
+        for op, at in zip(history.acked, history.acked_at, strict=True)
+    )
+    return f"acknowledged {ops} (times from the fault)"
 
 
 def _longest_gap(times: list[float], since: float) -> float:
@@ -229,26 +352,49 @@ def _longest_gap(times: list[float], since: float) -> float:
     return max((b - a for a, b in zip([since, *after], after, strict=False)), default=float("nan"))
 
 
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def verdict(o: Outcome) -> str:
+    problems = ", ".join(o.problems)
+    if o.control:
+        control = CONTROLS[o.fault]
+        text = f"detected: {problems}" if control.detects(o) else "**NOT DETECTED**"
+    elif o.clean:
+        text = "0 lost, 0 dup, 0 reordered, 0 drift"
+    else:
+        text = f"**FAILED: {problems}**"
+    notes = ", ".join(f"{k}={_figure(v)}" for k, v in o.extra.items())
+    return f"{text} ({notes})" if notes else text
+
+
 def table(outcomes: list[Outcome]) -> str:
     lines = [
         "| fault | msgs sent | acked | stored | lost | dup | unexpected | out of order |"
-        " likes acked | stored | lost | counter drift | pending | dead letters |"
-        " longest ack gap msgs / likes | drained in | verdict |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        " like toggles acked | pairs | liked in PG | lost likes | reordered | Redis mismatch |"
+        " counter drift | pending | dead letters | longest ack gap msgs / likes | drained in |"
+        " verdict |",
+        "|---|" + "---:|" * 18 + "---|",
     ]
     for o in outcomes:
-        verdict = "0 lost, 0 dup, 0 drift" if o.clean else "**FAILED: data lost or wrong**"
-        if o.crashed:
-            verdict += f" — crashed: {', '.join(o.crashed)}"
-        notes = ", ".join(f"{k}={v:,.0f}" for k, v in o.extra.items())
-        if notes:
-            verdict += f" ({notes})"
         drained = f"{o.drained_s:.1f} s" if o.drained_s is not None else "never"
         lines.append(
             f"| {o.fault} | {o.sent:,} | {o.acknowledged:,} | {o.stored:,} | {o.lost} |"
             f" {o.duplicates} | {o.unexpected} | {o.out_of_order} | {o.likes_acknowledged:,} |"
-            f" {o.likes_stored:,} | {o.likes_lost} | {o.counter_drift} | {o.pending} |"
-            f" {o.dead_letters} | {o.message_gap_s:.2f} s / {o.like_gap_s:.2f} s | {drained} |"
-            f" {verdict} |"
+            f" {o.like_pairs:,} | {o.likes_stored:,} | {o.likes_lost} | {o.likes_reordered} |"
+            f" {o.likes_redis_mismatch} | {o.counter_drift} | {o.pending} | {o.dead_letters} |"
+            f" {o.message_gap_s:.2f} s / {o.like_gap_s:.2f} s | {drained} | {verdict(o)} |"
         )
+    return "\n".join(lines)
+
+
+def describe(o: Outcome) -> str:
+    """What a table row leaves out: the errors the load saw, and where the logs are."""
+    errors = ", ".join(f"{k}={v:,}" for k, v in sorted(o.errors.items())) or "none"
+    lines = [f"{o.fault}: RPC errors seen by the load: {errors}; logs in {o.log_dir}"]
+    lines += [f"    {code}: {sample[:200]}" for code, sample in sorted(o.error_samples.items())]
+    if o.redis_sets_missing:
+        lines.append(f"    {o.redis_sets_missing} users' liked SETs are missing in Redis")
+    lines += [f"    {line}" for line in o.details]
     return "\n".join(lines)

@@ -42,12 +42,25 @@ def settings(flusher_settings: FlusherSettings) -> FlusherSettings:
     )
 
 
+LAYOUT = LikeStreams("forum", SHARDS)
+SHARD = LAYOUT.shard_of(USER)
+
+
 def consumer(
     settings: FlusherSettings, client: redis.Redis, pg: asyncpg.Pool, name: str, epoch: int
 ) -> ShardConsumer[LikeEvent]:
     named = settings.model_copy(update={"flusher_consumer_name": name})
-    shard = LikeStreams("forum", SHARDS).shard_of(USER)
-    return like_role.consumer(named, client, LikeRepository(pg), shard, epoch)
+    return like_role.consumer(named, client, LikeRepository(pg), SHARD, epoch)
+
+
+async def leased(
+    settings: FlusherSettings, client: redis.Redis, pg: asyncpg.Pool, name: str
+) -> ShardConsumer[LikeEvent]:
+    """The consumer `name` gets once it takes the user's shard's lease (its epoch)."""
+    leases = ShardLeases(client, LAYOUT, member=name, ttl_ms=LEASE_MS)
+    epoch = await leases.acquire(SHARD)
+    assert epoch is not None, f"{name} could not take the lease"
+    return consumer(settings, client, pg, name, epoch)
 
 
 async def toggle(stub: like_service_pb2_grpc.LikeServiceStub, like: bool) -> None:
@@ -78,12 +91,12 @@ async def test_a_consumer_fenced_off_by_a_takeover_cannot_commit_its_stale_batch
     pg_admin: asyncpg.Pool,
     clean: None,
 ) -> None:
-    a = consumer(settings, redis_client, pg_flusher, "pod-a", epoch=1)
+    a = await leased(settings, redis_client, pg_flusher, "pod-a")
     await toggle(likes, True)
     entries = await stale_batch(a)
     # A stalls past its lease; B takes the shard over with a newer epoch.
     await asyncio.sleep(LEASE_MS / 1000 + 0.2)
-    b = consumer(settings, redis_client, pg_flusher, "pod-b", epoch=2)
+    b = await leased(settings, redis_client, pg_flusher, "pod-b")
     await b.take_over(asyncio.Event())  # claims A's entry, now idle longer than a lease
     assert await b.run_once() == 1
     assert await liked_in_db(pg_admin)
@@ -94,10 +107,15 @@ async def test_a_consumer_fenced_off_by_a_takeover_cannot_commit_its_stale_batch
     # A wakes up and applies the batch it read before the stall.
     with pytest.raises(Fenced):
         await a._apply_with_retry(entries, [a._handler.decode(e) for e in entries], asyncio.Event())
+    # Nor can it take new entries meant for B.
+    await toggle(likes, True)
+    with pytest.raises(Fenced):
+        await a._read(">", block=False)
 
     assert not await liked_in_db(pg_admin), "a fenced-off consumer committed a stale like"
     count = await pg_admin.fetchval("SELECT like_count FROM posts WHERE id = 1")
     assert count == 0
+    assert await b.run_once() == 1  # the new like goes to the owner
 
 
 async def test_without_fencing_the_stale_batch_lands_and_reorders_the_likes(
@@ -136,7 +154,7 @@ async def test_a_takeover_waits_until_the_previous_owners_entries_outlive_its_le
     pg_flusher: asyncpg.Pool,
     clean: None,
 ) -> None:
-    a = consumer(settings, redis_client, pg_flusher, "pod-a", epoch=1)
+    a = await leased(settings, redis_client, pg_flusher, "pod-a")
     await toggle(likes, True)
     await stale_batch(a)
     b = consumer(settings, redis_client, pg_flusher, "pod-b", epoch=2)
@@ -160,7 +178,7 @@ class StuckConsumer(ShardConsumer[LikeEvent]):
 async def test_a_consumer_that_makes_no_progress_loses_its_lease(
     settings: FlusherSettings, redis_client: redis.Redis, pg_flusher: asyncpg.Pool, clean: None
 ) -> None:
-    layout = LikeStreams("forum", SHARDS)
+    layout = LAYOUT
     made: list[ShardConsumer[LikeEvent]] = []
 
     def make(shard: int, epoch: int) -> ShardConsumer[LikeEvent]:
@@ -170,9 +188,7 @@ async def test_a_consumer_that_makes_no_progress_loses_its_lease(
         return real
 
     one = ShardSupervisor.leased(redis_client, layout, make, member="pod-a", ttl_ms=LEASE_MS)
-    other = ShardLeases(
-        redis_client, prefix=layout.lease_prefix(), shards=SHARDS, member="pod-b", ttl_ms=LEASE_MS
-    )
+    other = ShardLeases(redis_client, layout, member="pod-b", ttl_ms=LEASE_MS)
     await one.follow_leases()
     assert one.owned == set(range(SHARDS))
     # Within the renewal window the leases are renewed...

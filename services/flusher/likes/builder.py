@@ -45,7 +45,7 @@ def consumer(
         handler=LikeEntryHandler(repo, client, layout),
         config=consumer_config(settings),
         family="likes",
-        fence=settings.fence(layout.stream(shard), epoch),
+        fence=settings.fence(layout, layout.stream(shard), shard, epoch),
     )
 
 

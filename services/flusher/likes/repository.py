@@ -14,54 +14,60 @@ from dataclasses import dataclass
 import asyncpg
 
 from services.flusher.fencing import PostgresFences
-from services.streams.faults import delay_before_commit, fault
+from services.streams.faults import fault
 from services.streams.fencing import Fence
 from services.streams.likes import COMMENT, KIND_NAMES, POST, TargetKind
 
 _EVENTS = "ev(tid, uid, cid) AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]))"
 
+# Like rows first, one statement per (kind, like/unlike), each returning the targets whose rows it
+# really changed (ON CONFLICT DO NOTHING, DELETE of absent rows: re-applying changes nothing).
 APPLY = {
     (POST, True): f"""
-WITH {_EVENTS},
-ins AS (
-  INSERT INTO post_likes (post_id, user_id)
-  SELECT ev.tid, ev.uid FROM ev
-  JOIN posts p ON p.id = ev.tid AND p.course_id = ev.cid AND p.deleted_at IS NULL
-  ON CONFLICT DO NOTHING
-  RETURNING post_id),
-agg AS (SELECT post_id, count(*) AS n FROM ins GROUP BY post_id)
-UPDATE posts p SET like_count = p.like_count + agg.n FROM agg WHERE p.id = agg.post_id
-RETURNING p.id""",
+WITH {_EVENTS}
+INSERT INTO post_likes (post_id, user_id)
+SELECT ev.tid, ev.uid FROM ev
+JOIN posts p ON p.id = ev.tid AND p.course_id = ev.cid AND p.deleted_at IS NULL
+ON CONFLICT DO NOTHING
+RETURNING post_id""",
     (POST, False): f"""
-WITH {_EVENTS},
-del AS (
-  DELETE FROM post_likes l USING ev
-  WHERE l.post_id = ev.tid AND l.user_id = ev.uid
-  RETURNING l.post_id),
-agg AS (SELECT post_id, count(*) AS n FROM del GROUP BY post_id)
-UPDATE posts p SET like_count = p.like_count - agg.n FROM agg WHERE p.id = agg.post_id
-RETURNING p.id""",
+WITH {_EVENTS}
+DELETE FROM post_likes l USING ev
+WHERE l.post_id = ev.tid AND l.user_id = ev.uid
+RETURNING l.post_id""",
     (COMMENT, True): f"""
-WITH {_EVENTS},
-ins AS (
-  INSERT INTO comment_likes (comment_id, user_id)
-  SELECT ev.tid, ev.uid FROM ev
-  JOIN comments c ON c.id = ev.tid AND c.deleted_at IS NULL
-  JOIN posts p ON p.id = c.post_id AND p.course_id = ev.cid AND p.deleted_at IS NULL
-  ON CONFLICT DO NOTHING
-  RETURNING comment_id),
-agg AS (SELECT comment_id, count(*) AS n FROM ins GROUP BY comment_id)
-UPDATE comments c SET like_count = c.like_count + agg.n FROM agg WHERE c.id = agg.comment_id
-RETURNING c.id""",
+WITH {_EVENTS}
+INSERT INTO comment_likes (comment_id, user_id)
+SELECT ev.tid, ev.uid FROM ev
+JOIN comments c ON c.id = ev.tid AND c.deleted_at IS NULL
+JOIN posts p ON p.id = c.post_id AND p.course_id = ev.cid AND p.deleted_at IS NULL
+ON CONFLICT DO NOTHING
+RETURNING comment_id""",
     (COMMENT, False): f"""
-WITH {_EVENTS},
-del AS (
-  DELETE FROM comment_likes l USING ev
-  WHERE l.comment_id = ev.tid AND l.user_id = ev.uid
-  RETURNING l.comment_id),
-agg AS (SELECT comment_id, count(*) AS n FROM del GROUP BY comment_id)
-UPDATE comments c SET like_count = c.like_count - agg.n FROM agg WHERE c.id = agg.comment_id
-RETURNING c.id""",
+WITH {_EVENTS}
+DELETE FROM comment_likes l USING ev
+WHERE l.comment_id = ev.tid AND l.user_id = ev.uid
+RETURNING l.comment_id""",
+}
+
+# Then the counters: one UPDATE per kind moves each target by exactly the rows that changed. The
+# rows are locked in id order first: batches of different shards hit the same hot posts, and
+# locking them in whatever order each statement met them made them deadlock. NO KEY UPDATE is
+# the lock the UPDATE takes anyway; FOR UPDATE would also conflict with the KEY SHARE locks the
+# other batches' like-row inserts take through their foreign keys, and deadlock again.
+_LOCK_COUNTERS = {
+    POST: "SELECT 1 FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE",
+    COMMENT: "SELECT 1 FROM comments WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE",
+}
+_COUNT = {
+    POST: """
+UPDATE posts p SET like_count = p.like_count + d.delta
+FROM unnest($1::bigint[], $2::int[]) AS d(id, delta)
+WHERE p.id = d.id""",
+    COMMENT: """
+UPDATE comments c SET like_count = c.like_count + d.delta
+FROM unnest($1::bigint[], $2::int[]) AS d(id, delta)
+WHERE c.id = d.id""",
 }
 
 # Reconciliation: lock the counted rows first, so a concurrent flush has either committed (and is
@@ -132,7 +138,7 @@ class LikeRepository:
         groups: dict[tuple[TargetKind, bool], list[LikeOp]] = {}
         for op in ops:
             groups.setdefault((op.kind, op.liked), []).append(op)
-        touched: dict[TargetKind, set[int]] = {POST: set(), COMMENT: set()}
+        deltas: dict[TargetKind, dict[int, int]] = {POST: {}, COMMENT: {}}
         async with self._pool.acquire() as conn, conn.transaction():
             if fence is not None:
                 # First: the fence row's lock also orders this batch after a takeover.
@@ -144,10 +150,16 @@ class LikeRepository:
                     [o.user_id for o in group],
                     [o.course_id for o in group],
                 )
-                touched[kind].update(r[0] for r in rows)
-            await delay_before_commit()
+                moved = deltas[kind]
+                for (target,) in rows:
+                    moved[target] = moved.get(target, 0) + (1 if liked else -1)
+            for kind, moved in deltas.items():
+                changed = sorted(t for t, d in moved.items() if d)
+                if changed:
+                    await conn.execute(_LOCK_COUNTERS[kind], changed)
+                    await conn.execute(_COUNT[kind], changed, [moved[t] for t in changed])
             fault("before_commit")
-        return touched
+        return {kind: {t for t, d in moved.items() if d} for kind, moved in deltas.items()}
 
     async def reconcile(self, kind: TargetKind, ids: Sequence[int]) -> list[Drift]:
         """Recount like_count of these posts or comments; fix and return only the drifted."""

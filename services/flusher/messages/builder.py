@@ -43,7 +43,7 @@ def consumer(
         handler=handler,
         config=consumer_config(settings),
         family="messages",
-        fence=settings.fence(layout.stream(shard), epoch),
+        fence=settings.fence(layout, layout.stream(shard), shard, epoch),
     )
 
 

@@ -19,7 +19,7 @@ from services.domain.messaging import DIRECTION_NAMES, THREAD_TYPE_NAMES
 from services.flusher.fencing import MysqlFences
 from services.runtime.mysql import Connection, MysqlDatabase, placeholders
 from services.runtime.timeutil import to_datetime
-from services.streams.faults import delay_before_commit, fault
+from services.streams.faults import fault
 from services.streams.fencing import Fence
 
 # Every VALUES item is a placeholder, so aiomysql sends one multi-row statement per batch.
@@ -132,7 +132,6 @@ class MessageRepository:
                 await tx.execute(MARK_READ, (read_at, read_at, account, thread))
             if agent_sent:
                 await tx.executemany(INSERT_AGENT_SENT, agent_sent)
-            await delay_before_commit()
             fault("before_commit")
         self._remember(ids)
         return set(ids.values())
