@@ -340,9 +340,22 @@ migrate() {
   fi
 }
 
+# The local stack's token secret: random, made once per machine, readable by its owner only
+# (deploy/local/env/gateway.env points the gateway at it; `make token` signs with it).
+jwt_secret() {
+  local file=$var/secrets/jwt-secret
+  [ -s "$file" ] && return 0
+  mkdir -p "$var/secrets"
+  chmod 700 "$var/secrets"
+  (umask 077 && "$py" -c 'import secrets; print(secrets.token_urlsafe(48))' >"$file.tmp")
+  mv "$file.tmp" "$file"
+  log "generated the token secret $file"
+}
+
 up() {
   datastores
   migrate agora
+  jwt_secret
   # TRACES=1: every service exports OTLP to the local trace sink (make traces shows them).
   if [ "${TRACES:-0}" = 1 ]; then
     printf 'OTEL_TRACES_EXPORTER=otlp\nOTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317\nOTEL_EXPORTER_OTLP_INSECURE=true\n' >"$var/otel.env"

@@ -1,4 +1,10 @@
-"""The FastAPI application: routes, auth, the error shape, tracing."""
+"""The FastAPI application: routes, auth, the error shape, tracing, and the trust boundary.
+
+Middleware, outermost first: metrics; security headers (on every answer, refusals included); CORS
+(a browser's preflight carries no token); authentication from the headers (401 before any body
+is read); the body read whole within its size limit and deadline (413 / 408); and only then a
+place among the requests in flight (503 past the bound), so a slow upload never holds a slot.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +13,26 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from starlette.middleware.cors import CORSMiddleware
 
 from services.gateway import errors
-from services.gateway.auth import TokenVerifier
+from services.gateway.auth import AuthMiddleware
 from services.gateway.clients import Clients
 from services.gateway.config import GatewaySettings
 from services.gateway.load_shedding import InFlightLimit
 from services.gateway.rate_limit import RateLimiter
+from services.gateway.request_body import BodyLimit
 from services.gateway.routes import forum, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
+from services.gateway.security_headers import SecurityHeaders, docs_page, hardening
 from services.runtime import redis_client
 from services.runtime.metrics import HttpMetrics
+from services.runtime.tokens import TokenVerifier
 
 _ERRORS = {
     status: {"model": ErrorResponse, "description": text}
@@ -29,6 +41,8 @@ _ERRORS = {
         401: "Missing, expired or invalid bearer token",
         403: "The token does not grant this resource",
         404: "Not found",
+        408: "The request body did not arrive in time",
+        413: "The request body is too large",
         422: "Invalid parameters (the fields say which)",
         429: "Too many requests from this user (see Retry-After)",
         503: "A backlog is full or an upstream service is unavailable (see Retry-After)",
@@ -62,15 +76,19 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         description="HTTP/JSON API over the agora services. Every /api route needs a bearer JWT.",
         lifespan=lifespan,
         responses=_ERRORS,  # type: ignore[arg-type]
+        # Served below with a Content-Security-Policy of its own; ReDoc is not served.
+        docs_url=None,
+        redoc_url=None,
     )
-    app.state.token_verifier = TokenVerifier(
-        settings.jwt_secret.get_secret_value(),
-        audience=settings.jwt_audience,
-        issuer=settings.jwt_issuer,
-    )
+    verifier = TokenVerifier.from_settings(settings)
+    app.state.token_verifier = verifier
     errors.install(app)
     app.include_router(messaging.router)
     app.include_router(forum.router)
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        return docs_page(request.scope.get("root_path", "") + "/openapi.json", app.title)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -78,7 +96,32 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         return {"status": "ok"}
 
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
+    # Starlette wraps each middleware around those added before it: innermost first.
     app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight)
+    batch = next(
+        r
+        for r in messaging.router.routes
+        if isinstance(r, APIRoute) and r.endpoint is messaging.ingest_messages
+    )
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.gateway_max_body_bytes,
+        timeout=settings.gateway_body_timeout_seconds,
+        route_limits=[(batch, settings.gateway_max_batch_body_bytes)],
+    )
+    app.add_middleware(AuthMiddleware, verifier=verifier)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=settings.gateway_cors_origins,
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=["Authorization", "Content-Type"],
+        # Bearer tokens, not cookies: a browser sends no credentials of its own.
+        allow_credentials=False,
+        expose_headers=["Retry-After"],
+        max_age=600,
+    )
+    headers = hardening(hsts_seconds=settings.gateway_hsts_seconds)
+    app.add_middleware(SecurityHeaders, headers=headers)
     app.add_middleware(HttpMetrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

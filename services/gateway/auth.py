@@ -2,69 +2,85 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-import jwt
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.gateway.errors import ApiError
+from services.gateway.errors import ApiError, close_after
+from services.runtime.tokens import Principal, TokenError, TokenVerifier
 
-_bearer = HTTPBearer(auto_error=False, description="JWT signed with HS256 (see `make token`)")
+__all__ = ["AuthMiddleware", "CurrentUser", "Principal", "require_account"]
+
+# Documents the scheme in the OpenAPI document; AuthMiddleware does the checking.
+_bearer = HTTPBearer(
+    auto_error=False, description="JWT with a kid, aud, iss, iat and exp (see `make token`)"
+)
+# Where the verified caller waits for the route (request.state.principal).
+_STATE_KEY = "principal"
+PROTECTED_PREFIX = "/api/"
 
 
-@dataclass(frozen=True)
-class Principal:
-    """The authenticated caller: a user id and the Zalo accounts the token grants."""
+def verify_authorization(verifier: TokenVerifier, authorization: str | None) -> Principal:
+    """The caller named by an Authorization header, or ApiError 401."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError.unauthenticated("a bearer token is required")
+    try:
+        return verifier.verify(token.strip())
+    except TokenError as exc:
+        raise ApiError.unauthenticated(str(exc)) from exc
 
-    user_id: int
-    accounts: frozenset[int]
+
+def is_protected(scope: Scope) -> bool:
+    """Whether the request is for /api, as the router sees the path (without the root path a
+    proxy may mount the gateway under)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path == PROTECTED_PREFIX.rstrip("/") or path.startswith(PROTECTED_PREFIX)
 
 
-class TokenVerifier:
-    """Verifies HS256 tokens: signature, expiry (required), and audience/issuer when set."""
+class AuthMiddleware:
+    """ASGI middleware: every /api request is authenticated from its headers before anything
+    reads its body, so an anonymous caller costs a header parse and a signature check, never a
+    body read, a JSON parse or an in-flight slot. Paths outside /api (health, the OpenAPI
+    document and its viewer, a web client's static files) pass without a token."""
 
-    def __init__(self, secret: str, *, audience: str | None, issuer: str | None) -> None:
-        self._secret = secret
-        self._audience = audience
-        self._issuer = issuer
+    def __init__(self, app: ASGIApp, verifier: TokenVerifier) -> None:
+        self.app = app
+        self.verifier = verifier
 
-    def verify(self, token: str) -> Principal:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_protected(scope):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
         try:
-            # The algorithm list is fixed: a token cannot choose "none" or an asymmetric trick.
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                self._secret,
-                algorithms=["HS256"],
-                audience=self._audience,
-                issuer=self._issuer,
-                options={"require": ["exp", "sub"]},
-                leeway=30,
-            )
-        except jwt.ExpiredSignatureError as exc:
-            raise ApiError.unauthenticated("token expired") from exc
-        except jwt.InvalidTokenError as exc:
-            raise ApiError.unauthenticated(f"invalid token: {exc}") from exc
-        try:
-            user_id = int(claims["sub"])
-            accounts = frozenset(int(a) for a in claims.get("accounts", []))
-        except (TypeError, ValueError) as exc:
-            raise ApiError.unauthenticated(
-                "invalid token: malformed sub or accounts claim"
-            ) from exc
-        return Principal(user_id=user_id, accounts=accounts)
+            principal = verify_authorization(self.verifier, headers.get("authorization"))
+        except ApiError as exc:
+            # The body is never read: the connection closes instead of draining it.
+            await close_after(exc.response(), headers)(scope, receive, send)
+            return
+        scope.setdefault("state", {})[_STATE_KEY] = principal
+        await self.app(scope, receive, send)
 
 
 def authenticate(
     request: Request,
+    # Unused: it puts the bearer scheme on every route of the OpenAPI document.
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """FastAPI dependency: the caller, or 401."""
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise ApiError.unauthenticated("a bearer token is required")
+    """FastAPI dependency: the caller AuthMiddleware verified (verified here only for a route
+    outside its prefix)."""
+    principal: Principal | None = getattr(request.state, _STATE_KEY, None)
+    if principal is not None:
+        return principal
     verifier: TokenVerifier = request.app.state.token_verifier
-    return verifier.verify(credentials.credentials)
+    return verify_authorization(verifier, request.headers.get("authorization"))
 
 
 CurrentUser = Annotated[Principal, Depends(authenticate)]

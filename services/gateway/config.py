@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+import re
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
 
 from services.runtime.config import ServiceSettings
+from services.runtime.tokens import JwtSettings
+
+KIB = 1024
+MIB = 1024 * KIB
+# scheme://host[:port], as a browser sends it in Origin (no path, no trailing slash).
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 
 
-class GatewaySettings(ServiceSettings):
-    """gateway reads JWT_SECRET, the service addresses and REDIS_URL (required)."""
+class GatewaySettings(ServiceSettings, JwtSettings):
+    """gateway reads a token key (JWT_KEYS, JWT_SECRET or JWT_SECRET_FILE), the service
+    addresses and REDIS_URL (required); see services/runtime/tokens.py for the token settings."""
 
-    # HS256 needs a key of at least 256 bits (RFC 7518 §3.2).
-    jwt_secret: SecretStr = Field(min_length=32)
     ingest_addr: str
     timeline_addr: str
     likes_addr: str
@@ -24,6 +33,31 @@ class GatewaySettings(ServiceSettings):
     gateway_port: int = 8080
     # Deadline of every gRPC call the gateway makes on behalf of a request.
     rpc_timeout_seconds: float = Field(default=5.0, gt=0)
-    # Optional audience/issuer checks for tokens minted by an identity provider.
-    jwt_audience: str | None = None
-    jwt_issuer: str | None = None
+    # Every body but a batch. The largest valid one is an agent-sent record: ingest accepts
+    # 65,535 characters of content, up to 4 bytes each in UTF-8 and 12 as JSON \u escapes
+    # (a surrogate pair), so ~770 KiB at worst; 64 KiB would refuse valid messages and posts.
+    gateway_max_body_bytes: int = Field(default=1 * MIB, ge=1)
+    # POST /api/zalo-accounts/{id}/messages. 500 messages of the largest size ingest accepts
+    # weigh ~157 MiB as ASCII (64 KiB of content and four 64 KiB JSON fields each), but the batch
+    # travels to ingest as one gRPC message of at most 16 MiB (services/runtime/grpc_client.py),
+    # and JSON carries the same text plus field names, quotes and escapes: a body past 16 MiB
+    # could not be forwarded anyway. A typical batch of 500 is well under 1 MiB.
+    gateway_max_batch_body_bytes: int = Field(default=16 * MIB, ge=1)
+    # The whole body must arrive within this; a slower client gets 408 (and held no slot).
+    gateway_body_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Origins browsers may call the API from (comma separated); none: no cross-origin access.
+    gateway_cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    # Strict-Transport-Security max-age; 0 (not sent) unless the gateway is reached over TLS.
+    gateway_hsts_seconds: int = Field(default=0, ge=0)
+
+    @field_validator("gateway_cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(o.strip() for o in value.split(",") if o.strip())
+        if isinstance(value, list | tuple):
+            for origin in value:
+                # "*" would be every site: the allowlist names each web client.
+                if not isinstance(origin, str) or not _ORIGIN.fullmatch(origin):
+                    raise ValueError(f"{origin!r} is not an origin like https://app.example.com")
+        return value

@@ -13,8 +13,11 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
 
+from services.gateway import security_headers
 from services.runtime.grpc_errors import FieldViolation, field_violations
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ _HTTP_CODES = {
     403: "permission_denied",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "payload_too_large",
     415: "unsupported_media_type",
@@ -80,6 +84,14 @@ class ApiError(Exception):
         return cls(404, "not_found", message)
 
     @classmethod
+    def too_large(cls, limit: int) -> ApiError:
+        return cls(413, "payload_too_large", f"the request body exceeds {limit} bytes")
+
+    @classmethod
+    def body_timeout(cls, seconds: float) -> ApiError:
+        return cls(408, "request_timeout", f"the request body did not arrive within {seconds:g}s")
+
+    @classmethod
     def invalid(cls, fields: Sequence[FieldViolation]) -> ApiError:
         message = "; ".join(f"{f.field}: {f.description}" for f in fields)
         return cls(422, "invalid_argument", message, fields)
@@ -108,6 +120,19 @@ class ApiError(Exception):
         if self.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"success": False, "error": body}, self.status, headers=headers)
+
+
+def has_body(headers: Headers) -> bool:
+    """Whether the request announces a body (HTTP/1.1: a length or a transfer coding)."""
+    return "transfer-encoding" in headers or headers.get("content-length", "0") not in ("", "0")
+
+
+def close_after(response: Response, headers: Headers) -> Response:
+    """`response`, closing the connection when the request's body is left unread: the server
+    would otherwise read (and discard) whatever the client still sends to reuse the connection."""
+    if has_body(headers):
+        response.headers["Connection"] = "close"
+    return response
 
 
 def install(app: FastAPI) -> None:
@@ -139,4 +164,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return ApiError(500, "internal", "internal error").response()
+        response = ApiError(500, "internal", "internal error").response()
+        # Starlette answers this one outside every middleware, SecurityHeaders included.
+        for name, value in security_headers.HEADERS:
+            response.headers.setdefault(name, value)
+        return response

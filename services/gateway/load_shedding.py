@@ -2,6 +2,8 @@
 
 A gateway that queues without limit turns an overloaded upstream into timeouts for everyone; a
 fast 503 with Retry-After lets clients back off while the requests already admitted finish.
+A request reaches this only once its body has been read (request_body.BodyLimit, outside it), so
+the slots count work the gateway is doing, never a client that uploads slowly.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ from pydantic_core import PydanticCustomError
 
 from services.domain.ids import ID_PATTERN
 
+# Messages per HTTP batch: ingest's INGEST_MAX_BATCH default, refused here before any item is
+# converted (the OpenAPI document says maxItems).
+MAX_BATCH = 500
+
 # The stdlib JSON decoder behind FastAPI turns a "\ud83d\ude00" escape pair into one character but
 # keeps an unpaired escape as a lone surrogate, which protobuf, orjson and MySQL all refuse.
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -215,7 +219,8 @@ class IngestBody(BaseModel):
     # IncomingMessage (a RequestModel) when convert.incoming_message validates it.
 
     messages: list[JsonValue] = Field(
-        json_schema_extra={"items": {"$ref": "#/components/schemas/IncomingMessage"}}
+        max_length=MAX_BATCH,
+        json_schema_extra={"items": {"$ref": "#/components/schemas/IncomingMessage"}},
     )
 
 

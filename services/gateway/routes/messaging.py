@@ -94,7 +94,7 @@ async def list_messages(
     "/messages",
     summary="Ingest a batch of forwarded messages (for forwarders that cannot speak gRPC)",
     response_model=schemas.IngestResponse,
-    openapi_extra={"x-batch-limit": 500},
+    openapi_extra={"x-batch-limit": schemas.MAX_BATCH},
 )
 async def ingest_messages(
     clients: Upstream,
