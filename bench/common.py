@@ -7,8 +7,12 @@ import statistics
 import urllib.request
 from dataclasses import dataclass, field
 
+import grpc
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+
+from tools import callers
+from tools.jwt_token import secret_file
 
 BENCH_ACCOUNT = 900_001  # the timeline data set
 E2E_ACCOUNT = 900_002  # end-to-end ingest runs
@@ -72,6 +76,17 @@ class Stack:
             ingest_addr=f"127.0.0.1:{e['INGEST_PORT']}",
             timeline_addr=f"127.0.0.1:{e['TIMELINE_PORT']}",
         )
+
+
+def as_gateway(addr: str) -> grpc.aio.Channel:
+    """The stack's service at `addr`, called as the gateway calls it: its certificate and the
+    user's token (signed with the stack's secret) on every call, which the service verifies."""
+    return callers.connect(addr, "gateway", secret=secret_file().read_text().strip())
+
+
+def as_listener(addr: str) -> grpc.aio.Channel:
+    """ingest at `addr`, called as a Zalo listener delivers messages."""
+    return callers.connect(addr, "listener")
 
 
 def percentile(samples: list[float], p: float) -> float:

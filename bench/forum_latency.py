@@ -16,8 +16,7 @@ import asyncpg
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc
 
-from bench.common import Latency, Stack
-from services.runtime.grpc_client import open_channel
+from bench.common import Latency, Stack, as_gateway
 from services.timeline.forum_repository import COMMENTS_PAGE, FEED_FIRST
 
 PAGE = 20
@@ -48,7 +47,7 @@ async def run_forum(stack: Stack, *, samples: int = 2000, warmup: int = 200) -> 
         rng = random.Random(5)
         feed_order = [rng.choice(courses) for _ in range(samples + warmup)]
         post_order = [rng.choice(posts) for _ in range(samples + warmup)]
-        async with open_channel(stack.timeline_addr) as channel:
+        async with as_gateway(stack.timeline_addr) as channel:
             stub = forum_read_service_pb2_grpc.ForumReadServiceStub(channel)
 
             async def measure(calls: list[Callable[[], Awaitable[object]]]) -> Latency:

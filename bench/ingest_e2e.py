@@ -16,8 +16,7 @@ import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
-from bench.common import E2E_ACCOUNT, Stack
-from services.runtime.grpc_client import open_channel
+from bench.common import E2E_ACCOUNT, Stack, as_listener
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams, MessageStreamSettings
 
@@ -101,7 +100,7 @@ async def run_ingest(
             (E2E_ACCOUNT,),
         )
         payloads = requests(run, messages, batch, conversations=conversations)
-        async with open_channel(stack.ingest_addr) as channel:
+        async with as_listener(stack.ingest_addr) as channel:
             stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
             queue: asyncio.Queue[pb.IngestMessagesRequest] = asyncio.Queue()
             for payload in payloads:

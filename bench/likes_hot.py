@@ -22,9 +22,8 @@ import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
 
-from bench.common import Latency, Stack, histogram_buckets, metric_total, scrape
+from bench.common import Latency, Stack, as_gateway, histogram_buckets, metric_total, scrape
 from bench.prune import ROOT, _supervisorctl
-from services.runtime.grpc_client import open_channel
 from services.streams import entries
 from services.streams.likes import LikeChanged, LikeStreams, LikeStreamSettings
 from tools.ports import free_port
@@ -33,7 +32,6 @@ from tools.wait_healthy import wait
 LAG = "agora_like_flush_lag_seconds"
 HOT_COURSE = 900
 STUDENTS = range(300_001, 320_001)
-SYNC_PORT = 50063
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,7 @@ async def _hammer(
     for user in users:
         queue.put_nowait(user)
     latency = Latency()
-    async with open_channel(addr) as channel:
+    async with as_gateway(addr) as channel:
         stub = like_service_pb2_grpc.LikeServiceStub(channel)
         target = pb.Target(kind=pb.TARGET_KIND_POST, id=post_id)
 
@@ -137,10 +135,12 @@ async def _exact(admin: asyncpg.Connection, post_id: int, expected: int) -> bool
 async def run_sync(
     stack: Stack, admin: asyncpg.Connection, post_id: int, users: list[int], concurrency: int
 ) -> LikeRun:
+    port, health_port = free_port(), free_port()
     env = {
         **os.environ,
         "LIKES_MODE": "sync",
-        "GRPC_PORT": str(SYNC_PORT),
+        "GRPC_PORT": str(port),
+        "GRPC_HEALTH_PORT": str(health_port),
         "POSTGRES_WRITE_URL": (
             f"postgresql://agora_likes_writer:{os.environ['PG_LIKES_WRITER_PASSWORD']}"
             f"@127.0.0.1:{os.environ['PG_PORT']}/agora"
@@ -158,10 +158,10 @@ async def run_sync(
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        if await wait([f"grpc:127.0.0.1:{SYNC_PORT}"], 30):
+        if await wait([f"grpc:127.0.0.1:{health_port}"], 30):
             raise SystemExit("sync likes service did not start")
         xact = await _xact_commits(admin)
-        rate, latency = await _hammer(f"127.0.0.1:{SYNC_PORT}", post_id, users, concurrency)
+        rate, latency = await _hammer(f"127.0.0.1:{port}", post_id, users, concurrency)
         transactions = await _xact_commits(admin) - xact
     finally:
         proc.terminate()

@@ -14,8 +14,7 @@ from datetime import datetime
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc
 
-from bench.common import BENCH_ACCOUNT, Latency, Stack
-from services.runtime.grpc_client import open_channel
+from bench.common import BENCH_ACCOUNT, Latency, Stack, as_gateway
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import to_timestamp
 from services.timeline.repository import FIRST_PAGE, NEXT_PAGE
@@ -62,7 +61,7 @@ async def run_timeline(stack: Stack, *, samples: int = 2000, warmup: int = 200) 
         chosen = await targets(db, 400)
         rng = random.Random(11)
         order = [rng.choice(chosen) for _ in range(samples + warmup)]
-        async with open_channel(stack.timeline_addr) as channel:
+        async with as_gateway(stack.timeline_addr) as channel:
             stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
 
             async def bare_first(t: Target) -> None:

@@ -2,6 +2,8 @@
 
 Every test gets empty tables and an empty Redis database. The services run in this process, built
 by the same `build(settings)` their `main()` serves, so one InMemorySpanExporter sees every span.
+They serve mTLS with the local CA's certificates (var/tls) and check forwarded user tokens as in
+production; the stubs call as the gateway does, for the user each request names.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
 from services.likes.config import LikesSettings
 from services.runtime import postgres, telemetry
-from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.service import Service
 from services.streams.messages import MessageStreams, MessageStreamSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.helpers import ACCOUNTS, SHARDS, Flusher, mint_token
+from tests.helpers import ACCOUNTS, SHARDS, Flusher, as_gateway, as_service, mint_token
+from tools import callers
 from tools.forum_data import load_lab
 
 TABLES = [
@@ -63,6 +65,11 @@ def _env(name: str) -> str:
 @dataclass(frozen=True)
 class Env:
     redis_url: str
+    # Each service's own Redis user (ACL-limited, as the local stack runs them).
+    redis_ingest_url: str
+    redis_likes_url: str
+    redis_flusher_url: str
+    redis_gateway_url: str
     mysql_admin_url: str
     mysql_flusher_url: str
     mysql_timeline_url: str
@@ -79,6 +86,10 @@ class Env:
 def env() -> Env:
     return Env(
         redis_url=_env("TEST_REDIS_URL"),
+        redis_ingest_url=_env("TEST_REDIS_INGEST_URL"),
+        redis_likes_url=_env("TEST_REDIS_LIKES_URL"),
+        redis_flusher_url=_env("TEST_REDIS_FLUSHER_URL"),
+        redis_gateway_url=_env("TEST_REDIS_GATEWAY_URL"),
         mysql_admin_url=_env("TEST_MYSQL_ADMIN_URL"),
         mysql_flusher_url=_env("TEST_MYSQL_FLUSHER_URL"),
         mysql_timeline_url=_env("TEST_MYSQL_TIMELINE_URL"),
@@ -205,17 +216,18 @@ def streams() -> MessageStreams:
 @pytest.fixture(scope="session")
 def ingest_settings(env: Env) -> IngestSettings:
     return IngestSettings(
-        redis_url=env.redis_url,
+        redis_url=env.redis_ingest_url,
         postgres_url=env.pg_ingest_url,
         message_stream_shards=SHARDS,
-        grpc_port=0,
+        grpc_forum_port=0,
+        **as_service("ingest", env.jwt_secret),
     )
 
 
 @pytest.fixture(scope="session")
 def flusher_settings(env: Env) -> FlusherSettings:
     return FlusherSettings(
-        redis_url=env.redis_url,
+        redis_url=env.redis_flusher_url,
         mysql_url=env.mysql_flusher_url,
         postgres_url=env.pg_flusher_url,
         message_stream_shards=SHARDS,
@@ -248,7 +260,9 @@ async def ingest_server(
 @pytest_asyncio.fixture(scope="session")
 async def timeline_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
     settings = TimelineSettings(
-        mysql_url=env.mysql_timeline_url, postgres_url=env.pg_timeline_url, grpc_port=0
+        mysql_url=env.mysql_timeline_url,
+        postgres_url=env.pg_timeline_url,
+        **as_service("timeline", env.jwt_secret),
     )
     async with serving(await timeline_service.build(settings)) as server:
         yield server
@@ -256,24 +270,26 @@ async def timeline_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterato
 
 @pytest_asyncio.fixture(scope="session")
 async def ingest(
-    ingest_server: GrpcServer,
+    ingest_server: GrpcServer, env: Env
 ) -> AsyncIterator[ingest_service_pb2_grpc.IngestServiceStub]:
-    async with open_channel(f"127.0.0.1:{ingest_server.port}") as channel:
+    async with as_gateway(ingest_server.port, env.jwt_secret) as channel:
         yield ingest_service_pb2_grpc.IngestServiceStub(channel)
 
 
 @pytest_asyncio.fixture(scope="session")
 async def timeline(
-    timeline_server: GrpcServer,
+    timeline_server: GrpcServer, env: Env
 ) -> AsyncIterator[timeline_service_pb2_grpc.TimelineServiceStub]:
-    async with open_channel(f"127.0.0.1:{timeline_server.port}") as channel:
+    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
         yield timeline_service_pb2_grpc.TimelineServiceStub(channel)
 
 
 @pytest_asyncio.fixture(scope="session")
-async def likes(likes_server: GrpcServer) -> AsyncIterator[like_service_pb2_grpc.LikeServiceStub]:
+async def likes(
+    likes_server: GrpcServer, env: Env
+) -> AsyncIterator[like_service_pb2_grpc.LikeServiceStub]:
     """The buffered likes service."""
-    async with open_channel(f"127.0.0.1:{likes_server.port}") as channel:
+    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
         yield like_service_pb2_grpc.LikeServiceStub(channel)
 
 
@@ -294,9 +310,9 @@ async def likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[G
     """The likes service in buffered mode (the default)."""
     settings = LikesSettings(
         postgres_url=env.pg_likes_url,
-        redis_url=env.redis_url,
+        redis_url=env.redis_likes_url,
         like_stream_shards=SHARDS,
-        grpc_port=0,
+        **as_service("likes", env.jwt_secret),
     )
     async with serving(await likes_service.build(settings)) as server:
         yield server
@@ -309,7 +325,7 @@ async def sync_likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncItera
         likes_mode="sync",
         postgres_url=env.pg_likes_url,
         postgres_write_url=env.pg_likes_writer_url,
-        grpc_port=0,
+        **as_service("likes", env.jwt_secret),
     )
     async with serving(await likes_service.build(settings)) as server:
         yield server
@@ -326,9 +342,11 @@ async def gateway(
     settings = GatewaySettings(
         jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
         ingest_addr=f"127.0.0.1:{ingest_server.port}",
+        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
         timeline_addr=f"127.0.0.1:{timeline_server.port}",
         likes_addr=f"127.0.0.1:{likes_server.port}",
-        redis_url=env.redis_url,
+        redis_url=env.redis_gateway_url,
+        **callers.tls_files("gateway"),
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):

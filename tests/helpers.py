@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import grpc
 import pytest
 import redis.asyncio as redis
 from agora.messaging.v1 import message_pb2
@@ -29,6 +30,7 @@ from services.flusher.maintenance.prune import Pruner
 from services.flusher.messages import builder as messages
 from services.flusher.messages.repository import MessageRepository
 from services.runtime.mysql import MysqlDatabase
+from tools import callers
 from tools.jwt_token import mint
 from tools.ports import free_port
 
@@ -40,6 +42,27 @@ T0 = datetime(2026, 8, 2, 10, 0, tzinfo=UTC)
 
 def mint_token(secret: str, *, sub: int, accounts: list[int], ttl: int = 3600) -> str:
     return mint(secret, sub, accounts, ttl)
+
+
+def as_service(identity: str, secret: str) -> dict[str, Any]:
+    """Settings every gRPC service of the tests has: port 0, its certificate, the token key."""
+    return {
+        "grpc_port": 0,
+        "grpc_health_port": 0,
+        "jwt_secret": secret,
+        **callers.tls_files(identity),
+    }
+
+
+def as_listener(port: int) -> grpc.aio.Channel:
+    """An mTLS channel to 127.0.0.1:`port` calling as a Zalo listener (ingest only)."""
+    return callers.connect(f"127.0.0.1:{port}", "listener")
+
+
+def as_gateway(port: int, secret: str) -> grpc.aio.Channel:
+    """An mTLS channel to 127.0.0.1:`port` calling as the gateway does: its certificate, and the
+    token of the user (and account) each request names."""
+    return callers.connect(f"127.0.0.1:{port}", "gateway", secret=secret)
 
 
 def message(
@@ -123,12 +146,12 @@ async def run_flusher(
     """Run the real flusher process; returns its exit code."""
     process_env = {
         **os.environ,
-        "REDIS_URL": env.redis_url,
+        "REDIS_URL": env.redis_flusher_url,
         "MYSQL_URL": env.mysql_flusher_url,
         "POSTGRES_URL": env.pg_flusher_url,
         "MESSAGE_STREAM_SHARDS": str(SHARDS),
         "LIKE_STREAM_SHARDS": str(SHARDS),
-        "GRPC_PORT": "0",
+        "GRPC_HEALTH_PORT": "0",
         "FAULT_POINT": fault_point,
         "FLUSHER_CONSUMER_NAME": name,
         "FLUSHER_LEASE_TTL_MS": "1000",

@@ -167,7 +167,8 @@ class Config:
         return ["runuser", "-u", "postgres", "--"] if _is_root() else []
 
 
-_GRPC_PORTS = ("INGEST_PORT", "TIMELINE_PORT", "LIKES_PORT", "FLUSHER_PORT")
+# The plaintext gRPC health ports (the flusher's FLUSHER_PORT is one).
+_GRPC_PORTS = ("INGEST_HEALTH_PORT", "TIMELINE_HEALTH_PORT", "LIKES_HEALTH_PORT", "FLUSHER_PORT")
 
 
 # --- processes ---------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, message_pb2
 
-from services.runtime.grpc_client import open_channel
 from services.runtime.mysql import MysqlDatabase
+from tools import callers
 from tools.forum_data import Volume, load_lab, load_volume
 
 ACCOUNTS = {1: "Demo Shop", 2: "Demo Clinic", 3: "Demo School"}
@@ -67,7 +67,8 @@ async def load() -> int:
             for thread in range(1, 6 if account == 1 else 3)
         ]
         expected = sum(len(m) for _, m in batches)
-        async with open_channel(f"127.0.0.1:{os.environ['INGEST_PORT']}") as channel:
+        # As a Zalo listener would deliver them.
+        async with callers.connect(f"127.0.0.1:{os.environ['INGEST_PORT']}", "listener") as channel:
             stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
             for account, messages in batches:
                 reply = await stub.IngestMessages(

@@ -3,7 +3,8 @@
 # and Redis in ./var on non-standard ports, migrations, and every service under supervisord.
 #
 #   stack.sh setup        packages (as root, when missing), .venv, stubs
-#   stack.sh datastores   setup + start the datastores, create databases and users
+#   stack.sh datastores   setup + the local CA and certificates (var/tls) + start the datastores,
+#                         create databases and users
 #   stack.sh migrate DB   apply migrations to database DB (agora, agora_test)
 #   stack.sh up           datastores + migrate + services + demo data, returns once healthy
 #   stack.sh down         stop everything
@@ -137,7 +138,26 @@ init_datastores() {
   fi
 }
 
+# One Redis user per service, each limited to its own keys and the commands it runs (least
+# privilege, as in any deployment): ingest and likes may append to their streams but not consume
+# or acknowledge them; only the flusher XACKs; the gateway sees its rate-limit counters and no
+# stream. `default` is the operator's (tools, tests, backups). Rewritten on every start.
+write_redis_acl() {
+  local base="on resetchannels -@all +@connection +@read +@write +@scripting +@transaction"
+  local no_consume="-xack -xautoclaim -xclaim -xgroup -xreadgroup -xdel -xtrim -del -unlink"
+  local tail="-@dangerous -script|flush -script|kill +info +select"
+  mkdir -p "$var/redis"
+  (umask 077 && cat >"$var/redis/users.acl") <<EOF
+user default on >$REDIS_PASSWORD ~* &* +@all
+user agora-ingest $base $no_consume $tail >$REDIS_INGEST_PASSWORD ~agora:msg:[0-9]* ~agora:msg:backlog*
+user agora-likes $base $no_consume $tail >$REDIS_LIKES_PASSWORD ~forum:{*
+user agora-flusher $base +@stream $tail >$REDIS_FLUSHER_PASSWORD ~agora:msg:* ~agora:prune* ~agora:jobs* ~forum:*
+user agora-gateway $base -@stream $tail >$REDIS_GATEWAY_PASSWORD ~agora:ratelimit:*
+EOF
+}
+
 write_supervisor_conf() {
+  write_redis_acl
   local mysql_user="" pg_user=""
   if is_root; then mysql_user="user=mysql"; pg_user="user=postgres"; fi
   cat >"$var/supervisord.conf" <<EOF
@@ -188,7 +208,7 @@ stdout_logfile=$var/log/postgres.log
 
 [program:redis]
 command=$(command -v redis-server) $here/redis.conf --port $REDIS_PORT --dir $var/redis
-  --requirepass $REDIS_PASSWORD --unixsocket $var/run/redis.sock --unixsocketperm 700
+  --aclfile $var/redis/users.acl --unixsocket $var/run/redis.sock --unixsocketperm 700
 priority=10
 autostart=false
 stopsignal=TERM
@@ -217,6 +237,8 @@ priority=20
 autostart=false
 autorestart=true
 startsecs=2
+; A fixed port inside the ephemeral range can be briefly held by an outgoing connection.
+startretries=10
 stopsignal=TERM
 stopwaitsecs=30
 redirect_stderr=true
@@ -314,6 +336,7 @@ EOF
 
 datastores() {
   setup
+  certs
   init_datastores
   start_supervisord
   supervisorctl start datastores:* >/dev/null || true
@@ -321,6 +344,8 @@ datastores() {
   wait_for "PostgreSQL" 60 "$(pg_bin)/pg_isready" -q -h "$var/run" -p "$PG_PORT"
   # PING answers LOADING (exit 0) while a large AOF is replayed; only PONG means ready.
   wait_for "Redis" 120 redis_ready
+  # The users file was just rewritten: a Redis that kept running applies it now.
+  redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ACL LOAD >/dev/null
   bootstrap_mysql
   bootstrap_postgres
 }
@@ -340,8 +365,13 @@ migrate() {
   fi
 }
 
+# The local CA and one certificate per workload identity (var/tls; kept across runs).
+certs() {
+  "$py" -m tools.certs --dir "$var/tls"
+}
+
 # The local stack's token secret: random, made once per machine, readable by its owner only
-# (deploy/local/env/gateway.env points the gateway at it; `make token` signs with it).
+# (deploy/local/env/*.env point the gateway and the services at it; `make token` signs with it).
 jwt_secret() {
   local file=$var/secrets/jwt-secret
   [ -s "$file" ] && return 0
@@ -368,8 +398,8 @@ up() {
   log "(re)starting services"
   supervisorctl restart services:* >/dev/null || true
   "$py" -m tools.wait_healthy \
-    "grpc:127.0.0.1:$INGEST_PORT" "grpc:127.0.0.1:$TIMELINE_PORT" "grpc:127.0.0.1:$LIKES_PORT" \
-    "grpc:127.0.0.1:$FLUSHER_PORT" \
+    "grpc:127.0.0.1:$INGEST_HEALTH_PORT" "grpc:127.0.0.1:$TIMELINE_HEALTH_PORT" \
+    "grpc:127.0.0.1:$LIKES_HEALTH_PORT" "grpc:127.0.0.1:$FLUSHER_PORT" \
     "http://127.0.0.1:$GATEWAY_PORT/healthz" \
     || { supervisorctl status || true; die "services are not healthy (make logs)"; }
   log "loading demo data"
@@ -380,7 +410,9 @@ up() {
 
 agora is up.
   gateway   http://127.0.0.1:$GATEWAY_PORT   (OpenAPI: http://127.0.0.1:$GATEWAY_PORT/docs)
-  gRPC      ingest :$INGEST_PORT  timeline :$TIMELINE_PORT  likes :$LIKES_PORT  flusher :$FLUSHER_PORT (health)
+  gRPC      ingest :$INGEST_PORT (forum writes :$INGEST_FORUM_PORT)  timeline :$TIMELINE_PORT  likes :$LIKES_PORT
+            mTLS: CA var/tls/ca.pem, client certificates var/tls/{gateway,listener}.pem/.key
+  health    plaintext gRPC :$INGEST_HEALTH_PORT :$TIMELINE_HEALTH_PORT :$LIKES_HEALTH_PORT, flusher :$FLUSHER_PORT
   metrics   http://127.0.0.1:{$INGEST_METRICS_PORT,$TIMELINE_METRICS_PORT,$LIKES_METRICS_PORT,$FLUSHER_METRICS_PORT,$GATEWAY_METRICS_PORT}/metrics
   logs      make logs        stop: make down
 

@@ -26,7 +26,8 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     mysql_url: str
     postgres_url: str
     postgres_pool_size: int = Field(default=8, ge=1)
-    grpc_port: int = 50054
+    # The flusher serves no API: gRPC health on plaintext for the probes, nothing else.
+    grpc_health_port: int = 50054
     mysql_pool_size: int = Field(default=8, ge=1)
     # Messages per MySQL transaction (entries are never split, so one may exceed it).
     flusher_batch_max: int = Field(default=500, ge=1, le=5000)

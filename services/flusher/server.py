@@ -62,16 +62,17 @@ async def build(settings: FlusherSettings) -> service.Service:
             monitor(settings, redis).run,
             *maintenance.build(settings, redis, mysql, likes.reconciler(settings, redis, pg)),
         ]
-        # The flusher serves no RPCs: its port answers gRPC health for the probes.
-        server = GrpcServer.from_settings(
-            settings, service_names=[], register=lambda _: None, port=settings.grpc_port
-        )
+        # The flusher serves no RPCs: only the plaintext health port, for the probes.
+        server = GrpcServer.from_settings(settings, health_port=settings.grpc_health_port)
         return service.Service(
             server,
             resources,
             background,
             dependencies=[
-                Dependency("redis", lambda: redis_client.check_streams(redis)),
+                Dependency(
+                    "redis",
+                    lambda: redis_client.check_streams(redis, settings.redis_maxmemory_policy),
+                ),
                 Dependency("mysql", mysql.ping),
                 Dependency("postgresql", lambda: postgres.ping(pg)),
             ],

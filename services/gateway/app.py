@@ -58,9 +58,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         async with contextlib.AsyncExitStack() as resources:
             app.state.clients = Clients.connect(
                 ingest_addr=settings.ingest_addr,
+                ingest_forum_addr=settings.ingest_forum_addr,
                 timeline_addr=settings.timeline_addr,
                 likes_addr=settings.likes_addr,
                 timeout=settings.rpc_timeout_seconds,
+                tls=settings.tls_material(),
             )
             resources.push_async_callback(app.state.clients.close)
             redis = redis_client.connect(settings.redis_url, max_connections=32)

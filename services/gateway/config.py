@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from services.runtime.config import ServiceSettings
+from services.runtime.tls import MtlsSettings
 from services.runtime.tokens import JwtSettings
 
 KIB = 1024
@@ -17,11 +18,14 @@ MIB = 1024 * KIB
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 
 
-class GatewaySettings(ServiceSettings, JwtSettings):
-    """gateway reads a token key (JWT_KEYS, JWT_SECRET or JWT_SECRET_FILE), the service
-    addresses and REDIS_URL (required); see services/runtime/tokens.py for the token settings."""
+class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
+    """gateway reads a token key (JWT_KEYS, JWT_SECRET or JWT_SECRET_FILE), its certificate
+    (GRPC_TLS_CA, GRPC_TLS_CERT, GRPC_TLS_KEY), the service addresses and REDIS_URL (required);
+    see services/runtime/tokens.py and services/runtime/tls.py."""
 
     ingest_addr: str
+    # ingest's forum write listener (its own port, reachable only from the gateway).
+    ingest_forum_addr: str
     timeline_addr: str
     likes_addr: str
     # Rate-limit counters only: the gateway keeps no other state.

@@ -5,16 +5,23 @@ from __future__ import annotations
 from pydantic import Field
 
 from services.runtime.config import ServiceSettings
+from services.runtime.tls import MtlsSettings
+from services.runtime.tokens import JwtSettings
 from services.streams.messages import MessageStreamSettings
 
 
-class IngestSettings(ServiceSettings, MessageStreamSettings):
-    """ingest reads REDIS_URL and POSTGRES_URL (required) and the limits below."""
+class IngestSettings(ServiceSettings, MessageStreamSettings, JwtSettings, MtlsSettings):
+    """ingest reads REDIS_URL and POSTGRES_URL (required), its certificate, the end-user token
+    keys and the limits below."""
 
     redis_url: str
     postgres_url: str
     postgres_pool_size: int = Field(default=10, ge=1)
+    # Chat ingest (listeners and the gateway).
     grpc_port: int = 50051
+    # Forum writes, on their own listener so that only the gateway can reach them.
+    grpc_forum_port: int = 50055
+    grpc_health_port: int = 50061
     # Seed 000 §7: MESSAGE_QUEUE_MAX >= peak msg/s * outage seconds; 500 msg/s * 300 s by default.
     message_queue_max: int = Field(default=150_000, ge=1)
     # The same bound in bytes (what Redis memory is made of): messages vary from 100 bytes to

@@ -5,20 +5,19 @@ from __future__ import annotations
 from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
+from services.domain import access
 from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
 from services.ingest.forum_repository import ForumWriteRepository
 from services.ingest.handlers import IngestHandlers
 from services.ingest.repository import MessageStreamRepository
 from services.runtime import postgres, redis_client, service
-from services.runtime.grpc_server import GrpcServer
+from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.streams.messages import MessageStreams
 
-SERVICE_NAMES = [
-    ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name,
-    forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"].full_name,
-]
+MESSAGING = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
+FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"].full_name
 
 
 async def build(settings: IngestSettings) -> service.Service:
@@ -43,21 +42,39 @@ async def build(settings: IngestSettings) -> service.Service:
         )
         forum = ForumWriteHandlers(ForumWriteRepository(pool))
 
-        def register(server: object) -> None:
-            ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(messages, server)
-            forum_write_service_pb2_grpc.add_ForumWriteServiceServicer_to_server(forum, server)
-
         server = GrpcServer.from_settings(
-            settings, service_names=SERVICE_NAMES, register=register, port=settings.grpc_port
+            settings,
+            health_port=settings.grpc_health_port,
+            apis=[
+                Api(
+                    settings.grpc_port,
+                    [MESSAGING],
+                    lambda s: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(
+                        messages, s
+                    ),
+                ),
+                Api(
+                    settings.grpc_forum_port,
+                    [FORUM],
+                    lambda s: forum_write_service_pb2_grpc.add_ForumWriteServiceServicer_to_server(
+                        forum, s
+                    ),
+                ),
+            ],
+            tls=settings.tls_material(),
+            access=access.policy(settings),
         )
-        messaging_name, forum_name = SERVICE_NAMES
         return service.Service(
             server,
             resources,
             # Chat ingest needs Redis only: it keeps accepting messages while PostgreSQL is down.
             dependencies=[
-                Dependency("redis", lambda: redis_client.check_streams(redis), (messaging_name,)),
-                Dependency("postgresql", lambda: postgres.ping(pool), (forum_name,)),
+                Dependency(
+                    "redis",
+                    lambda: redis_client.check_streams(redis, settings.redis_maxmemory_policy),
+                    (MESSAGING,),
+                ),
+                Dependency("postgresql", lambda: postgres.ping(pool), (FORUM,)),
             ],
         )
 

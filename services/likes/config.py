@@ -7,11 +7,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from services.runtime.config import ServiceSettings
+from services.runtime.tls import MtlsSettings
+from services.runtime.tokens import JwtSettings
 from services.streams.likes import LikeStreamSettings
 
 
-class LikesSettings(ServiceSettings, LikeStreamSettings):
-    """likes reads POSTGRES_URL (read-only role) and, by mode, REDIS_URL or POSTGRES_WRITE_URL."""
+class LikesSettings(ServiceSettings, LikeStreamSettings, JwtSettings, MtlsSettings):
+    """likes reads POSTGRES_URL (read-only role) and, by mode, REDIS_URL or POSTGRES_WRITE_URL;
+    its certificate and the end-user token keys."""
 
     # buffered (seed level 3, the default): Redis SET + Lua + stream, the flusher writes batches.
     # sync (seed level 1): one INSERT … ON CONFLICT DO NOTHING RETURNING statement per like.
@@ -20,6 +23,7 @@ class LikesSettings(ServiceSettings, LikeStreamSettings):
     redis_url: str | None = None
     postgres_write_url: str | None = None
     grpc_port: int = 50053
+    grpc_health_port: int = 50063
     postgres_pool_size: int = Field(default=10, ge=1)
     # A user's liked SET lives this long after their last toggle (seed: 7 days).
     liked_set_ttl_seconds: int = Field(default=604_800, ge=60)

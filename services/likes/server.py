@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
+from services.domain import access
 from services.likes.config import LikesSettings
 from services.likes.handlers import LikeHandlers, LikeStore
 from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
 from services.likes.sync_store import SyncLikes
 from services.runtime import postgres, redis_client, service
-from services.runtime.grpc_server import GrpcServer
+from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.streams.likes import LikeStreams
 
-SERVICE_NAMES = [like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name]
+LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
 
 
 async def build(settings: LikesSettings) -> service.Service:
@@ -34,7 +35,12 @@ async def build(settings: LikesSettings) -> service.Service:
         if settings.likes_mode == "buffered" and settings.redis_url:
             redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
             resources.push_async_callback(redis.aclose)
-            dependencies.append(Dependency("redis", lambda: redis_client.check_streams(redis)))
+            dependencies.append(
+                Dependency(
+                    "redis",
+                    lambda: redis_client.check_streams(redis, settings.redis_maxmemory_policy),
+                )
+            )
             streams = LikeStreams.from_settings(settings)
             bound = BacklogBound.of(
                 settings.like_queue_max, settings.like_queue_max_bytes, streams.shards
@@ -54,9 +60,16 @@ async def build(settings: LikesSettings) -> service.Service:
         handlers = LikeHandlers(store)
         server = GrpcServer.from_settings(
             settings,
-            service_names=SERVICE_NAMES,
-            register=lambda s: like_service_pb2_grpc.add_LikeServiceServicer_to_server(handlers, s),
-            port=settings.grpc_port,
+            health_port=settings.grpc_health_port,
+            apis=[
+                Api(
+                    settings.grpc_port,
+                    [LIKES],
+                    lambda s: like_service_pb2_grpc.add_LikeServiceServicer_to_server(handlers, s),
+                )
+            ],
+            tls=settings.tls_material(),
+            access=access.policy(settings),
         )
         return service.Service(server, resources, dependencies=dependencies)
 

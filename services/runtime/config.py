@@ -21,6 +21,8 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
     grpc_host: str = "0.0.0.0"
+    # Server reflection on the API listeners (grpcurl without .proto files): development only.
+    grpc_reflection: bool = False
     # Seconds to keep answering while reporting NOT_SERVING, so load balancers stop routing first.
     grpc_drain_seconds: float = Field(default=0.0, ge=0)
     # Seconds in-flight RPCs get to finish once the server stops accepting new ones.
@@ -33,6 +35,10 @@ class ServiceSettings(BaseSettings):
     mysql_timeout_seconds: float = Field(default=10.0, gt=0)
     postgres_timeout_seconds: float = Field(default=10.0, gt=0)
     redis_timeout_seconds: float = Field(default=5.0, gt=0)
+    # The eviction policy the Redis holding streams is run with. Checked against INFO where the
+    # server lets us read it; trusted as declared on managed Redis that refuses (CONFIG and INFO
+    # are often disabled or not granted to a service's ACL user).
+    redis_maxmemory_policy: str = "noeviction"
 
 
 def load(cls: type[S]) -> S:

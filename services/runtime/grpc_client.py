@@ -1,4 +1,5 @@
-"""gRPC client channels: tracing interceptors, keepalive, and retries only where they are safe."""
+"""gRPC client channels: mTLS, tracing interceptors, keepalive, and retries only where they are
+safe."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Sequence
 
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+from services.runtime.tls import TlsMaterial
 
 
 def _service_config(idempotent_services: Sequence[str]) -> str:
@@ -28,8 +31,16 @@ def _service_config(idempotent_services: Sequence[str]) -> str:
     )
 
 
-def open_channel(target: str, *, idempotent_services: Sequence[str] = ()) -> grpc.aio.Channel:
-    """An insecure channel to `target` (in-cluster traffic; mTLS belongs to the mesh)."""
+def open_channel(
+    target: str,
+    *,
+    tls: TlsMaterial,
+    idempotent_services: Sequence[str] = (),
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+) -> grpc.aio.Channel:
+    """A channel to `target` that verifies the server against the CA and presents this
+    workload's certificate (the server's name must be in its certificate: the host of
+    `target`)."""
     options: list[tuple[str, int | str]] = [
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.max_receive_message_length", 16 * 1024 * 1024),
@@ -38,6 +49,9 @@ def open_channel(target: str, *, idempotent_services: Sequence[str] = ()) -> grp
     ]
     if idempotent_services:
         options.append(("grpc.service_config", _service_config(idempotent_services)))
-    return grpc.aio.insecure_channel(
-        target, options=options, interceptors=aio_client_interceptors()
+    return grpc.aio.secure_channel(
+        target,
+        tls.channel_credentials(),
+        options=options,
+        interceptors=[*aio_client_interceptors(), *interceptors],
     )

@@ -1,7 +1,11 @@
 """The grpc.aio server bootstrap every service uses.
 
-Standard health service, reflection, OpenTelemetry server spans, and a drain on SIGTERM: report
-NOT_SERVING, wait for load balancers to notice, stop accepting, let in-flight calls finish.
+A service serves its APIs on one or more mTLS listeners (each its own port, so a NetworkPolicy
+can let a caller reach one API and not another) and gRPC health on a plaintext port that serves
+nothing else, for the kubelet's probes. Every API call passes tracing, metrics, error mapping and
+the access policy (caller identity and end user, services/runtime/access.py); reflection is
+registered only where configured. On SIGTERM: report NOT_SERVING, wait for load balancers to
+notice, stop accepting, let in-flight calls finish.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -17,97 +22,134 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+from services.runtime.access import AccessInterceptor, AccessPolicy
 from services.runtime.config import ServiceSettings
 from services.runtime.grpc_errors import ErrorMappingInterceptor
 from services.runtime.metrics import MetricsInterceptor
 from services.runtime.readiness import LIVENESS, Readiness
+from services.runtime.tls import TlsMaterial
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
 
 Registrar = Callable[[grpc.aio.Server], None]
 
 
+@dataclass(frozen=True)
+class Api:
+    """One mTLS listener: its port (0: any free one) and the gRPC services it serves."""
+
+    port: int
+    service_names: Sequence[str]
+    register: Registrar
+
+
 class GrpcServer:
-    """A grpc.aio server with health and reflection, startable on port 0 for tests."""
+    """The API listeners and the health port of one service, startable on port 0 for tests."""
 
     def __init__(
         self,
         *,
-        service_names: Sequence[str],
-        register: Registrar,
+        apis: Sequence[Api],
+        health_port: int,
         host: str = "0.0.0.0",
-        port: int = 0,
+        tls: TlsMaterial | None = None,
+        access: AccessPolicy | None = None,
+        reflection_enabled: bool = False,
         grace_seconds: float = 10.0,
         drain_seconds: float = 0.0,
     ) -> None:
-        self._service_names = list(service_names)
+        self._apis = list(apis)
         self._grace = grace_seconds
         self._drain = drain_seconds
         self.health = health.aio.HealthServicer()
-        self._server = grpc.aio.server(
-            interceptors=[
-                aio_server_interceptor(),
-                MetricsInterceptor(),
-                ErrorMappingInterceptor(),
-            ],
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ],
-        )
-        register(self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection.enable_server_reflection(
-            [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
-        )
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        self._servers: list[grpc.aio.Server] = []
+        self.ports: list[int] = []
+        if self._apis:
+            if tls is None or access is None:
+                raise ValueError("an API listener needs TLS material and an access policy")
+            credentials = tls.server_credentials()
+            for api in self._apis:
+                server = grpc.aio.server(
+                    interceptors=[
+                        aio_server_interceptor(),
+                        MetricsInterceptor(),
+                        ErrorMappingInterceptor(),
+                        AccessInterceptor(access),
+                    ],
+                    options=_OPTIONS,
+                )
+                api.register(server)
+                health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+                if reflection_enabled:
+                    names = [*api.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+                    reflection.enable_server_reflection(names, server)
+                self.ports.append(server.add_secure_port(f"{host}:{api.port}", credentials))
+                self._servers.append(server)
+        # Plaintext for the kubelet's probes, and nothing but health on it.
+        probes = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, probes)
+        self.health_port = probes.add_insecure_port(f"{host}:{health_port}")
+        self._servers.append(probes)
 
     @classmethod
     def from_settings(
         cls,
         settings: ServiceSettings,
         *,
-        service_names: Sequence[str],
-        register: Registrar,
-        port: int,
-        host: str | None = None,
+        health_port: int,
+        apis: Sequence[Api] = (),
+        tls: TlsMaterial | None = None,
+        access: AccessPolicy | None = None,
     ) -> GrpcServer:
-        """A server with the drain and grace periods the service's settings ask for."""
+        """A server on the host, reflection switch, drain and grace periods the service's
+        settings ask for."""
         return cls(
-            service_names=service_names,
-            register=register,
-            host=host or settings.grpc_host,
-            port=port,
+            apis=apis,
+            health_port=health_port,
+            host=settings.grpc_host,
+            tls=tls,
+            access=access,
+            reflection_enabled=settings.grpc_reflection,
             grace_seconds=settings.grpc_grace_seconds,
             drain_seconds=settings.grpc_drain_seconds,
         )
 
     @property
+    def port(self) -> int:
+        """The first API listener's port."""
+        return self.ports[0]
+
+    @property
     def service_names(self) -> list[str]:
-        return list(self._service_names)
+        return [name for api in self._apis for name in api.service_names]
 
     async def start(self, *, serving: bool = True) -> None:
         """Start serving; report every registered service SERVING, or NOT_SERVING until a
         readiness check says otherwise. `liveness` is SERVING while the process runs."""
-        await self._server.start()
+        for server in self._servers:
+            await server.start()
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        for name in ["", *self._service_names]:
+        for name in ["", *self.service_names]:
             await self.health.set(name, status)
         await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
-        log.info("gRPC server listening on port %d", self.port)
+        log.info("gRPC listening on ports %s, health on %d", self.ports, self.health_port)
 
     async def stop(self) -> None:
         """Drain: NOT_SERVING, wait drain seconds, then stop with the grace period."""
         await self.health.enter_graceful_shutdown()
         if self._drain:
             await asyncio.sleep(self._drain)
-        await self._server.stop(self._grace)
+        await asyncio.gather(*(server.stop(self._grace) for server in self._servers))
 
 
 async def run_until_terminated(

@@ -39,28 +39,44 @@ def connect(url: str, *, max_connections: int = 64, timeout: float = 5.0) -> red
     )
 
 
-async def check_streams(client: redis.Redis) -> None:
+async def check_streams(client: redis.Redis, declared_policy: str = "noeviction") -> None:
     """Readiness of a Redis that holds streams: it answers, and cannot evict them."""
     await client.ping()
-    await require_safe_for_streams(client)
+    await require_safe_for_streams(client, declared_policy)
 
 
-async def require_safe_for_streams(client: redis.Redis) -> None:
-    """Refuse a Redis whose eviction policy could delete streams; warn when AOF is off."""
-    policy = await _config_value(client, "maxmemory-policy")
-    if policy not in SAFE_EVICTION_POLICIES:
-        raise UnsafeRedis(
-            f"Redis maxmemory-policy is {policy!r}: it may evict the streams that hold "
-            "acknowledged writes. Set it to 'noeviction' (or a volatile-* policy)."
+async def require_safe_for_streams(
+    client: redis.Redis, declared_policy: str = "noeviction"
+) -> None:
+    """Refuse a Redis whose eviction policy could delete streams; warn when AOF is off.
+
+    The policy is read from INFO (no CONFIG permission needed); a server or ACL user that refuses
+    INFO leaves the declared policy (REDIS_MAXMEMORY_POLICY) as the only word on it."""
+    _require_safe(declared_policy, "REDIS_MAXMEMORY_POLICY declares")
+    try:
+        memory: dict[str, Any] = await client.info("memory")
+        persistence: dict[str, Any] = await client.info("persistence")
+    except redis_errors.ResponseError as exc:
+        log.warning(
+            "Redis refuses INFO (%s): trusting REDIS_MAXMEMORY_POLICY=%s", exc, declared_policy
         )
-    if await _config_value(client, "appendonly") == "no":
+        return
+    policy = str(memory.get("maxmemory_policy", declared_policy))
+    _require_safe(policy, "Redis maxmemory-policy is")
+    if policy != declared_policy:
+        log.warning(
+            "Redis maxmemory-policy is %s, REDIS_MAXMEMORY_POLICY says %s", policy, declared_policy
+        )
+    if str(persistence.get("aof_enabled", "1")) == "0":
         log.warning("Redis runs without AOF: acknowledged writes are lost if Redis restarts")
 
 
-async def _config_value(client: redis.Redis, name: str) -> str:
-    reply: dict[Any, Any] = await client.config_get(name)
-    value = reply.get(name.encode(), reply.get(name, ""))
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _require_safe(policy: str, said: str) -> None:
+    if policy not in SAFE_EVICTION_POLICIES:
+        raise UnsafeRedis(
+            f"{said} {policy!r}: it may evict the streams that hold acknowledged writes. "
+            "Set it to 'noeviction' (or a volatile-* policy)."
+        )
 
 
 def classify(exc: BaseException) -> errors.ErrorKind | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
+from services.domain import access
 from services.runtime import postgres, service
-from services.runtime.grpc_server import GrpcServer
+from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.timeline.config import TimelineSettings
@@ -15,10 +16,8 @@ from services.timeline.forum_repository import ForumReadRepository
 from services.timeline.handlers import TimelineHandlers
 from services.timeline.repository import TimelineRepository
 
-SERVICE_NAMES = [
-    timeline_service_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name,
-    forum_read_service_pb2.DESCRIPTOR.services_by_name["ForumReadService"].full_name,
-]
+MESSAGING = timeline_service_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name
+FORUM = forum_read_service_pb2.DESCRIPTOR.services_by_name["ForumReadService"].full_name
 
 
 async def build(settings: TimelineSettings) -> service.Service:
@@ -45,15 +44,18 @@ async def build(settings: TimelineSettings) -> service.Service:
             forum_read_service_pb2_grpc.add_ForumReadServiceServicer_to_server(forum, server)
 
         server = GrpcServer.from_settings(
-            settings, service_names=SERVICE_NAMES, register=register, port=settings.grpc_port
+            settings,
+            health_port=settings.grpc_health_port,
+            apis=[Api(settings.grpc_port, [MESSAGING, FORUM], register)],
+            tls=settings.tls_material(),
+            access=access.policy(settings),
         )
-        messaging_name, forum_name = SERVICE_NAMES
         return service.Service(
             server,
             resources,
             dependencies=[
-                Dependency("mysql", mysql.ping, (messaging_name,)),
-                Dependency("postgresql", lambda: postgres.ping(pool), (forum_name,)),
+                Dependency("mysql", mysql.ping, (MESSAGING,)),
+                Dependency("postgresql", lambda: postgres.ping(pool), (FORUM,)),
             ],
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -15,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 import grpc
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, message_pb2
+
+from tools import callers
 
 CHAOS_ACCOUNT = 777
 CHAOS_COURSE = 4242
@@ -99,8 +102,11 @@ class Load:
 
     async def run(self, stop: asyncio.Event, message_senders: int = 3) -> None:
         async with (
-            grpc.aio.insecure_channel(self._ingest_addr) as ingest,
-            grpc.aio.insecure_channel(self._likes_addr) as likes,
+            # As a Zalo listener delivers messages, and as the gateway forwards likes.
+            callers.connect(self._ingest_addr, "listener") as ingest,
+            callers.connect(
+                self._likes_addr, "gateway", secret=os.environ["TEST_JWT_SECRET"]
+            ) as likes,
         ):
             ingest_stub = ingest_service_pb2_grpc.IngestServiceStub(ingest)
             like_stub = like_service_pb2_grpc.LikeServiceStub(likes)

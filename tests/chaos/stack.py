@@ -31,6 +31,7 @@ from services.streams import likes, messages
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import MessageStreams, MessageStreamSettings
 from tests.chaos.proxy import ProxyProcess
+from tools import callers
 from tools.ports import free_port
 from tools.wait_healthy import wait
 
@@ -55,10 +56,14 @@ class Service:
 
     name: str
     module: str
+    # The API listener (mTLS); the flusher has none and this is its health port.
     port: int
     env: dict[str, str]
     log_dir: Path
     metrics_port: int = field(default_factory=free_port)
+    health_port: int = field(default_factory=free_port)
+    # ingest's forum write listener.
+    forum_port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
     paused: bool = False
     # Stopped by the scenario on purpose (not a crash).
@@ -79,20 +84,27 @@ class Service:
             "-m",
             f"services.{self.module}",
             cwd=ROOT,
-            env={
-                **self.env,
-                "GRPC_PORT": str(self.port),
-                "METRICS_PORT": str(self.metrics_port),
-                **extra,
-            },
+            env={**self.env, **self.ports_env(), **extra},
             stdout=asyncio.subprocess.DEVNULL,
             stderr=self._log,
         )
         self.paused = False
         self.down_on_purpose = False
 
+    def ports_env(self) -> dict[str, str]:
+        if self.module == "flusher":
+            self.health_port = self.port
+        return {
+            "GRPC_PORT": str(self.port),
+            "GRPC_FORUM_PORT": str(self.forum_port),
+            "GRPC_HEALTH_PORT": str(self.health_port),
+            "METRICS_PORT": str(self.metrics_port),
+            # Its workload certificate (the local CA's, var/tls).
+            **callers.tls_env(self.module),
+        }
+
     async def healthy(self, seconds: float = 30) -> None:
-        if await wait([f"grpc:127.0.0.1:{self.port}"], seconds):
+        if await wait([f"grpc:127.0.0.1:{self.health_port}"], seconds):
             raise RuntimeError(f"{self.name} did not become healthy (see {self.log_path})")
 
     @property
@@ -262,6 +274,8 @@ class ChaosStack:
             "REDIS_TIMEOUT_SECONDS": DATASTORE_TIMEOUT,
             "OTEL_TRACES_EXPORTER": "none",
             "LOG_LEVEL": "WARNING",
+            # Verifies the end-user tokens the gateway (or the load, as the gateway) forwards.
+            "JWT_SECRET": e["TEST_JWT_SECRET"],
         }
         for name in ("FAULT_POINT", "FLUSHER_FENCING"):
             common.pop(name, None)
@@ -324,8 +338,8 @@ class ChaosStack:
                 "gateway",
                 {
                     **common,
-                    "JWT_SECRET": e["TEST_JWT_SECRET"],
                     "INGEST_ADDR": f"127.0.0.1:{self.services['ingest'].port}",
+                    "INGEST_FORUM_ADDR": f"127.0.0.1:{self.services['ingest'].forum_port}",
                     "TIMELINE_ADDR": f"127.0.0.1:{self.services['timeline'].port}",
                     "LIKES_ADDR": f"127.0.0.1:{self.services['likes'].port}",
                 },

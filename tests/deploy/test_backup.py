@@ -44,14 +44,13 @@ from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
 from services.likes.config import LikesSettings
 from services.runtime import postgres
-from services.runtime.grpc_client import open_channel
 from services.runtime.mysql import MysqlDatabase
 from services.streams.consumer import ShardConsumer
 from services.streams.entries import Entry
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import GROUP, MessageStreams, MessageStreamSettings, decode
 from tests.conftest import Env, serving
-from tests.helpers import ROOT, SHARDS, at, message, run_flusher
+from tests.helpers import ROOT, SHARDS, as_gateway, as_service, at, message, run_flusher
 from tools import backup as tool
 from tools.ports import free_port
 
@@ -209,21 +208,33 @@ class Targets:
     mysql_flusher_url: str
     pg_flusher_url: str
 
+    @property
+    def redis_flusher_url(self) -> str:
+        """The private Redis has no per-service users: the flusher connects as its admin."""
+        return self.redis_url
+
 
 @asynccontextmanager
 async def producers(env: Env, url: str) -> AsyncIterator[tuple[Any, Any]]:
     """The real ingest and likes services on the private Redis (PostgreSQL: agora_test)."""
     ingest_settings = IngestSettings(
-        redis_url=url, postgres_url=env.pg_ingest_url, message_stream_shards=SHARDS, grpc_port=0
+        redis_url=url,
+        postgres_url=env.pg_ingest_url,
+        message_stream_shards=SHARDS,
+        grpc_forum_port=0,
+        **as_service("ingest", env.jwt_secret),
     )
     likes_settings = LikesSettings(
-        redis_url=url, postgres_url=env.pg_likes_url, like_stream_shards=SHARDS, grpc_port=0
+        redis_url=url,
+        postgres_url=env.pg_likes_url,
+        like_stream_shards=SHARDS,
+        **as_service("likes", env.jwt_secret),
     )
     async with (
         serving(await ingest_service.build(ingest_settings)) as ingest_server,
         serving(await likes_service.build(likes_settings)) as likes_server,
-        open_channel(f"127.0.0.1:{ingest_server.port}") as ingest_channel,
-        open_channel(f"127.0.0.1:{likes_server.port}") as likes_channel,
+        as_gateway(ingest_server.port, env.jwt_secret) as ingest_channel,
+        as_gateway(likes_server.port, env.jwt_secret) as likes_channel,
     ):
         yield (
             ingest_service_pb2_grpc.IngestServiceStub(ingest_channel),
@@ -705,11 +716,11 @@ async def test_writes_between_the_snapshot_and_the_dumps(
             redis_url=server.url,
             postgres_url=on(env.pg_likes_url, throwaway),
             like_stream_shards=SHARDS,
-            grpc_port=0,
+            **as_service("likes", env.jwt_secret),
         )
         async with (
             serving(await likes_service.build(settings)) as likes_server,
-            open_channel(f"127.0.0.1:{likes_server.port}") as channel,
+            as_gateway(likes_server.port, env.jwt_secret) as channel,
         ):
             restored = like_service_pb2_grpc.LikeServiceStub(channel)
 

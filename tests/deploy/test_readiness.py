@@ -9,17 +9,20 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+import grpc
 import pytest
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.runtime.grpc_client import open_channel
 from tests.chaos.proxy import Proxy
 from tests.conftest import Env
-from tests.helpers import ROOT, SHARDS, message
+from tests.helpers import ROOT, SHARDS, as_listener, message
+from tools import callers
 from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
@@ -44,10 +47,16 @@ async def partitioned(url: str) -> AsyncIterator[tuple[str, Proxy]]:
         await proxy.close()
 
 
+@dataclass(frozen=True)
+class Ports:
+    api: int
+    health: int
+
+
 @asynccontextmanager
-async def service_process(name: str, env: dict[str, str]) -> AsyncIterator[int]:
-    """`python -m services.<name>` on a free gRPC port; yields the port."""
-    port = free_port()
+async def service_process(name: str, env: dict[str, str]) -> AsyncIterator[Ports]:
+    """`python -m services.<name>` on free ports, with its certificate; yields the ports."""
+    ports = Ports(api=free_port(), health=free_port())
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -56,14 +65,18 @@ async def service_process(name: str, env: dict[str, str]) -> AsyncIterator[int]:
         env={
             **os.environ,
             **env,
-            "GRPC_PORT": str(port),
+            **callers.tls_env(name),
+            "JWT_SECRET": os.environ["TEST_JWT_SECRET"],
+            "GRPC_PORT": str(ports.api),
+            "GRPC_FORUM_PORT": str(free_port()),
+            "GRPC_HEALTH_PORT": str(ports.health),
             "POSTGRES_TIMEOUT_SECONDS": "1",
             "MYSQL_TIMEOUT_SECONDS": "1",
             "REDIS_TIMEOUT_SECONDS": "1",
         },
     )
     try:
-        yield port
+        yield ports
         assert proc.returncode is None, f"{name} exited with {proc.returncode}"
     finally:
         if proc.returncode is None:
@@ -71,8 +84,9 @@ async def service_process(name: str, env: dict[str, str]) -> AsyncIterator[int]:
         assert await asyncio.wait_for(proc.wait(), 30) == 0
 
 
-async def statuses(port: int, *services: str) -> dict[str, int]:
-    async with open_channel(f"127.0.0.1:{port}") as channel:
+async def statuses(ports: Ports, *services: str) -> dict[str, int]:
+    """Health as the kubelet asks it: plaintext, on the health port."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{ports.health}") as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         found = {}
         for service in services:
@@ -81,15 +95,15 @@ async def statuses(port: int, *services: str) -> dict[str, int]:
         return found
 
 
-async def eventually(port: int, expected: dict[str, int], seconds: float = 15) -> None:
+async def eventually(ports: Ports, expected: dict[str, int], seconds: float = 15) -> None:
     for _ in range(int(seconds / 0.25)):
         try:
-            if await statuses(port, *expected) == expected:
+            if await statuses(ports, *expected) == expected:
                 return
         except Exception:  # noqa: S110 (not listening yet)
             pass
         await asyncio.sleep(0.25)
-    assert await statuses(port, *expected) == expected
+    assert await statuses(ports, *expected) == expected
 
 
 async def test_ingest_accepts_chat_messages_while_postgres_is_unreachable(
@@ -100,7 +114,7 @@ async def test_ingest_accepts_chat_messages_while_postgres_is_unreachable(
         service_process(
             "ingest",
             {
-                "REDIS_URL": env.redis_url,
+                "REDIS_URL": env.redis_ingest_url,
                 "POSTGRES_URL": pg_url,
                 "MESSAGE_STREAM_SHARDS": str(SHARDS),
             },
@@ -109,7 +123,7 @@ async def test_ingest_accepts_chat_messages_while_postgres_is_unreachable(
         await eventually(
             port, {"": SERVING, INGEST: SERVING, FORUM_WRITE: NOT_SERVING, "liveness": SERVING}
         )
-        async with open_channel(f"127.0.0.1:{port}") as channel:
+        async with as_listener(port.api) as channel:
             stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
             reply = await stub.IngestMessages(
                 pb.IngestMessagesRequest(account_id=1, messages=[message("while-pg-down")]),
@@ -156,3 +170,36 @@ async def test_the_flusher_starts_with_every_datastore_unreachable(env: Env) -> 
         for proxy in (redis_proxy, mysql_proxy, pg_proxy):
             proxy.forward(reset=True)
         await eventually(port, {"": SERVING})
+
+
+@pytest.mark.parametrize("configured", ["false", "true"])
+async def test_reflection_only_where_configured(env: Env, configured: str) -> None:
+    """Off unless GRPC_REFLECTION=true (the dev stack); never on the plaintext health port."""
+    async with service_process(
+        "timeline",
+        {
+            "MYSQL_URL": env.mysql_timeline_url,
+            "POSTGRES_URL": env.pg_timeline_url,
+            "GRPC_REFLECTION": configured,
+        },
+    ) as port:
+        await eventually(port, {"liveness": SERVING})
+
+        async def services(channel: grpc.aio.Channel) -> list[str]:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            async for reply in stub.ServerReflectionInfo(iter([request]), timeout=5):
+                return [s.name for s in reply.list_services_response.service]
+            return []
+
+        async with callers.connect(f"127.0.0.1:{port.api}", "operator") as channel:
+            if configured == "true":
+                assert TIMELINE in await services(channel)
+            else:
+                with pytest.raises(grpc.aio.AioRpcError) as off:
+                    await services(channel)
+                assert off.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port.health}") as plaintext:
+            with pytest.raises(grpc.aio.AioRpcError) as never:
+                await services(plaintext)
+            assert never.value.code() == grpc.StatusCode.UNIMPLEMENTED

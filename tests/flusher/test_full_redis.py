@@ -23,11 +23,10 @@ from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
 from services.likes.config import LikesSettings
-from services.runtime.grpc_client import open_channel
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from tests.conftest import Env, serving
-from tests.helpers import SHARDS, Flusher, message, redis_server
+from tests.helpers import SHARDS, Flusher, as_gateway, as_service, message, redis_server
 
 pytestmark = pytest.mark.asyncio
 
@@ -49,16 +48,23 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
     async with redis_server("--maxmemory-policy", "noeviction", "--appendonly", "yes") as url:
         client = redis.Redis.from_url(url)
         ingest_settings = IngestSettings(
-            redis_url=url, postgres_url=env.pg_ingest_url, message_stream_shards=SHARDS, grpc_port=0
+            redis_url=url,
+            postgres_url=env.pg_ingest_url,
+            message_stream_shards=SHARDS,
+            grpc_forum_port=0,
+            **as_service("ingest", env.jwt_secret),
         )
         likes_settings = LikesSettings(
-            redis_url=url, postgres_url=env.pg_likes_url, like_stream_shards=SHARDS, grpc_port=0
+            redis_url=url,
+            postgres_url=env.pg_likes_url,
+            like_stream_shards=SHARDS,
+            **as_service("likes", env.jwt_secret),
         )
         async with (
             serving(await ingest_service.build(ingest_settings)) as ingest_server,
             serving(await likes_service.build(likes_settings)) as likes_server,
-            open_channel(f"127.0.0.1:{ingest_server.port}") as ingest_channel,
-            open_channel(f"127.0.0.1:{likes_server.port}") as likes_channel,
+            as_gateway(ingest_server.port, env.jwt_secret) as ingest_channel,
+            as_gateway(likes_server.port, env.jwt_secret) as likes_channel,
         ):
             ingest = ingest_service_pb2_grpc.IngestServiceStub(ingest_channel)
             likes = like_service_pb2_grpc.LikeServiceStub(likes_channel)

@@ -12,11 +12,10 @@ import pytest
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from agora.forum.v1 import forum_write_service_pb2_grpc
 
-from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_server import GrpcServer
 from services.timeline import forum_repository as q
 from tests.conftest import Env
-from tests.helpers import mint_token
+from tests.helpers import as_gateway, mint_token
 from tools.forum_data import Volume, load_volume
 
 pytestmark = pytest.mark.asyncio
@@ -39,9 +38,9 @@ async def counters(pg: asyncpg.Pool, post_id: int, comment_id: int) -> tuple[int
 
 
 async def test_fifty_concurrent_replies_keep_both_counters_exact(
-    ingest_server: GrpcServer, pg_admin: asyncpg.Pool, clean: None
+    env: Env, ingest_server: GrpcServer, pg_admin: asyncpg.Pool, clean: None
 ) -> None:
-    async with open_channel(f"127.0.0.1:{ingest_server.port}") as channel:
+    async with as_gateway(ingest_server.ports[1], env.jwt_secret) as channel:
         stub = forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
         await asyncio.gather(
             *(

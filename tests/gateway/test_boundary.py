@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+import pytest_asyncio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from fastapi import FastAPI
@@ -25,10 +26,16 @@ from starlette.types import Message
 from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
 from services.gateway.load_shedding import InFlightLimit
-from services.runtime.grpc_server import GrpcServer
+from services.ingest import server as ingest_service
+from services.ingest.config import IngestSettings
+from services.likes import server as likes_service
+from services.likes.config import LikesSettings
 from services.runtime.tokens import TokenVerifier
-from tests.conftest import Env
-from tests.helpers import mint_token
+from services.timeline import server as timeline_service
+from services.timeline.config import TimelineSettings
+from tests.conftest import Env, serving
+from tests.helpers import SHARDS, as_service, mint_token
+from tools import callers
 from tools.jwt_token import mint
 
 pytestmark = pytest.mark.asyncio
@@ -46,17 +53,74 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-@pytest.fixture
-def upstream(
-    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
-) -> dict[str, Any]:
-    """The settings that point a gateway at the suite's services."""
+# Keys of every token this module signs. The gateway forwards the token it verified and each
+# service verifies it again, so the services behind these gateways hold the same key set (as a
+# deployment configures both from one Secret).
+RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+ED_KEY = ed25519.Ed25519PrivateKey.generate()
+LOCAL_SECRET = "local-stack-secret-generated-per-machine-0123456789"
+
+
+def public_pem(key: rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey) -> str:
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+
+
+SERVICE_KEYS = {
+    "a": SECRET_A,
+    "2026-01": SECRET_A,
+    "2026-02": SECRET_B,
+    "local": LOCAL_SECRET,
+    "rsa-2026": public_pem(RSA_KEY),
+    "ed-2026": public_pem(ED_KEY),
+}
+
+
+def _verifying(identity: str) -> dict[str, Any]:
     return {
-        "ingest_addr": f"127.0.0.1:{ingest_server.port}",
-        "timeline_addr": f"127.0.0.1:{timeline_server.port}",
-        "likes_addr": f"127.0.0.1:{likes_server.port}",
-        "redis_url": env.redis_url,
+        **as_service(identity, ""),
+        "jwt_secret": None,
+        "jwt_keys": SERVICE_KEYS,
+        "jwt_audience": AUD,
+        "jwt_issuer": ISS,
     }
+
+
+@pytest_asyncio.fixture(scope="module")
+async def upstream(
+    env: Env, ingest_settings: IngestSettings, spans: Any
+) -> AsyncIterator[dict[str, Any]]:
+    """Settings that point a gateway at ingest, timeline and likes verifying this module's keys."""
+    ingest = IngestSettings(
+        **{**ingest_settings.model_dump(), **_verifying("ingest"), "grpc_forum_port": 0}
+    )
+    timeline = TimelineSettings(
+        mysql_url=env.mysql_timeline_url,
+        postgres_url=env.pg_timeline_url,
+        **_verifying("timeline"),
+    )
+    likes = LikesSettings(
+        postgres_url=env.pg_likes_url,
+        redis_url=env.redis_likes_url,
+        like_stream_shards=SHARDS,
+        **_verifying("likes"),
+    )
+    async with (
+        serving(await ingest_service.build(ingest)) as ingest_server,
+        serving(await timeline_service.build(timeline)) as timeline_server,
+        serving(await likes_service.build(likes)) as likes_server,
+    ):
+        yield {
+            "ingest_addr": f"127.0.0.1:{ingest_server.port}",
+            "ingest_forum_addr": f"127.0.0.1:{ingest_server.ports[1]}",
+            "timeline_addr": f"127.0.0.1:{timeline_server.port}",
+            "likes_addr": f"127.0.0.1:{likes_server.port}",
+            "redis_url": env.redis_gateway_url,
+            **callers.tls_files("gateway"),
+        }
 
 
 @asynccontextmanager
@@ -84,14 +148,6 @@ def token(key: Any = SECRET_A, *, kid: str = "a", alg: str = "HS256", **claims: 
     payload.update(claims)
     payload = {k: v for k, v in payload.items() if v is not None}  # None: leave the claim out
     return jwt.encode(payload, key, algorithm=alg, headers={"kid": kid})
-
-
-def public_pem(key: rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey) -> str:
-    return (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
 
 
 def http_scope(method: str, path: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -365,8 +421,7 @@ async def test_stretched_mistyped_or_unknown_key_tokens_are_401(
 async def test_asymmetric_keys_verify_with_only_the_public_key(
     upstream: dict[str, Any], clean: None
 ) -> None:
-    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ed_key = ed25519.Ed25519PrivateKey.generate()
+    rsa_key, ed_key = RSA_KEY, ED_KEY
     keys = {"rsa-2026": public_pem(rsa_key), "ed-2026": public_pem(ed_key)}
     async with gateway_app(upstream, jwt_keys=keys) as (_, client):
         for signed in (
@@ -408,7 +463,7 @@ async def test_the_local_token_tool_mints_what_the_gateway_accepts(
     upstream: dict[str, Any], clean: None
 ) -> None:
     """`make token` (tools/jwt_token.py) against a verifier with a kid, audience and issuer."""
-    secret = "local-stack-secret-generated-per-machine-0123456789"
+    secret = LOCAL_SECRET
     async with gateway_app(upstream, jwt_keys={}, jwt_secret=secret, jwt_secret_kid="local") as (
         _,
         client,
@@ -463,10 +518,12 @@ async def test_cors_origins_must_be_origins() -> None:
                 jwt_secret=SECRET_A,  # type: ignore[arg-type]
                 jwt_dev_mode=True,
                 ingest_addr="x:1",
+                ingest_forum_addr="x:1",
                 timeline_addr="x:1",
                 likes_addr="x:1",
                 redis_url="redis://x",
                 gateway_cors_origins=bad,  # type: ignore[arg-type]
+                **callers.tls_files("gateway"),
             )
 
 

@@ -20,16 +20,20 @@ import jwt
 import pytest
 import pytest_asyncio
 from agora.forum.v1 import forum_write_service_pb2 as forum_pb
-from agora.forum.v1 import forum_write_service_pb2_grpc
+from agora.forum.v1 import forum_write_service_pb2_grpc, like_service_pb2_grpc
+from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
-from agora.messaging.v1 import ingest_service_pb2_grpc
+from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
+from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.runtime.grpc_errors import field_violations
 from services.runtime.mysql import MysqlDatabase
 from tests.chaos.run import prepare
 from tests.chaos.stack import ROOT, ChaosStack
 from tests.conftest import Env
-from tests.helpers import at, message, mint_token
+from tests.helpers import as_gateway, as_listener, at, message, mint_token
+from tools import callers, certs
 
 pytestmark = pytest.mark.asyncio
 
@@ -178,9 +182,9 @@ async def test_auth_attacks_are_refused_and_change_nothing(
 async def test_malformed_grpc_is_invalid_argument_and_changes_nothing(
     live: ChaosStack, env: Env, clean: None
 ) -> None:
-    ingest_addr = f"127.0.0.1:{live.services['ingest'].port}"
+    ingest = live.services["ingest"]
     before = await snapshot(env)
-    async with grpc.aio.insecure_channel(ingest_addr) as channel:
+    async with as_listener(ingest.port) as channel:
         raw = channel.unary_unary(
             "/agora.messaging.v1.IngestService/IngestMessages",
             request_serializer=lambda b: b,
@@ -219,7 +223,7 @@ async def test_malformed_grpc_is_invalid_argument_and_changes_nothing(
         )
         assert reply.accepted == 0
         assert [r.index for r in reply.rejected] == list(range(len(hostile)))
-    async with grpc.aio.insecure_channel(ingest_addr) as channel:
+    async with as_gateway(ingest.forum_port, env.jwt_secret) as channel:
         forum = forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as nul:
             await forum.CreatePost(
@@ -294,11 +298,13 @@ async def test_values_mysql_would_refuse_never_5xx_and_change_nothing(
             (1, "attachments"),
             (2, "mentions"),
         ]
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{live.services['ingest'].port}") as channel:
+    async with as_gateway(live.services["ingest"].port, env.jwt_secret) as channel:
         stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
         read = ingest_pb.MarkReadRequest(account_id=1, conversation_key="t1")
         read.read_at.seconds = -62135596800  # 0001-01-01
-        sent = ingest_pb.RecordAgentSentRequest(account_id=1, thread_id="t1", cli_msg_id="c1")
+        sent = ingest_pb.RecordAgentSentRequest(
+            account_id=1, thread_id="t1", cli_msg_id="c1", agent_user_id=7
+        )
         sent.sent_at.seconds = -1
         for call, field in (
             (stub.MarkRead(read), "read_at"),
@@ -321,3 +327,209 @@ async def test_values_mysql_would_refuse_never_5xx_and_change_nothing(
         assert [(r.index, r.field) for r in reply.rejected] == [(0, "attachments"), (1, "mentions")]
     await asyncio.sleep(1)  # the flusher process would have landed anything accepted by now
     assert await snapshot(env) == before
+
+
+# --- internal gRPC: mTLS, the access table, the forwarded user ----------------------------------
+
+
+def _credentials(directory: Path, identity: str | None) -> grpc.ChannelCredentials:
+    """Channel credentials trusting the local CA, presenting `identity`'s certificate from
+    `directory` (None: no client certificate at all)."""
+    ca = (callers.tls_dir() / "ca.pem").read_bytes()
+    if identity is None:
+        return grpc.ssl_channel_credentials(root_certificates=ca)
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca,
+        private_key=(directory / f"{identity}.key").read_bytes(),
+        certificate_chain=(directory / f"{identity}.pem").read_bytes(),
+    )
+
+
+def _as_user(env: Env, user: int, accounts: list[int], secret: str | None = None) -> Any:
+    token = mint_token(secret or env.jwt_secret, sub=user, accounts=accounts)
+    return (("authorization", f"Bearer {token}"),)
+
+
+async def test_grpc_without_a_trusted_client_certificate_is_refused_at_the_handshake(
+    live: ChaosStack, env: Env, clean: None, tmp_path: Path
+) -> None:
+    rogue = certs.make_authority(tmp_path)  # a CA of its own, issuing a "gateway" certificate
+    certs.issue(rogue, "gateway", tmp_path)
+    before = await snapshot(env)
+    request = ingest_pb.IngestMessagesRequest(account_id=1, messages=[message("no-cert")])
+    for port in (live.services["ingest"].port, live.services["timeline"].port):
+        for name, channel in {
+            "plaintext": grpc.aio.insecure_channel(f"127.0.0.1:{port}"),
+            "no client certificate": grpc.aio.secure_channel(
+                f"127.0.0.1:{port}", _credentials(tmp_path, None)
+            ),
+            "another CA's gateway certificate": grpc.aio.secure_channel(
+                f"127.0.0.1:{port}", _credentials(tmp_path, "gateway")
+            ),
+        }.items():
+            async with channel:
+                stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.IngestMessages(request, metadata=_as_user(env, 7, [1]), timeout=5)
+                # The TLS handshake fails: no RPC ever reaches a handler (UNAVAILABLE, not a
+                # status a servicer or interceptor returns).
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, (port, name)
+    assert await snapshot(env) == before
+
+
+async def test_each_workload_identity_calls_only_what_the_table_grants(
+    live: ChaosStack, env: Env, clean: None
+) -> None:
+    ingest, timeline, likes = (live.services[n] for n in ("ingest", "timeline", "likes"))
+    before = await snapshot(env)
+    conversations = timeline_pb.ListConversationsRequest(account_id=1, limit=10)
+    post = forum_pb.CreatePostRequest(course_id=42, user_id=7, title="t", body="b")
+    like = like_pb.SetLikeRequest(
+        user_id=7,
+        course_id=42,
+        target=like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=1),
+        like=True,
+    )
+    # Every call carries a valid token for user 7 with account 1: only the certificate differs.
+    for identity, port, call in (
+        ("listener", ingest.forum_port, lambda ch: forum_stub(ch).CreatePost(post)),
+        ("listener", timeline.port, lambda ch: timeline_stub(ch).ListConversations(conversations)),
+        ("listener", likes.port, lambda ch: like_stub(ch).SetLike(like)),
+        ("listener", ingest.port, lambda ch: ingest_stub(ch).MarkRead(mark_read())),
+        ("flusher", ingest.port, lambda ch: ingest_stub(ch).IngestMessages(one_message())),
+        ("timeline", likes.port, lambda ch: like_stub(ch).SetLike(like)),
+        ("likes", ingest.forum_port, lambda ch: forum_stub(ch).CreatePost(post)),
+        ("operator", timeline.port, lambda ch: timeline_stub(ch).ListConversations(conversations)),
+    ):
+        async with callers.connect(f"127.0.0.1:{port}", identity, secret=env.jwt_secret) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call(ch)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, (identity, port)
+            assert identity in (refused.value.details() or ""), refused.value.details()
+    # The same calls as the gateway are answered (a read, to leave the data as it was).
+    async with as_gateway(timeline.port, env.jwt_secret) as ch:
+        await timeline_stub(ch).ListConversations(conversations)
+    # A listener may ingest; forum writes are not even served on its port.
+    async with as_listener(ingest.port) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as elsewhere:
+            await forum_stub(ch).CreatePost(post)
+        assert elsewhere.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert await snapshot(env) == before
+
+
+async def test_the_gateway_acts_only_as_the_user_whose_token_it_forwards(
+    live: ChaosStack, env: Env, clean: None
+) -> None:
+    ingest, timeline, likes = (live.services[n] for n in ("ingest", "timeline", "likes"))
+    before = await snapshot(env)
+    user_7 = _as_user(env, 7, [1])
+    cases: list[tuple[str, int, Any, Any, grpc.StatusCode]] = [
+        (
+            "post as user 8 with user 7's token",
+            ingest.forum_port,
+            lambda ch, md: forum_stub(ch).CreatePost(
+                forum_pb.CreatePostRequest(course_id=42, user_id=8, title="t", body="b"),
+                metadata=md,
+            ),
+            user_7,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+        (
+            "account 2 with a token for account 1",
+            timeline.port,
+            lambda ch, md: timeline_stub(ch).ListConversations(
+                timeline_pb.ListConversationsRequest(account_id=2, limit=10), metadata=md
+            ),
+            user_7,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+        (
+            "agent-sent as another agent",
+            ingest.port,
+            lambda ch, md: ingest_stub(ch).RecordAgentSent(
+                ingest_pb.RecordAgentSentRequest(
+                    account_id=1, thread_id="t1", cli_msg_id="c1", agent_user_id=8, content="x"
+                ),
+                metadata=md,
+            ),
+            user_7,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+        (
+            "like as user 8",
+            likes.port,
+            lambda ch, md: like_stub(ch).SetLike(
+                like_pb.SetLikeRequest(
+                    user_id=8,
+                    course_id=42,
+                    target=like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=1),
+                    like=True,
+                ),
+                metadata=md,
+            ),
+            user_7,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+        (
+            "no forwarded token",
+            timeline.port,
+            lambda ch, md: timeline_stub(ch).ListConversations(
+                timeline_pb.ListConversationsRequest(account_id=1, limit=10), metadata=md
+            ),
+            (),
+            grpc.StatusCode.UNAUTHENTICATED,
+        ),
+        (
+            "a token signed with another key",
+            timeline.port,
+            lambda ch, md: timeline_stub(ch).ListConversations(
+                timeline_pb.ListConversationsRequest(account_id=1, limit=10), metadata=md
+            ),
+            _as_user(env, 7, [1], secret="another-secret-that-is-at-least-32-bytes"),
+            grpc.StatusCode.UNAUTHENTICATED,
+        ),
+    ]
+    for name, port, call, metadata, code in cases:
+        async with callers.connect(f"127.0.0.1:{port}", "gateway") as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call(ch, metadata)
+            assert refused.value.code() == code, (name, refused.value.details())
+    assert await snapshot(env) == before
+
+
+async def test_health_has_its_own_plaintext_port_that_serves_nothing_else(
+    live: ChaosStack,
+) -> None:
+    for name in ("ingest", "timeline", "likes"):
+        service = live.services[name]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{service.health_port}") as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, name
+            with pytest.raises(grpc.aio.AioRpcError) as nothing_else:
+                await ingest_stub(ch).IngestMessages(one_message(), timeout=5)
+            assert nothing_else.value.code() == grpc.StatusCode.UNIMPLEMENTED, name
+
+
+def forum_stub(channel: grpc.aio.Channel) -> Any:
+    return forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
+
+
+def timeline_stub(channel: grpc.aio.Channel) -> Any:
+    return timeline_service_pb2_grpc.TimelineServiceStub(channel)
+
+
+def like_stub(channel: grpc.aio.Channel) -> Any:
+    return like_service_pb2_grpc.LikeServiceStub(channel)
+
+
+def ingest_stub(channel: grpc.aio.Channel) -> Any:
+    return ingest_service_pb2_grpc.IngestServiceStub(channel)
+
+
+def mark_read() -> Any:
+    return ingest_pb.MarkReadRequest(account_id=1, conversation_key="t1")
+
+
+def one_message() -> Any:
+    return ingest_pb.IngestMessagesRequest(account_id=1, messages=[message("one")])

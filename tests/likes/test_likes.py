@@ -19,7 +19,6 @@ from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
 from prometheus_client import REGISTRY
 
-from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_server import GrpcServer
 from services.streams.entries import Entry, as_mapping
 from services.streams.likes import (
@@ -31,7 +30,16 @@ from services.streams.likes import (
     TargetKind,
 )
 from tests.conftest import Env
-from tests.helpers import ROOT, SHARDS, Flusher, mint_token, redis_server, run_flusher
+from tests.helpers import (
+    ROOT,
+    SHARDS,
+    Flusher,
+    as_gateway,
+    mint_token,
+    redis_server,
+    run_flusher,
+)
+from tools import callers
 from tools.dead_letters import DeadLetter, list_dead, replay
 
 pytestmark = pytest.mark.asyncio
@@ -91,13 +99,14 @@ async def enrolled(pg_admin: asyncpg.Pool, clean: None) -> list[int]:
 @pytest.mark.parametrize("mode", ["buffered", "sync"])
 async def test_twenty_concurrent_likes_by_one_user_make_one_row(
     mode: str,
+    env: Env,
     likes_server: GrpcServer,
     sync_likes_server: GrpcServer,
     flusher: Flusher,
     pg_admin: asyncpg.Pool,
 ) -> None:
     server = likes_server if mode == "buffered" else sync_likes_server
-    async with open_channel(f"127.0.0.1:{server.port}") as channel:
+    async with as_gateway(server.port, env.jwt_secret) as channel:
         stub = like_service_pb2_grpc.LikeServiceStub(channel)
         replies = await asyncio.gather(
             *(
@@ -242,7 +251,7 @@ async def test_killed_between_commit_and_ack_the_flusher_counts_nothing_twice(
     redis_client: redis.Redis,
     pg_admin: asyncpg.Pool,
 ) -> None:
-    async with open_channel(f"127.0.0.1:{likes_server.port}") as channel:
+    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
         stub = like_service_pb2_grpc.LikeServiceStub(channel)
         for user in enrolled:
             await stub.SetLike(
@@ -419,6 +428,9 @@ async def test_a_redis_that_may_evict_streams_is_refused_at_start_up(
         "POSTGRES_URL": env.pg_likes_url if service == "likes" else env.pg_flusher_url,
         "MYSQL_URL": env.mysql_flusher_url,
         "GRPC_PORT": "0",
+        "GRPC_HEALTH_PORT": "0",
+        "JWT_SECRET": env.jwt_secret,
+        **callers.tls_env("likes"),
     }
     result = await asyncio.to_thread(
         subprocess.run,
@@ -435,9 +447,9 @@ async def test_a_redis_that_may_evict_streams_is_refused_at_start_up(
 
 
 async def test_liked_map_is_one_answer_per_target_in_order(
-    likes_server: GrpcServer, clean: None
+    env: Env, likes_server: GrpcServer, clean: None
 ) -> None:
-    async with open_channel(f"127.0.0.1:{likes_server.port}") as channel:
+    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
         stub = like_service_pb2_grpc.LikeServiceStub(channel)
         comment = pb.Target(kind=pb.TARGET_KIND_COMMENT, id=2)
         reply = await stub.LikedMap(

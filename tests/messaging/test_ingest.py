@@ -10,12 +10,11 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.ingest.config import IngestSettings
 from services.ingest.server import build
-from services.runtime.grpc_client import open_channel
 from services.runtime.grpc_errors import field_violations
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from tests.conftest import serving
-from tests.helpers import Flusher, at, message
+from tests.helpers import Flusher, as_listener, at, message
 
 pytestmark = pytest.mark.asyncio
 
@@ -68,7 +67,7 @@ async def test_backlog_bound_refuses_whole_batch_and_stores_nothing(
     settings = ingest_settings.model_copy(update={"message_queue_max": 10})
     async with (
         serving(await build(settings)) as server,
-        open_channel(f"127.0.0.1:{server.port}") as channel,
+        as_listener(server.port) as channel,
     ):
         stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
         first = [message(f"a{i}", thread=f"t{i}") for i in range(8)]

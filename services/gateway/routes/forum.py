@@ -41,7 +41,7 @@ async def liked_flags(
     try:
         reply = await clients.likes.LikedMap(
             like_pb.LikedMapRequest(user_id=user.user_id, course_id=course_id, targets=targets),
-            timeout=clients.timeout,
+            **clients.options,
         )
     except grpc.aio.AioRpcError as exc:
         if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -104,7 +104,7 @@ async def list_posts(
     rpc = read_pb.ListPostsRequest(
         course_id=course_id, user_id=user.user_id, limit=limit, before_id=before_id
     )
-    reply = await clients.forum_read.ListPosts(rpc, timeout=clients.timeout)
+    reply = await clients.forum_read.ListPosts(rpc, **clients.options)
     liked = await liked_flags(clients, user, course_id, _posts([p.id for p in reply.posts]))
     return schemas.PostsPage(
         data=[post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
@@ -126,7 +126,7 @@ async def create_post(
         write_pb.CreatePostRequest(
             course_id=course_id, user_id=user.user_id, title=body.title, body=body.body
         ),
-        timeout=clients.timeout,
+        **clients.options,
     )
     return schemas.PostResponse(data=post_json(reply.post, liked_by_me=False))
 
@@ -137,7 +137,7 @@ async def get_post(
 ) -> schemas.PostResponse:
     reply = await clients.forum_read.GetPost(
         read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
-        timeout=clients.timeout,
+        **clients.options,
     )
     [liked] = await liked_flags(clients, user, course_id, _posts([reply.post.id]))
     return schemas.PostResponse(data=post_json(reply.post, liked))
@@ -151,7 +151,7 @@ async def delete_post(
 ) -> schemas.DeletedResponse:
     await clients.forum_write.DeletePost(
         write_pb.DeletePostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
-        timeout=clients.timeout,
+        **clients.options,
     )
     return schemas.DeletedResponse(data=schemas.Deleted(deleted=True))
 
@@ -172,7 +172,7 @@ async def list_comments(
     rpc = read_pb.ListCommentsRequest(
         course_id=course_id, post_id=post_id, user_id=user.user_id, limit=limit, after_id=after_id
     )
-    reply = await clients.forum_read.ListComments(rpc, timeout=clients.timeout)
+    reply = await clients.forum_read.ListComments(rpc, **clients.options)
     return await _comments_page(clients, user, course_id, reply, limit)
 
 
@@ -192,7 +192,7 @@ async def create_comment(
         body=body.body,
         parent_id=body.parent_id,
     )
-    reply = await clients.forum_write.CreateComment(rpc, timeout=clients.timeout)
+    reply = await clients.forum_write.CreateComment(rpc, **clients.options)
     return schemas.CommentResponse(data=comment_json(reply.comment, liked_by_me=False))
 
 
@@ -216,7 +216,7 @@ async def list_replies(
         limit=limit,
         after_id=after_id,
     )
-    reply = await clients.forum_read.ListReplies(rpc, timeout=clients.timeout)
+    reply = await clients.forum_read.ListReplies(rpc, **clients.options)
     return await _comments_page(clients, user, course_id, reply, limit)
 
 
@@ -232,7 +232,7 @@ async def delete_comment(
         write_pb.DeleteCommentRequest(
             course_id=course_id, comment_id=comment_id, user_id=user.user_id
         ),
-        timeout=clients.timeout,
+        **clients.options,
     )
     return schemas.DeletedResponse(data=schemas.Deleted(deleted=True))
 
@@ -270,7 +270,7 @@ async def _set_like(
         raise error
     reply = await clients.likes.SetLike(
         like_pb.SetLikeRequest(user_id=user.user_id, course_id=course_id, target=target, like=like),
-        timeout=clients.timeout,
+        **clients.options,
     )
     return schemas.LikeResponse(liked=reply.liked, changed=reply.changed)
 

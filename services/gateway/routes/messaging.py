@@ -78,7 +78,7 @@ async def list_messages(
         before_sent_at=_cursor_time(before_sent_at, "before_sent_at"),
         before_id=before_id,
     )
-    reply = await clients.timeline.ListMessages(rpc, timeout=clients.timeout)
+    reply = await clients.timeline.ListMessages(rpc, **clients.options)
     return schemas.MessagesPage(
         data=[message_json(m) for m in reply.messages],
         pagination=schemas.MessagePagination(
@@ -117,7 +117,7 @@ async def ingest_messages(
         raise ApiError.invalid([FieldViolation("messages", "must contain at least one message")])
     accepted = 0
     if rpc.messages:
-        reply = await clients.ingest.IngestMessages(rpc, timeout=clients.timeout)
+        reply = await clients.ingest.IngestMessages(rpc, **clients.options)
         accepted = reply.accepted
         rejected += [
             schemas.Rejection(index=positions[r.index], field=r.field, reason=r.reason)
@@ -141,7 +141,7 @@ async def quote_payload(
     require_account(user, account_id)
     reply = await clients.timeline.GetQuotePayload(
         timeline_pb.GetQuotePayloadRequest(account_id=account_id, msg_id=msg_id),
-        timeout=clients.timeout,
+        **clients.options,
     )
     payload = json_value(reply.quote_payload) if reply.HasField("quote_payload") else None
     return schemas.QuotePayloadResponse(
@@ -171,7 +171,7 @@ async def list_conversations(
         before_last_message_at=_cursor_time(before_last_message_at, "before_last_message_at"),
         before_id=before_id,
     )
-    reply = await clients.timeline.ListConversations(rpc, timeout=clients.timeout)
+    reply = await clients.timeline.ListConversations(rpc, **clients.options)
     return schemas.ConversationsPage(
         data=[conversation_json(c) for c in reply.conversations],
         pagination=schemas.ConversationPagination(
@@ -197,7 +197,7 @@ async def count_unread(
     require_account(user, account_id)
     reply = await clients.timeline.CountUnread(
         timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
-        timeout=clients.timeout,
+        **clients.options,
     )
     return schemas.UnreadResponse(
         data=schemas.UnreadCount(
@@ -225,7 +225,7 @@ async def mark_read(
     # Only a conversation that exists gets a read marker; ask the read side first (404 otherwise).
     await clients.timeline.CountUnread(
         timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
-        timeout=clients.timeout,
+        **clients.options,
     )
     rpc = ingest_pb.MarkReadRequest(account_id=account_id, conversation_key=conversation_key)
     if body is not None and body.read_at is not None:
@@ -233,7 +233,7 @@ async def mark_read(
             rpc.read_at.CopyFrom(parse_instant(body.read_at, "read_at"))
         except BadValue as exc:
             raise ApiError.invalid([exc.violation]) from exc
-    reply = await clients.ingest.MarkRead(rpc, timeout=clients.timeout)
+    reply = await clients.ingest.MarkRead(rpc, **clients.options)
     return schemas.MarkReadResponse(
         data=schemas.MarkedRead(conversation_key=conversation_key, read_at=time_text(reply.read_at))
     )
@@ -253,7 +253,7 @@ async def latest_incoming(
     require_account(user, account_id)
     reply = await clients.timeline.LatestIncoming(
         timeline_pb.LatestIncomingRequest(account_id=account_id, conversation_key=conversation_key),
-        timeout=clients.timeout,
+        **clients.options,
     )
     return schemas.LatestIncomingResponse(
         data=schemas.LatestIncoming(
@@ -274,12 +274,15 @@ async def record_agent_sent(
     clients: Upstream, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
 ) -> schemas.AcceptedResponse:
     require_account(user, account_id)
+    # The agent is the caller: a body naming someone else would record a message as them.
+    if body.agent_user_id is not None and body.agent_user_id != user.user_id:
+        raise ApiError.forbidden("agent_user_id must be the caller's own user id (or omitted)")
     rpc = ingest_pb.RecordAgentSentRequest(
         account_id=account_id,
         thread_id=body.thread_id,
         cli_msg_id=body.cli_msg_id,
         msg_id=body.msg_id or "",
-        agent_user_id=body.agent_user_id or user.user_id,
+        agent_user_id=user.user_id,
         content=body.content or "",
     )
     if body.sent_at is not None:
@@ -287,5 +290,5 @@ async def record_agent_sent(
             rpc.sent_at.CopyFrom(parse_instant(body.sent_at, "sent_at"))
         except BadValue as exc:
             raise ApiError.invalid([exc.violation]) from exc
-    await clients.ingest.RecordAgentSent(rpc, timeout=clients.timeout)
+    await clients.ingest.RecordAgentSent(rpc, **clients.options)
     return schemas.AcceptedResponse(data=schemas.Accepted(accepted=True))

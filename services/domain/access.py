@@ -1,0 +1,53 @@
+"""Who may call what: the one table of gRPC access (enforced by services/runtime/access.py).
+
+The gateway calls what its routes use, always for an end user whose verified token it forwards;
+a Zalo listener may only ingest messages; the flusher, ingest, timeline and likes call nothing;
+an operator certificate (grpcurl, tools) may ask health and, where it is on, reflection.
+Everything not listed is refused with PERMISSION_DENIED.
+"""
+
+from __future__ import annotations
+
+from services.runtime.access import ANYONE, AccessPolicy, Rule
+from services.runtime.tokens import JwtSettings, TokenVerifier
+
+GATEWAY = "gateway"
+LISTENER = "listener"
+
+_ON_BEHALF = frozenset({GATEWAY})
+
+
+def for_account(*callers: str, user_field: str | None = None) -> Rule:
+    """`callers` may call; the gateway only for a user whose token grants the request's
+    account_id (and, with `user_field`, whose id that field is)."""
+    return Rule(
+        frozenset(callers), on_behalf=_ON_BEHALF, account_field="account_id", user_field=user_field
+    )
+
+
+def for_user(*callers: str) -> Rule:
+    """`callers` may call; the gateway only with the request's user_id being the token's user."""
+    return Rule(frozenset(callers), on_behalf=_ON_BEHALF, user_field="user_id")
+
+
+RULES: dict[str, Rule] = {
+    # Listeners forward what Zalo delivers; the gateway's batch route does it for a user.
+    "/agora.messaging.v1.IngestService/IngestMessages": for_account(LISTENER, GATEWAY),
+    "/agora.messaging.v1.IngestService/MarkRead": for_account(GATEWAY),
+    "/agora.messaging.v1.IngestService/RecordAgentSent": for_account(
+        GATEWAY, user_field="agent_user_id"
+    ),
+    "/agora.messaging.v1.TimelineService/*": for_account(GATEWAY),
+    "/agora.forum.v1.ForumWriteService/*": for_user(GATEWAY),
+    "/agora.forum.v1.ForumReadService/*": for_user(GATEWAY),
+    "/agora.forum.v1.LikeService/*": for_user(GATEWAY),
+    "/grpc.health.v1.Health/*": Rule(frozenset({ANYONE})),
+    # Registered only where GRPC_REFLECTION is on.
+    "/grpc.reflection.v1alpha.ServerReflection/*": Rule(frozenset({ANYONE})),
+    "/grpc.reflection.v1.ServerReflection/*": Rule(frozenset({ANYONE})),
+}
+
+
+def policy(settings: JwtSettings) -> AccessPolicy:
+    """The table, with the verifier of the end-user tokens the gateway forwards."""
+    return AccessPolicy(RULES, TokenVerifier.from_settings(settings))

@@ -1,0 +1,158 @@
+"""Per-method authorization by caller identity, and the end user a call is made for.
+
+One declared table (services/domain/access.py) says, for each gRPC method, which workload
+identities may call it (their certificate's SPIFFE id, services/runtime/tls.py) and, for callers
+that act for an end user (the gateway), which request field must name that user: the caller
+forwards the user's verified token in the `authorization` metadata and the field must agree with
+it — a user id equal to the token's subject, or a Zalo account the token grants. Anything not in
+the table is refused: PERMISSION_DENIED for a caller or a field that is not allowed,
+UNAUTHENTICATED for a missing or invalid user token. Like grpc-go's authz policies, evaluated by a
+server interceptor before the handler runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from services.runtime.grpc_errors import abort
+from services.runtime.tls import caller_identity
+from services.runtime.tokens import TokenError, TokenVerifier
+
+ANYONE = "*"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Who may call a method, and how the end user is checked when the caller acts for one."""
+
+    callers: frozenset[str]
+    # Callers that act for an end user must forward the user's token, and the request field
+    # below must agree with it.
+    on_behalf: frozenset[str] = frozenset()
+    user_field: str | None = None  # must equal the token's subject
+    account_field: str | None = None  # must be one of the token's Zalo accounts
+
+
+class AccessPolicy:
+    """The table, looked up by full method name (`/package.Service/Method`, or `/package.Service/*`
+    for every method of a service)."""
+
+    def __init__(self, rules: Mapping[str, Rule], tokens: TokenVerifier) -> None:
+        self._rules = dict(rules)
+        self._tokens = tokens
+
+    def rule(self, method: str) -> Rule | None:
+        return self._rules.get(method) or self._rules.get(method.rsplit("/", 1)[0] + "/*")
+
+    def caller_allowed(self, method: str, identity: str | None) -> str | None:
+        """None when `identity` may call `method`, else why not."""
+        rule = self.rule(method)
+        if rule is None:
+            return f"{method} is not open to any caller"
+        if identity is None:
+            return "the caller presented no workload certificate"
+        if ANYONE not in rule.callers and identity not in rule.callers:
+            return f"{identity} may not call {method}"
+        return None
+
+    def end_user_problem(
+        self, method: str, identity: str | None, request: Any, metadata: Mapping[str, str]
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """None when the end user checks out (or the caller acts for none), else the refusal."""
+        rule = self.rule(method)
+        if rule is None or identity not in rule.on_behalf:
+            return None
+        header = metadata.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return grpc.StatusCode.UNAUTHENTICATED, "the end user's token is required"
+        try:
+            user = self._tokens.verify(token.strip())
+        except TokenError as exc:
+            return grpc.StatusCode.UNAUTHENTICATED, f"the end user's token is invalid: {exc}"
+        # An unset field (0) names nobody: it is not a disagreement but a missing value, which
+        # the handler refuses with INVALID_ARGUMENT and the field violations of the whole request.
+        claimed_user = getattr(request, rule.user_field) if rule.user_field else 0
+        if claimed_user and claimed_user != user.user_id:
+            return (
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{rule.user_field} is not the user the token was issued to",
+            )
+        claimed_account = getattr(request, rule.account_field) if rule.account_field else 0
+        if claimed_account and claimed_account not in user.accounts:
+            return (
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the user's token does not grant {rule.account_field}"
+                f" {getattr(request, rule.account_field)}",
+            )
+        return None
+
+
+class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses, before the handler runs, every call the policy does not allow."""
+
+    def __init__(self, policy: AccessPolicy) -> None:
+        self._policy = policy
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method
+        policy = self._policy
+
+        async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
+            identity = caller_identity(context)
+            reason = policy.caller_allowed(method, identity)
+            if reason is not None:
+                await abort(context, grpc.StatusCode.PERMISSION_DENIED, reason)
+            metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+            refused = policy.end_user_problem(method, identity, request, metadata)
+            if refused is not None:
+                await abort(context, *refused)
+
+        if handler.unary_unary is not None:
+            inner_unary = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(request, context)
+                return await inner_unary(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(request, context)
+                async for response in inner_stream(request, context):
+                    yield response
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            inner_streams = handler.stream_stream
+
+            async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(None, context)
+                async for response in inner_streams(requests, context):
+                    yield response
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
