@@ -86,8 +86,7 @@ class AccessPolicy:
         if claimed_account and claimed_account not in user.accounts:
             return (
                 grpc.StatusCode.PERMISSION_DENIED,
-                f"the user's token does not grant {rule.account_field}"
-                f" {getattr(request, rule.account_field)}",
+                f"the user's token does not grant {rule.account_field} {claimed_account}",
             )
         return None
 
