@@ -137,7 +137,8 @@ async def timeline_db(env: Env) -> AsyncIterator[MysqlDatabase]:
 
 
 async def _pool(url: str, name: str) -> asyncpg.Pool:
-    return await postgres.connect(url, max_size=10, name=name)
+    # The service roles' URLs go through PgBouncer (transaction pooling): no statement cache.
+    return await postgres.connect(url, max_size=10, name=name, statement_cache_size=0)
 
 
 @pytest_asyncio.fixture(scope="session")

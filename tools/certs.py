@@ -24,7 +24,18 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-IDENTITIES = ("gateway", "listener", "ingest", "timeline", "likes", "flusher", "operator")
+# Workload identities, and the local MariaDB's server certificate (TLS with CA verification, as
+# a managed MySQL is reached).
+IDENTITIES = (
+    "gateway",
+    "listener",
+    "ingest",
+    "timeline",
+    "likes",
+    "flusher",
+    "operator",
+    "mariadb",
+)
 TRUST_DOMAIN = "agora"
 _VALIDITY = datetime.timedelta(days=365)
 

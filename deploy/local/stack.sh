@@ -42,6 +42,9 @@ install_packages() {
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   # kubectl renders deploy/k8s (kustomize) for the offline manifest checks.
   command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+  # promtool unit-tests the alerting rules; PgBouncer pools PostgreSQL connections (transaction mode).
+  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+  command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
   [ ${#missing[@]} -eq 0 ] && return 0
   is_root || die "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)"
   log "installing Debian packages: ${missing[*]}"
@@ -156,8 +159,43 @@ user agora-gateway $base -@stream $tail >$REDIS_GATEWAY_PASSWORD ~agora:ratelimi
 EOF
 }
 
+# PgBouncer in transaction mode in front of PostgreSQL, as in the dev overlay: the services and
+# the forum and likes tests connect through it (asyncpg without a statement cache); migrations,
+# backups and admin tools connect to PostgreSQL directly. Passwords are the local dev defaults.
+write_pgbouncer_conf() {
+  mkdir -p "$var/pgbouncer"
+  local role password
+  (umask 077 && : >"$var/pgbouncer/userlist.txt")
+  for role in ingest timeline likes likes_writer flusher; do
+    password="PG_${role^^}_PASSWORD"
+    printf '"agora_%s" "%s"\n' "$role" "${!password}" >>"$var/pgbouncer/userlist.txt"
+  done
+  cat >"$var/pgbouncer/pgbouncer.ini" <<EOF
+[databases]
+* = host=127.0.0.1 port=$PG_PORT
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGBOUNCER_PORT
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $var/pgbouncer/userlist.txt
+pool_mode = transaction
+; Server connections per (database, user): the budget PostgreSQL sees, whatever the clients open.
+default_pool_size = 20
+max_client_conn = 2000
+max_db_connections = 150
+server_reset_query =
+ignore_startup_parameters = extra_float_digits
+logfile =
+pidfile =
+EOF
+  if is_root; then chown -R postgres:postgres "$var/pgbouncer"; fi
+}
+
 write_supervisor_conf() {
   write_redis_acl
+  write_pgbouncer_conf
   local mysql_user="" pg_user=""
   if is_root; then mysql_user="user=mysql"; pg_user="user=postgres"; fi
   cat >"$var/supervisord.conf" <<EOF
@@ -179,7 +217,7 @@ supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 serverurl=unix://$var/run/supervisor.sock
 
 [group:datastores]
-programs=mariadb,postgres,redis
+programs=mariadb,postgres,redis,pgbouncer
 
 [group:services]
 programs=ingest,timeline,likes,flusher,gateway
@@ -188,6 +226,8 @@ programs=ingest,timeline,likes,flusher,gateway
 command=/usr/sbin/mariadbd --defaults-file=$here/mariadb.cnf --datadir=$var/mariadb/data
   --socket=$var/run/mysqld.sock --port=$MYSQL_PORT --pid-file=$var/run/mariadb.pid
   --slow-query-log-file=$var/log/mariadb-slow.log
+  --ssl-ca=$var/mariadb/tls/ca.pem --ssl-cert=$var/mariadb/tls/mariadb.pem
+  --ssl-key=$var/mariadb/tls/mariadb.key
 $mysql_user
 priority=10
 autostart=false
@@ -205,6 +245,15 @@ stopsignal=INT
 stopwaitsecs=120
 redirect_stderr=true
 stdout_logfile=$var/log/postgres.log
+
+[program:pgbouncer]
+command=$(command -v pgbouncer || echo /usr/sbin/pgbouncer) $var/pgbouncer/pgbouncer.ini
+$pg_user
+priority=12
+autostart=false
+stopsignal=INT
+redirect_stderr=true
+stdout_logfile=$var/log/pgbouncer.log
 
 [program:redis]
 command=$(command -v redis-server) $here/redis.conf --port $REDIS_PORT --dir $var/redis
@@ -342,6 +391,7 @@ datastores() {
   supervisorctl start datastores:* >/dev/null || true
   wait_for "MariaDB" 60 mysql_root -e "SELECT 1"
   wait_for "PostgreSQL" 60 "$(pg_bin)/pg_isready" -q -h "$var/run" -p "$PG_PORT"
+  wait_for "PgBouncer" 30 "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PGBOUNCER_PORT"
   # PING answers LOADING (exit 0) while a large AOF is replayed; only PONG means ready.
   wait_for "Redis" 120 redis_ready
   # The users file was just rewritten: a Redis that kept running applies it now.
@@ -368,6 +418,10 @@ migrate() {
 # The local CA and one certificate per workload identity (var/tls; kept across runs).
 certs() {
   "$py" -m tools.certs --dir "$var/tls"
+  # MariaDB's own copy: it runs as mysql when we are root and must read its key.
+  mkdir -p "$var/mariadb/tls"
+  cp "$var/tls/ca.pem" "$var/tls/mariadb.pem" "$var/tls/mariadb.key" "$var/mariadb/tls/"
+  if is_root; then chown -R mysql:mysql "$var/mariadb/tls"; fi
 }
 
 # The local stack's token secret: random, made once per machine, readable by its owner only

@@ -24,3 +24,7 @@ GRANT UPDATE (like_count) ON posts, comments TO agora_likes_writer;
 
 -- flusher: the fencing rows of its like stream shards.
 GRANT SELECT, INSERT, UPDATE ON stream_fences TO agora_flusher;
+
+-- Every service: which migrations are applied (readiness waits for the one its build needs).
+GRANT SELECT ON schema_migrations
+  TO agora_ingest, agora_timeline, agora_likes, agora_flusher, agora_likes_writer;

@@ -8,8 +8,11 @@ datastores, composes the roles and adds the stream monitor. The gRPC port answer
 
 from __future__ import annotations
 
+import functools
+
 from redis.asyncio import Redis
 
+from services.domain import schema
 from services.flusher.config import FlusherSettings
 from services.flusher.likes import builder as likes
 from services.flusher.maintenance import builder as maintenance
@@ -54,13 +57,27 @@ async def build(settings: FlusherSettings) -> service.Service:
             max_size=settings.postgres_pool_size,
             name="flusher",
             timeout=settings.postgres_timeout_seconds,
+            statement_cache_size=settings.postgres_statement_cache_size,
         )
         resources.push_async_callback(pg.close)
+        mysql_ready = functools.partial(schema.mysql_ready, mysql)
+        pg_ready = functools.partial(schema.postgres_ready, pg)
+
+        async def both_ready() -> None:
+            await mysql_ready()
+            await pg_ready()
+
+        # Nothing is consumed or maintained against a schema older than this build's.
         background: list[service.BackgroundJob] = [
-            messages.supervisor(settings, redis, mysql).run,
-            likes.supervisor(settings, redis, pg).run,
+            schema.after_schema(messages.supervisor(settings, redis, mysql).run, mysql_ready),
+            schema.after_schema(likes.supervisor(settings, redis, pg).run, pg_ready),
             monitor(settings, redis).run,
-            *maintenance.build(settings, redis, mysql, likes.reconciler(settings, redis, pg)),
+            *(
+                schema.after_schema(job, both_ready)
+                for job in maintenance.build(
+                    settings, redis, mysql, likes.reconciler(settings, redis, pg)
+                )
+            ),
         ]
         # The flusher serves no RPCs: only the plaintext health port, for the probes.
         server = GrpcServer.from_settings(settings, health_port=settings.grpc_health_port)
@@ -73,8 +90,8 @@ async def build(settings: FlusherSettings) -> service.Service:
                     "redis",
                     lambda: redis_client.check_streams(redis, settings.redis_maxmemory_policy),
                 ),
-                Dependency("mysql", mysql.ping),
-                Dependency("postgresql", lambda: postgres.ping(pg)),
+                Dependency("mysql", mysql_ready),
+                Dependency("postgresql", pg_ready),
             ],
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
-from services.domain import access
+from services.domain import access, schema
 from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
 from services.ingest.forum_repository import ForumWriteRepository
@@ -30,6 +30,7 @@ async def build(settings: IngestSettings) -> service.Service:
             max_size=settings.postgres_pool_size,
             name="ingest",
             timeout=settings.postgres_timeout_seconds,
+            statement_cache_size=settings.postgres_statement_cache_size,
         )
         resources.push_async_callback(pool.close)
         streams = MessageStreams.from_settings(settings)
@@ -74,7 +75,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     lambda: redis_client.check_streams(redis, settings.redis_maxmemory_policy),
                     (MESSAGING,),
                 ),
-                Dependency("postgresql", lambda: postgres.ping(pool), (FORUM,)),
+                Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),
             ],
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
-from services.domain import access
+from services.domain import access, schema
 from services.likes.config import LikesSettings
 from services.likes.handlers import LikeHandlers, LikeStore
 from services.likes.redis_store import BacklogBound, BufferedLikes
@@ -26,9 +26,10 @@ async def build(settings: LikesSettings) -> service.Service:
             max_size=settings.postgres_pool_size,
             name="likes",
             timeout=settings.postgres_timeout_seconds,
+            statement_cache_size=settings.postgres_statement_cache_size,
         )
         resources.push_async_callback(read_pool.close)
-        dependencies = [Dependency("postgresql", lambda: postgres.ping(read_pool))]
+        dependencies = [Dependency("postgresql", lambda: schema.postgres_ready(read_pool))]
         checks = ForumChecks(read_pool)
         store: LikeStore
         # LikesSettings guarantees the URL each mode needs.
@@ -52,6 +53,7 @@ async def build(settings: LikesSettings) -> service.Service:
                 max_size=settings.postgres_pool_size,
                 name="likes-writer",
                 timeout=settings.postgres_timeout_seconds,
+                statement_cache_size=settings.postgres_statement_cache_size,
             )
             resources.push_async_callback(write_pool.close)
             store = SyncLikes(checks, write_pool)

@@ -27,6 +27,9 @@ class ServiceSettings(BaseSettings):
     grpc_drain_seconds: float = Field(default=0.0, ge=0)
     # Seconds in-flight RPCs get to finish once the server stops accepting new ones.
     grpc_grace_seconds: float = Field(default=10.0, ge=0)
+    # Seconds before the server closes a client connection (GOAWAY) so the client re-resolves
+    # and balances over replicas added since; 0: never.
+    grpc_max_connection_age_seconds: float = Field(default=30.0, ge=0)
     log_level: str = "INFO"
     # Prometheus text on this port (GET /metrics); unset: not served.
     metrics_port: int | None = None
@@ -35,6 +38,9 @@ class ServiceSettings(BaseSettings):
     mysql_timeout_seconds: float = Field(default=10.0, gt=0)
     postgres_timeout_seconds: float = Field(default=10.0, gt=0)
     redis_timeout_seconds: float = Field(default=5.0, gt=0)
+    # asyncpg's prepared-statement cache per connection; 0 behind a transaction-pooling PgBouncer,
+    # where consecutive statements of one client may run on different server connections.
+    postgres_statement_cache_size: int = Field(default=100, ge=0)
     # The eviction policy the Redis holding streams is run with. Checked against INFO where the
     # server lets us read it; trusted as declared on managed Redis that refuses (CONFIG and INFO
     # are often disabled or not granted to a service's ACL user).

@@ -37,6 +37,20 @@ _OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
 
+
+def _api_options(max_connection_age: float, grace: float) -> list[tuple[str, int]]:
+    """Clients balance per connection (round_robin over a headless Service's pods): closing
+    each connection after `max_connection_age` (GOAWAY, in-flight calls get `grace`) makes them
+    re-resolve, so replicas an autoscaler adds get their share within that time."""
+    options: list[tuple[str, int]] = list(_OPTIONS)
+    if max_connection_age > 0:
+        options += [
+            ("grpc.max_connection_age_ms", int(max_connection_age * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(grace * 1000)),
+        ]
+    return options
+
+
 Registrar = Callable[[grpc.aio.Server], None]
 
 
@@ -63,6 +77,7 @@ class GrpcServer:
         reflection_enabled: bool = False,
         grace_seconds: float = 10.0,
         drain_seconds: float = 0.0,
+        max_connection_age_seconds: float = 0.0,
     ) -> None:
         self._apis = list(apis)
         self._grace = grace_seconds
@@ -82,7 +97,7 @@ class GrpcServer:
                         ErrorMappingInterceptor(),
                         AccessInterceptor(access),
                     ],
-                    options=_OPTIONS,
+                    options=_api_options(max_connection_age_seconds, grace_seconds),
                 )
                 api.register(server)
                 health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -118,6 +133,7 @@ class GrpcServer:
             reflection_enabled=settings.grpc_reflection,
             grace_seconds=settings.grpc_grace_seconds,
             drain_seconds=settings.grpc_drain_seconds,
+            max_connection_age_seconds=settings.grpc_max_connection_age_seconds,
         )
 
     @property

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiomysql
 from opentelemetry import trace
@@ -59,28 +60,64 @@ _CONVERSIONS = {
 }
 
 
+_SSL_MODES = ("DISABLED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY")
+
+
 @dataclass(frozen=True)
 class MysqlTarget:
-    """Where and as whom to connect, parsed from a mysql://user:pass@host:port/db URL."""
+    """Where and as whom to connect, parsed from a mysql://user:pass@host:port/db URL.
+
+    TLS, as MySQL's clients spell it: `?ssl_ca=/path/ca.pem` verifies the server's certificate
+    and name (VERIFY_IDENTITY, what a managed MySQL needs: 8.4's caching_sha2_password sends the
+    password only over TLS); `ssl_mode=VERIFY_CA` skips the name, `REQUIRED` encrypts against the
+    system's trust store without checking the name, `DISABLED` (the default without ssl_ca)
+    speaks plaintext."""
 
     host: str
     port: int
     user: str
     password: str
     database: str
+    ssl_mode: str = "DISABLED"
+    ssl_ca: str | None = None
 
     @classmethod
     def from_url(cls, url: str) -> MysqlTarget:
         parts = urlsplit(url)
         if parts.scheme not in ("mysql", "mariadb") or not parts.path.strip("/"):
             raise ValueError("expected mysql://user:password@host:port/database")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        unknown = sorted(set(query) - {"ssl_ca", "ssl_mode"})
+        if unknown:
+            raise ValueError(
+                f"unknown MySQL URL parameter(s) {', '.join(unknown)}: expected ssl_ca and ssl_mode"
+            )
+        ssl_ca = query.get("ssl_ca") or None
+        mode = query.get("ssl_mode", "VERIFY_IDENTITY" if ssl_ca else "DISABLED").upper()
+        if mode not in _SSL_MODES:
+            raise ValueError(f"ssl_mode {mode!r}: expected one of {', '.join(_SSL_MODES)}")
+        if mode in ("VERIFY_CA", "VERIFY_IDENTITY") and not ssl_ca:
+            raise ValueError(f"ssl_mode={mode} needs ssl_ca (the CA file to verify against)")
         return cls(
             host=parts.hostname or "127.0.0.1",
             port=parts.port or 3306,
             user=unquote(parts.username or ""),
             password=unquote(parts.password or ""),
             database=parts.path.strip("/"),
+            ssl_mode=mode,
+            ssl_ca=ssl_ca,
         )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context the URL asks for (None: plaintext)."""
+        if self.ssl_mode == "DISABLED":
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_ca)
+        if self.ssl_mode != "VERIFY_IDENTITY":
+            context.check_hostname = False
+        if self.ssl_mode == "REQUIRED":
+            context.verify_mode = ssl.CERT_NONE
+        return context
 
 
 class Connection:
@@ -206,6 +243,7 @@ class MysqlDatabase:
             pool_recycle=3600,
             connect_timeout=min(timeout, 5),
             conv=_CONVERSIONS,
+            ssl=target.ssl_context(),
         )
         metrics.watch_pool(
             f"mysql:{target.user}", lambda: pool.size, lambda: pool.freesize, maxsize

@@ -22,6 +22,7 @@ async def connect(
     max_size: int = 10,
     name: str,
     timeout: float = 10.0,  # noqa: ASYNC109 (the pool's deadline for every call, not this one's)
+    statement_cache_size: int = 100,
 ) -> asyncpg.Pool:
     """A pool to `url` (postgresql://user:password@host:port/db), sessions in UTC.
 
@@ -35,6 +36,7 @@ async def connect(
         command_timeout=timeout,
         timeout=min(timeout, 5.0),
         reset=_reset,
+        statement_cache_size=statement_cache_size,
         server_settings={"application_name": name, "timezone": "UTC"},
     )
     if pool is None:  # only when create_pool is not awaited

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
-from services.domain import access
+from services.domain import access, schema
 from services.runtime import postgres, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.mysql import MysqlDatabase
@@ -34,6 +34,7 @@ async def build(settings: TimelineSettings) -> service.Service:
             max_size=settings.postgres_pool_size,
             name="timeline",
             timeout=settings.postgres_timeout_seconds,
+            statement_cache_size=settings.postgres_statement_cache_size,
         )
         resources.push_async_callback(pool.close)
         messages = TimelineHandlers(TimelineRepository(mysql))
@@ -54,8 +55,8 @@ async def build(settings: TimelineSettings) -> service.Service:
             server,
             resources,
             dependencies=[
-                Dependency("mysql", mysql.ping, (MESSAGING,)),
-                Dependency("postgresql", lambda: postgres.ping(pool), (FORUM,)),
+                Dependency("mysql", lambda: schema.mysql_ready(mysql), (MESSAGING,)),
+                Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),
             ],
         )
 

@@ -332,7 +332,9 @@ async def consumers(
 async def restored_consumers(env: Env, url: str, database: str) -> AsyncIterator[list[Any]]:
     """Consumers of every shard writing, as the flusher's users, to the restored databases."""
     db = await MysqlDatabase.connect(on(env.mysql_flusher_url, database))
-    pg = await postgres.connect(on(env.pg_flusher_url, database), max_size=2, name="tests")
+    pg = await postgres.connect(
+        on(env.pg_flusher_url, database), max_size=2, name="tests", statement_cache_size=0
+    )
     try:
         async with consumers(url, db, pg, range(SHARDS), "after-restore") as found:
             yield found

@@ -12,13 +12,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import grpc
 import pytest
+import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from services.domain import schema
+from services.runtime.mysql import MysqlDatabase
+from services.streams.messages import MessageStreams, MessageStreamSettings
 from tests.chaos.proxy import Proxy
 from tests.conftest import Env
 from tests.helpers import ROOT, SHARDS, as_listener, message
@@ -203,3 +208,94 @@ async def test_reflection_only_where_configured(env: Env, configured: str) -> No
             with pytest.raises(grpc.aio.AioRpcError) as never:
                 await services(plaintext)
             assert never.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@asynccontextmanager
+async def migration_missing(env: Env) -> AsyncIterator[None]:
+    """The newest migration of each database unrecorded in dbmate's table (as on a cluster
+    where the new image starts before the migration Job ran), recorded again afterwards."""
+    mysql_version, pg_version = (
+        schema.expected_version("mysql"),
+        schema.expected_version("postgres"),
+    )
+    mysql = await MysqlDatabase.connect(env.mysql_admin_url)
+    pg = await asyncpg.connect(env.pg_admin_url)
+    try:
+        await mysql.execute("DELETE FROM schema_migrations WHERE version = %s", (mysql_version,))
+        await pg.execute("DELETE FROM schema_migrations WHERE version = $1", pg_version)
+        yield
+    finally:
+        await mysql.execute(
+            "INSERT IGNORE INTO schema_migrations (version) VALUES (%s)", (mysql_version,)
+        )
+        await pg.execute(
+            "INSERT INTO schema_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING",
+            pg_version,
+        )
+        await mysql.close()
+        await pg.close()
+
+
+async def test_services_are_not_serving_until_their_schema_is_applied(env: Env) -> None:
+    async with (
+        migration_missing(env),
+        service_process(
+            "timeline", {"MYSQL_URL": env.mysql_timeline_url, "POSTGRES_URL": env.pg_timeline_url}
+        ) as port,
+    ):
+        await eventually(
+            port,
+            {TIMELINE: NOT_SERVING, FORUM_READ: NOT_SERVING, "": NOT_SERVING, "liveness": SERVING},
+        )
+    async with service_process(
+        "timeline", {"MYSQL_URL": env.mysql_timeline_url, "POSTGRES_URL": env.pg_timeline_url}
+    ) as port:
+        await eventually(port, {TIMELINE: SERVING, FORUM_READ: SERVING, "": SERVING})
+
+
+async def test_the_flusher_consumes_nothing_before_its_schema_is_applied(
+    env: Env, clean: None
+) -> None:
+    client = redis.Redis.from_url(env.redis_url)
+    streams = MessageStreams(MessageStreamSettings().message_stream_prefix, SHARDS)
+    try:
+        async with (
+            service_process(
+                "ingest",
+                {
+                    "REDIS_URL": env.redis_ingest_url,
+                    "POSTGRES_URL": env.pg_ingest_url,
+                    "MESSAGE_STREAM_SHARDS": str(SHARDS),
+                },
+            ) as ingest,
+            as_listener(ingest.api) as channel,
+        ):
+            await eventually(ingest, {INGEST: SERVING})
+            stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
+            reply = await stub.IngestMessages(
+                pb.IngestMessagesRequest(account_id=1, messages=[message("before-schema")]),
+                timeout=5,
+            )
+            assert reply.accepted == 1
+        flusher_env = {
+            "REDIS_URL": env.redis_flusher_url,
+            "MYSQL_URL": env.mysql_flusher_url,
+            "POSTGRES_URL": env.pg_flusher_url,
+            "MESSAGE_STREAM_SHARDS": str(SHARDS),
+            "LIKE_STREAM_SHARDS": str(SHARDS),
+            "FLUSHER_CONSUMER_NAME": "schema-test",
+        }
+        async with migration_missing(env), service_process("flusher", flusher_env) as port:
+            await eventually(port, {"": NOT_SERVING, "liveness": SERVING})
+            await asyncio.sleep(3)
+            waiting = sum([await client.xlen(s) for s in streams.all_streams()])
+            assert waiting == 1, "the flusher consumed against an old schema"
+        async with service_process("flusher", flusher_env) as port:
+            await eventually(port, {"": SERVING})
+            for _ in range(60):
+                if sum([await client.xlen(s) for s in streams.all_streams()]) == 0:
+                    break
+                await asyncio.sleep(0.25)
+            assert sum([await client.xlen(s) for s in streams.all_streams()]) == 0
+    finally:
+        await client.aclose()

@@ -68,7 +68,9 @@ async def test_a_blackholed_mysql_call_times_out_and_the_next_connection_works(e
 
 async def test_a_blackholed_postgres_call_times_out(env: Env) -> None:
     async with proxied(env.pg_timeline_url) as (url, proxy):
-        pool = await postgres.connect(url, name="deadline-test", timeout=DEADLINE)
+        pool = await postgres.connect(
+            url, name="deadline-test", timeout=DEADLINE, statement_cache_size=0
+        )
         try:
             await postgres.ping(pool)
             proxy.blackhole()
