@@ -35,6 +35,8 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     gateway_max_in_flight: int = Field(default=256, ge=1)
     gateway_host: str = "0.0.0.0"
     gateway_port: int = 8080
+    # HTTP parsing and JSON are CPU-bound: one process per core by default (WORKERS).
+    workers: int = Field(default=0, ge=0)
     # Deadline of every gRPC call the gateway makes on behalf of a request.
     rpc_timeout_seconds: float = Field(default=5.0, gt=0)
     # Every body but a batch. The largest valid one is an agent-sent record: ingest accepts

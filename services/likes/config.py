@@ -25,6 +25,8 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, JwtSettings, MtlsSettin
     grpc_port: int = 50053
     grpc_health_port: int = 50063
     postgres_pool_size: int = Field(default=10, ge=1)
+    # CPU-bound per call (TLS, token, Lua round trip): one process per core by default.
+    workers: int = Field(default=0, ge=0)
     # A user's liked SET lives this long after their last toggle (seed: 7 days).
     liked_set_ttl_seconds: int = Field(default=604_800, ge=60)
     # Unflushed like events the streams may hold (split evenly over the shards); past it a

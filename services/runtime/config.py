@@ -31,6 +31,8 @@ class ServiceSettings(BaseSettings):
     # and balances over replicas added since; 0: never.
     grpc_max_connection_age_seconds: float = Field(default=30.0, ge=0)
     log_level: str = "INFO"
+    # Processes serving the same ports (services/runtime/workers.py); 0: one per core.
+    workers: int = Field(default=1, ge=0)
     # Prometheus text on this port (GET /metrics); unset: not served.
     metrics_port: int | None = None
     # Deadlines of every datastore call (a statement, a command, taking a pooled connection): a

@@ -5,12 +5,16 @@ Each process serves them as Prometheus text on METRICS_PORT (the flusher also on
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from services.runtime.loops import pause
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
@@ -32,8 +36,16 @@ HTTP_DURATION = Histogram(
     buckets=_LATENCY_BUCKETS,
 )
 DB_POOL = Gauge(
-    "agora_db_pool_connections", "Database pool connections by state", ["pool", "state"]
+    "agora_db_pool_connections",
+    "Database pool connections by state",
+    ["pool", "state"],
+    # Several worker processes (services/runtime/workers.py): the pod's pools are their sum.
+    multiprocess_mode="livesum",
 )
+# Worker processes write samples to files; functions are not read at scrape time there, so pool
+# gauges are refreshed by `refresh_pools` instead.
+_MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+_POOL_READERS: list[Callable[[], None]] = []
 
 
 def serve(port: int | None) -> None:
@@ -44,9 +56,26 @@ def serve(port: int | None) -> None:
 
 def watch_pool(name: str, size: Callable[[], int], idle: Callable[[], int], limit: int) -> None:
     """Pool saturation, read at scrape time: in use, idle and the configured maximum."""
-    DB_POOL.labels(name, "in_use").set_function(lambda: size() - idle())
-    DB_POOL.labels(name, "idle").set_function(idle)
+    in_use, idle_gauge = DB_POOL.labels(name, "in_use"), DB_POOL.labels(name, "idle")
     DB_POOL.labels(name, "max").set(limit)
+    if _MULTIPROCESS:
+
+        def read() -> None:
+            in_use.set(size() - idle())
+            idle_gauge.set(idle())
+
+        _POOL_READERS.append(read)
+    else:
+        in_use.set_function(lambda: size() - idle())
+        idle_gauge.set_function(idle)
+
+
+async def refresh_pools(stop: asyncio.Event) -> None:
+    """In a worker process: the pool gauges, every few seconds until stopped."""
+    while not stop.is_set():
+        for read in _POOL_READERS:
+            read()
+        await pause(stop, 5.0)
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]

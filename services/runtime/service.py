@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from services.runtime import config, logs, metrics, telemetry
+from services.runtime import config, logs, metrics, telemetry, workers
 from services.runtime.config import ServiceSettings
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
 from services.runtime.readiness import Dependency, Readiness
@@ -56,8 +56,11 @@ async def opening() -> AsyncIterator[contextlib.AsyncExitStack]:
 async def serve(service: Service) -> None:
     """Serve until SIGTERM, then drain, stop the background loops and close everything."""
     try:
+        background = list(service.background)
+        if workers.is_worker():
+            background.append(metrics.refresh_pools)
         await run_until_terminated(
-            service.server, background=service.background, readiness=service.readiness()
+            service.server, background=background, readiness=service.readiness()
         )
     finally:
         await service.close()
@@ -71,8 +74,12 @@ def main(
     async def run() -> None:
         settings = config.load(settings_class)
         logs.setup(settings.log_level)
+        processes = workers.count(settings.workers)
+        if processes > 1 and not workers.is_worker():
+            raise SystemExit(await workers.supervise(processes, settings.metrics_port))
         shutdown_telemetry = telemetry.setup(name)
-        metrics.serve(settings.metrics_port)
+        if not workers.is_worker():  # the supervisor serves the workers' metrics together
+            metrics.serve(settings.metrics_port)
         try:
             await serve(await build(settings))
         finally:
