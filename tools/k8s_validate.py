@@ -2,11 +2,17 @@
 
 Each rendered object is checked against the Kubernetes OpenAPI schemas bundled with
 kubernetes-validate (strict: unknown fields fail, and so does a kind without a schema), the custom
-resources used here against their shapes below (their CRDs are not bundled: the PrometheusRule
-with every runbook link resolved, cert-manager's Issuer and Certificate), and every workload
-against the project's own rules, which no generic scanner knows (native gRPC probes on the
-plaintext health port, each gRPC port where its variable says, mTLS files from the workload's own
-Secret, certificates that name their identity, scrape annotations that point at the metrics port).
+resources used here against their CRDs' schemas vendored in deploy/k8s/schemas/ (ServiceMonitor,
+PodMonitor, PrometheusRule, cert-manager's Certificate and Issuer), and every workload against the
+project's own rules, which no generic scanner knows (native gRPC probes on the plaintext health
+port, each gRPC port where its variable says, mTLS files from the workload's own Secret,
+certificates that name their identity, scrape annotations that point at the metrics port, alerts
+with a runbook). Each rendering as a whole is checked for what only a cluster would otherwise show
+(rendering_errors): the overlay's image reaching the containers, a migrate Job named per release,
+no replica count under an HPA, hash-suffixed configuration, each workload's own Secrets, policies
+that name their peers, gRPC clients balancing over headless Services, probe timeouts, topology
+spread, headless StatefulSet Services, the Collector's health extension, Redis's maxmemory, the
+metrics ports scraped, and the connection budget of every datastore.
 The generic workload policy (probes, requests and limits, non-root, read-only root filesystem,
 capabilities, privilege, service account tokens) is checkov's, on every overlay:
 CHECKOV_WORKLOAD_CHECKS lists the checks relied on.
@@ -14,13 +20,21 @@ CHECKOV_WORKLOAD_CHECKS lists the checks relied on.
 
 from __future__ import annotations
 
+import base64
+import configparser
+import functools
+import importlib
 import json
+import math
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -32,8 +46,21 @@ KUBERNETES_VERSION = "1.32.0"
 
 
 def kustomizations() -> list[Path]:
-    """Every directory under deploy/k8s with a kustomization.yaml (bases, overlays)."""
+    """Every directory under deploy/k8s that renders on its own (bases, overlays): components
+    render only inside an overlay."""
+    return [d for d in all_kustomizations() if d not in components()]
+
+
+def all_kustomizations() -> list[Path]:
     return sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
+
+
+def components() -> list[Path]:
+    return [
+        d
+        for d in all_kustomizations()
+        if (yaml.safe_load((d / "kustomization.yaml").read_text()) or {}).get("kind") == "Component"
+    ]
 
 
 def render(directory: Path) -> list[dict[str, Any]]:
@@ -46,159 +73,32 @@ def render(directory: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(output) if doc]
 
 
-# The Prometheus Operator's CRD is not in the bundled schemas: its shape is checked here, and
-# every alert must link to a runbook that exists.
-PROMETHEUS_RULE = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "spec": {
-            "type": "object",
-            "required": ["groups"],
-            "additionalProperties": False,
-            "properties": {
-                "groups": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "required": ["name", "rules"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "name": {"type": "string"},
-                            "rules": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "required": ["alert", "expr", "labels", "annotations"],
-                                    "additionalProperties": False,
-                                    "properties": {
-                                        "alert": {"type": "string", "pattern": "^[A-Z][A-Za-z]+$"},
-                                        "expr": {"type": "string", "minLength": 1},
-                                        "for": {"type": "string", "pattern": "^[0-9]+[smh]$"},
-                                        "labels": {
-                                            "type": "object",
-                                            "required": ["severity"],
-                                            "properties": {
-                                                "severity": {"enum": ["warning", "critical"]}
-                                            },
-                                        },
-                                        "annotations": {
-                                            "type": "object",
-                                            "required": ["summary", "runbook_url"],
-                                        },
-                                    },
-                                },
-                            },
-                        },
-                    },
-                }
-            },
-        },
-    },
-}
+# The custom resources' schemas are not bundled with kubernetes-validate: deploy/k8s/schemas/ has
+# them, converted from the CRDs (its README says how), keyed here by apiVersion and kind.
+SCHEMAS = K8S / "schemas"
 
 
-# cert-manager (dev overlay) is not in the bundled schemas either: the part of its v1 API used here,
-# strict like the rest (a field outside it fails, so a typo cannot silently drop a SAN or a usage).
-_DURATION = {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)?(h|m|s))+$"}
-_NAMES = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
-KEY_USAGES = [
-    *("signing", "digital signature", "content commitment", "key encipherment", "key agreement"),
-    *("data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any"),
-    *("server auth", "client auth", "code signing", "email protection", "s/mime"),
-    *("ipsec end system", "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing"),
-    *("microsoft sgc", "netscape sgc"),
-]
-
-
-def _cert_manager(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "additionalProperties": False,
-        "properties": {
-            "apiVersion": {"const": "cert-manager.io/v1"},
-            "kind": {"const": kind},
-            "metadata": {"type": "object", "required": ["name"]},
-            "spec": spec,
-        },
-    }
-
-
-CERT_MANAGER = {
-    "Certificate": _cert_manager(
-        "Certificate",
-        {
-            "type": "object",
-            "required": ["secretName", "issuerRef"],
-            "additionalProperties": False,
-            "properties": {
-                "secretName": {"type": "string", "minLength": 1},
-                "issuerRef": {
-                    "type": "object",
-                    "required": ["name"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "name": {"type": "string", "minLength": 1},
-                        "kind": {"enum": ["Issuer", "ClusterIssuer"]},
-                        "group": {"const": "cert-manager.io"},
-                    },
-                },
-                "isCA": {"type": "boolean"},
-                "commonName": {"type": "string", "minLength": 1, "maxLength": 64},
-                "dnsNames": _NAMES,
-                "uris": _NAMES,
-                "usages": {"type": "array", "minItems": 1, "items": {"enum": KEY_USAGES}},
-                "duration": _DURATION,
-                "renewBefore": _DURATION,
-                "privateKey": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]},
-                        "size": {"type": "integer"},
-                        "encoding": {"enum": ["PKCS1", "PKCS8"]},
-                        "rotationPolicy": {"enum": ["Never", "Always"]},
-                    },
-                },
-            },
-        },
-    ),
-    "Issuer": _cert_manager(
-        "Issuer",
-        {
-            "type": "object",
-            "additionalProperties": False,
-            "minProperties": 1,
-            "maxProperties": 1,
-            "properties": {
-                "selfSigned": {"type": "object", "additionalProperties": False},
-                "ca": {
-                    "type": "object",
-                    "required": ["secretName"],
-                    "additionalProperties": False,
-                    "properties": {"secretName": {"type": "string", "minLength": 1}},
-                },
-            },
-        },
-    ),
-}
+@functools.cache
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    schemas = {}
+    for path in sorted(SCHEMAS.glob("*.json")):
+        schema = json.loads(path.read_text())
+        key = (schema["properties"]["apiVersion"]["const"], schema["properties"]["kind"]["const"])
+        schemas[key] = schema
+    return schemas
 
 
 def schema_errors(doc: dict[str, Any]) -> list[str]:
     kind = doc.get("kind")
-    if kind == "PrometheusRule":
-        return prometheus_rule_errors(doc)
-    if isinstance(kind, str) and kind in CERT_MANAGER:
-        return jsonschema_errors(CERT_MANAGER[kind], doc)
+    schema = crd_schemas().get((str(doc.get("apiVersion")), str(kind)))
+    if schema is not None:
+        return jsonschema_errors(schema, doc)
     try:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
         return [f"{'.'.join(str(p) for p in exc.path)}: {exc.message}"]
     except kubernetes_validate.SchemaNotFoundError:
-        return [f"no schema for {doc.get('apiVersion')} {kind}: add its shape to {__name__}"]
+        return [f"no schema for {doc.get('apiVersion')} {kind}: add its CRD's to {SCHEMAS}"]
     return []
 
 
@@ -207,12 +107,38 @@ def jsonschema_errors(schema: dict[str, Any], doc: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(str(p) for p in e.path)}: {e.message}" for e in validator.iter_errors(doc)]
 
 
+# What the project asks of every alert beyond the CRD: a name, a severity it pages by, a summary
+# and a runbook that exists.
+ALERT_RULE = {
+    "type": "object",
+    "required": ["alert", "labels", "annotations"],
+    "properties": {
+        "alert": {"type": "string", "pattern": "^[A-Z][A-Za-z]+$"},
+        "labels": {
+            "type": "object",
+            "required": ["severity"],
+            "properties": {"severity": {"enum": ["warning", "critical"]}},
+        },
+        "annotations": {"type": "object", "required": ["summary", "runbook_url"]},
+    },
+}
+
+
 def prometheus_rule_errors(doc: dict[str, Any]) -> list[str]:
-    problems = jsonschema_errors(PROMETHEUS_RULE, doc)
-    if problems:
-        return problems
+    """The CRD's shape, then the project's rules for each alert."""
+    return schema_errors(doc) or alert_errors(doc)
+
+
+def alert_errors(doc: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
     for group in doc["spec"]["groups"]:
-        for rule in group["rules"]:
+        for rule in group.get("rules", []):
+            if "record" in rule:
+                continue
+            errors = jsonschema_errors(ALERT_RULE, rule)
+            if errors:
+                problems += [f"{rule.get('alert')}: {e}" for e in errors]
+                continue
             url = rule["annotations"]["runbook_url"]
             path = url.split("/blob/main/", 1)[-1]
             if not (ROOT / path).is_file():
@@ -224,9 +150,12 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
 
 
 def policy_errors(doc: dict[str, Any]) -> list[str]:
-    """The project's own rules; everything generic is left to checkov."""
+    """The project's own rules for one object; everything generic is left to checkov."""
     if doc.get("kind") == "Certificate":
         return certificate_errors(doc)
+    if doc.get("kind") == "PrometheusRule":
+        # Its shape is schema_errors' to report; the alerts' rules need that shape.
+        return [] if schema_errors(doc) else alert_errors(doc)
     if doc.get("kind") not in WORKLOAD_KINDS:
         return []
     pod = doc["spec"]["template"]["spec"]
@@ -407,6 +336,678 @@ def metrics_errors(annotations: dict[str, str], containers: list[dict[str, Any]]
     return [f"prometheus.io/port {port!r}: no container declares a port named metrics"]
 
 
+# Rules over a whole rendering: what shows only when the objects are read together (a Service and
+# the pods it selects, a Deployment and its HPA, the pools and the datastores' limits).
+
+Doc = dict[str, Any]
+# The workloads that run the agora image (by their pods' app.kubernetes.io/name).
+AGORA_WORKLOADS = ("gateway", "ingest", "timeline", "likes", "flusher", "migrate")
+# kustomize's name suffix for generated ConfigMaps and Secrets: a hash of the content.
+HASH_SUFFIX = re.compile(r"-[2456789bcdfghkmt]{10}$")
+# What base objects hold where an overlay's settings.yaml must put a value.
+PLACEHOLDER = "SETTING-"
+
+
+def find(docs: list[Doc], kind: str, name: str) -> Doc | None:
+    return next((d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name), None)
+
+
+def workloads(docs: list[Doc]) -> list[Doc]:
+    return [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
+
+
+def app_name(doc: Doc) -> str:
+    labels = doc["spec"]["template"].get("metadata", {}).get("labels", {})
+    return str(labels.get("app.kubernetes.io/name", doc["metadata"]["name"]))
+
+
+def pod_of(doc: Doc) -> Doc:
+    pod: Doc = doc["spec"]["template"]["spec"]
+    return pod
+
+
+def where(doc: Doc) -> str:
+    return f"{doc['kind']}/{doc['metadata']['name']}"
+
+
+def unhashed(name: str) -> str:
+    return HASH_SUFFIX.sub("", name)
+
+
+def selects(selector: Doc, labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels and matchExpressions, or a Service's plain map) matches."""
+    structured = {"matchLabels", "matchExpressions"} & selector.keys()
+    plain = selector.get("matchLabels", {}) if structured else selector
+    if any(labels.get(k) != v for k, v in plain.items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        value, operator = labels.get(expression["key"]), expression["operator"]
+        values = expression.get("values", [])
+        if not {
+            "In": value in values,
+            "NotIn": value not in values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }[operator]:
+            return False
+    return True
+
+
+def references(doc: Doc) -> list[tuple[str, str, str | None]]:
+    """The ConfigMaps and Secrets a workload's pods read: (kind, name, key or None)."""
+    pod = pod_of(doc)
+    found: list[tuple[str, str, str | None]] = []
+    for volume in pod.get("volumes", []):
+        if "configMap" in volume:
+            found.append(("ConfigMap", volume["configMap"]["name"], None))
+        if "secret" in volume:
+            found.append(("Secret", volume["secret"]["secretName"], None))
+    for name in pod.get("imagePullSecrets", []):
+        found.append(("Secret", name["name"], None))
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        for source in container.get("envFrom", []):
+            if "configMapRef" in source:
+                found.append(("ConfigMap", source["configMapRef"]["name"], None))
+            if "secretRef" in source:
+                found.append(("Secret", source["secretRef"]["name"], None))
+        for env in container.get("env", []):
+            ref = env.get("valueFrom", {})
+            if "configMapKeyRef" in ref:
+                found.append(
+                    ("ConfigMap", ref["configMapKeyRef"]["name"], ref["configMapKeyRef"]["key"])
+                )
+            if "secretKeyRef" in ref:
+                found.append(("Secret", ref["secretKeyRef"]["name"], ref["secretKeyRef"]["key"]))
+    return found
+
+
+def data_of(doc: Doc) -> dict[str, str]:
+    """A ConfigMap's data, or a Secret's decoded."""
+    if doc["kind"] == "Secret":
+        decoded = {k: base64.b64decode(v).decode() for k, v in doc.get("data", {}).items()}
+        return {**decoded, **doc.get("stringData", {})}
+    return {k: str(v) for k, v in doc.get("data", {}).items()}
+
+
+def environment(doc: Doc, docs: list[Doc]) -> dict[str, str | None]:
+    """The first container's variables as the pod sees them (None: from an object that is not in
+    this rendering, such as a Secret the platform provides)."""
+    container = pod_of(doc)["containers"][0]
+    env: dict[str, str | None] = {}
+    for source in container.get("envFrom", []):
+        for kind, ref in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            if ref in source:
+                found = find(docs, kind, source[ref]["name"])
+                env.update(data_of(found) if found else {})
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+            continue
+        ref = item.get("valueFrom", {})
+        value = None
+        for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
+            if key in ref:
+                found = find(docs, kind, ref[key]["name"])
+                value = data_of(found).get(ref[key]["key"]) if found else None
+        env[item["name"]] = value
+    return env
+
+
+def image_errors(directory: Path, docs: list[Doc]) -> list[str]:
+    """Each `images` entry of the kustomization rewrites some container: an entry that matches
+    nothing (a name an earlier layer already rewrote) leaves the workloads on another image."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text()) or {}
+    running = {
+        c["image"]
+        for d in workloads(docs)
+        for c in pod_of(d)["containers"] + pod_of(d).get("initContainers", [])
+    }
+    problems = []
+    for entry in kustomization.get("images", []):
+        name = entry.get("newName", entry["name"])
+        if "digest" in entry:
+            expected = f"{name}@{entry['digest']}"
+        else:
+            expected = f"{name}:{entry['newTag']}" if "newTag" in entry else name
+        if expected not in running:
+            problems.append(f"images: {entry['name']} -> {expected} rewrites no container")
+    return problems
+
+
+def image_tag(image: str) -> str | None:
+    last = image.rsplit("/", 1)[-1].split("@", 1)[0]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def migrate_job_errors(docs: list[Doc]) -> list[str]:
+    """A Job's pod template is immutable: the migrate Job is named after its release (its image
+    tag), so applying the next release creates a Job instead of failing on this one."""
+    problems = []
+    for job in (d for d in docs if d["kind"] == "Job" and app_name(d) == "migrate"):
+        tag = image_tag(pod_of(job)["containers"][0]["image"]) or "untagged"
+        if job["metadata"]["name"] != f"migrate-{tag}":
+            problems.append(f"{where(job)}: must be named migrate-{tag}, after its image's tag")
+    return problems
+
+
+def hpa_replica_errors(docs: list[Doc]) -> list[str]:
+    """A Deployment an HPA scales has no spec.replicas: every apply would reset the HPA's count."""
+    managed = {
+        h["spec"]["scaleTargetRef"]["name"]
+        for h in docs
+        if h["kind"] == "HorizontalPodAutoscaler"
+        and h["spec"]["scaleTargetRef"]["kind"] == "Deployment"
+    }
+    return [
+        f"{where(d)}: spec.replicas is set, but an HPA scales it"
+        for d in docs
+        if d["kind"] == "Deployment"
+        and d["metadata"]["name"] in managed
+        and "replicas" in d["spec"]
+    ]
+
+
+def config_hash_errors(docs: list[Doc]) -> list[str]:
+    """A ConfigMap or Secret generated with the workloads carries a hash suffix: a changed value
+    renames it, which changes the pod template and rolls the pods. Objects the rendering does not
+    hold (the platform's) are outside this rule."""
+    problems = []
+    for doc in workloads(docs):
+        for kind, name, _ in references(doc):
+            if find(docs, kind, name) is not None and not HASH_SUFFIX.search(name):
+                problems.append(
+                    f"{where(doc)}: {kind} {name} has no hash suffix, so a change to it "
+                    "rolls no pod (configMapGenerator/secretGenerator)"
+                )
+    return sorted(set(problems))
+
+
+def secret_scope_errors(docs: list[Doc]) -> list[str]:
+    """Each workload reads its own Secrets only (their names carry its name: agora-<name>-...,
+    agora-tls-<name>, <name>-credentials); the migrator's credentials reach its Job alone."""
+    problems = []
+    for doc in workloads(docs):
+        app = app_name(doc)
+        # A registry's pull Secret is the node's to use, not the workload's.
+        pulls = {s["name"] for s in pod_of(doc).get("imagePullSecrets", [])}
+        for kind, name, key in references(doc):
+            if kind != "Secret" or name in pulls:
+                continue
+            if app not in unhashed(name).split("-"):
+                problems.append(f"{where(doc)}: reads Secret {unhashed(name)}, not its own")
+            if key and "MIGRATE" in key and app != "migrate":
+                problems.append(f"{where(doc)}: reads {key}, the migrator's")
+    return sorted(set(problems))
+
+
+def network_policy_errors(docs: list[Doc], deployed: bool) -> list[str]:
+    """Every rule names its peers: a rule without `from` admits every source, one without `to`
+    reaches any address. Where the rendering is deployed, every cluster setting is filled in."""
+    problems = []
+    for policy in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        spec = policy["spec"]
+        for rule in spec.get("ingress", []):
+            if not rule.get("from"):
+                problems.append(f"{where(policy)}: an ingress rule admits every source")
+        for rule in spec.get("egress", []):
+            if not rule.get("to"):
+                problems.append(f"{where(policy)}: an egress rule reaches any address")
+        if deployed and PLACEHOLDER in json.dumps(spec):
+            problems.append(f"{where(policy)}: a {PLACEHOLDER}* value is left (settings.yaml)")
+    return problems
+
+
+def grpc_address_errors(docs: list[Doc]) -> list[str]:
+    """gRPC clients balance round_robin over what the name resolves to: every *_ADDR is
+    dns:///<service>:<port> with a headless Service (a ClusterIP resolves to one address, and
+    every call of a channel goes to the one pod its connection reached). With no virtual IP the
+    client dials the pods' own port, so the Service's port is the container's; and the host is a
+    name in the server's certificate (mTLS checks it)."""
+    problems = []
+    certificates = {d["spec"]["secretName"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
+    for doc in (d for d in docs if d["kind"] == "Deployment" and app_name(d) in AGORA_WORKLOADS):
+        for env in pod_of(doc)["containers"][0].get("env", []):
+            if not env["name"].endswith("_ADDR") or "value" not in env:
+                continue
+            at = f"{where(doc)}: {env['name']}"
+            if not env["value"].startswith("dns:///"):
+                problems.append(f"{at} must be dns:///<service>:<port> (client-side balancing)")
+                continue
+            host, _, port = env["value"].removeprefix("dns:///").rpartition(":")
+            service = find(docs, "Service", host)
+            if service is None:
+                problems.append(f"{at}: no Service {host}")
+                continue
+            if service["spec"].get("clusterIP") != "None":
+                problems.append(f"{at}: Service {host} must be headless (clusterIP: None)")
+            ports = [p for p in service["spec"]["ports"] if str(p["port"]) == port]
+            if not ports:
+                problems.append(f"{at}: Service {host} has no port {port}")
+                continue
+            target = ports[0].get("targetPort", ports[0]["port"])
+            for server in docs:
+                if server["kind"] != "Deployment" or not selects(
+                    service["spec"]["selector"], server["spec"]["template"]["metadata"]["labels"]
+                ):
+                    continue
+                container = pod_of(server)["containers"][0]
+                number = named_ports(container).get(target, target)
+                if str(number) != port:
+                    problems.append(
+                        f"{at}: the pods of {host} listen on {number}, not {port} (headless: "
+                        "clients dial the pods)"
+                    )
+                tls = certificates.get(f"{TLS_SECRET_PREFIX}{app_name(server)}")
+                if tls is not None and host not in tls.get("dnsNames", []):
+                    problems.append(
+                        f"{at}: {host} is not a DNS name of {app_name(server)}'s certificate"
+                    )
+    return problems
+
+
+PROBES = ("readinessProbe", "livenessProbe", "startupProbe")
+MIN_PROBE_TIMEOUT = 3
+
+
+def probe_timeout_errors(docs: list[Doc]) -> list[str]:
+    """Python under a CPU limit can take over a second to answer a probe while busy: the agora
+    workloads' probes wait at least 3 s (the default, 1 s, restarts healthy pods)."""
+    problems = []
+    for doc in (d for d in docs if d["kind"] == "Deployment" and app_name(d) in AGORA_WORKLOADS):
+        for container in pod_of(doc)["containers"]:
+            for probe in (p for p in PROBES if p in container):
+                if container[probe].get("timeoutSeconds", 1) < MIN_PROBE_TIMEOUT:
+                    problems.append(
+                        f"{where(doc)}: {probe} timeoutSeconds must be >= {MIN_PROBE_TIMEOUT}"
+                    )
+    return problems
+
+
+def spread_errors(docs: list[Doc]) -> list[str]:
+    """The replicas of an agora Deployment spread over nodes (a node drain or failure takes one)."""
+    problems = []
+    for doc in (d for d in docs if d["kind"] == "Deployment" and app_name(d) in AGORA_WORKLOADS):
+        labels = doc["spec"]["template"]["metadata"]["labels"]
+        own = [
+            c
+            for c in pod_of(doc).get("topologySpreadConstraints", [])
+            if c["topologyKey"] == "kubernetes.io/hostname"
+            and selects(c.get("labelSelector", {}), labels)
+            and (
+                "app.kubernetes.io/name" in c.get("matchLabelKeys", [])
+                or "app.kubernetes.io/name" in c.get("labelSelector", {}).get("matchLabels", {})
+            )
+        ]
+        if not own:
+            problems.append(f"{where(doc)}: no topologySpreadConstraints over its own pods' nodes")
+    return problems
+
+
+def statefulset_errors(docs: list[Doc]) -> list[str]:
+    """A StatefulSet's serviceName is a headless Service that selects its pods (the pods' stable
+    DNS names come from it)."""
+    problems = []
+    for doc in (d for d in docs if d["kind"] == "StatefulSet"):
+        service = find(docs, "Service", doc["spec"].get("serviceName", ""))
+        labels = doc["spec"]["template"]["metadata"]["labels"]
+        if service is None or service["spec"].get("clusterIP") != "None":
+            problems.append(f"{where(doc)}: serviceName must name a headless Service")
+        elif not selects(service["spec"].get("selector", {}), labels):
+            problems.append(
+                f"{where(doc)}: Service {service['metadata']['name']} selects other pods"
+            )
+    return problems
+
+
+COLLECTOR_HEALTH_PORT = 13133
+
+
+def collector_errors(docs: list[Doc]) -> list[str]:
+    """A Collector that declares the health port runs the health_check extension (its config is
+    a mounted ConfigMap): without it, nothing listens there and the probes fail."""
+    problems = []
+    for doc in workloads(docs):
+        pod = pod_of(doc)
+        ports = [p["containerPort"] for c in pod["containers"] for p in c.get("ports", [])]
+        if COLLECTOR_HEALTH_PORT not in ports:
+            continue
+        configs = []
+        for volume in pod.get("volumes", []):
+            found = find(docs, "ConfigMap", volume.get("configMap", {}).get("name", ""))
+            configs += [yaml.safe_load(v) for v in data_of(found).values()] if found else []
+        enabled = [
+            e
+            for c in configs
+            if isinstance(c, dict)
+            for e in c.get("service", {}).get("extensions", [])
+            if e.split("/")[0] == "health_check" and e in c.get("extensions", {})
+        ]
+        if not enabled:
+            problems.append(
+                f"{where(doc)}: port {COLLECTOR_HEALTH_PORT} declared, but its config does not "
+                "enable the health_check extension"
+            )
+    return problems
+
+
+# Redis sizes (redis.conf: 1k = 1000, 1kb = 1024) and Kubernetes quantities.
+UNITS = {"": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+QUANTITY = {"": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "K": 1000, "M": 1000**2, "G": 1000**3}
+
+
+def redis_bytes(text: str) -> int:
+    return size(text.lower(), UNITS)
+
+
+def quantity_bytes(text: str) -> int:
+    return size(str(text), QUANTITY)
+
+
+def size(text: str, units: dict[str, int]) -> int:
+    match = re.fullmatch(r"(\d+)([A-Za-z]*)", text)
+    if match is None or match[2] not in units:
+        raise ValueError(f"not a size: {text!r}")
+    return int(match[1]) * units[match[2]]
+
+
+def arg_value(args: list[str], *names: str) -> str | None:
+    """`--name value`, `--name=value` or `-c name=value` (the last one given wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == f"--{name}" and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(f"--{name}=") or (
+                arg.startswith(f"{name}=") and i > 0 and args[i - 1] == "-c"
+            ):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def setting(workload: str, name: str, env: dict[str, str | None]) -> str:
+    """A variable as the service reads it: from its environment, else its settings' default."""
+    value = env.get(name)
+    if value is not None:
+        return value
+    module, cls = SERVICE_SETTINGS[workload].split(":")
+    settings = getattr(importlib.import_module(module), cls)
+    return str(settings.model_fields[name.lower()].default)
+
+
+SERVICE_SETTINGS = {
+    "gateway": "services.gateway.config:GatewaySettings",
+    "ingest": "services.ingest.config:IngestSettings",
+    "timeline": "services.timeline.config:TimelineSettings",
+    "likes": "services.likes.config:LikesSettings",
+    "flusher": "services.flusher.config:FlusherSettings",
+}
+
+
+def redis_errors(docs: list[Doc]) -> list[str]:
+    """A Redis run with noeviction has a maxmemory (without one the policy never applies: the
+    kernel OOM-kills Redis instead of Redis refusing writes, and RedisMemoryHigh has nothing to
+    compare with), below its container's limit (the AOF rewrite forks) and above the backlog
+    bounds ingest and likes enforce (so they refuse first, with RESOURCE_EXHAUSTED)."""
+    problems = []
+    services = {app_name(d): d for d in docs if d["kind"] == "Deployment"}
+    bounds = 0
+    for workload, variable in (
+        ("ingest", "MESSAGE_QUEUE_MAX_BYTES"),
+        ("likes", "LIKE_QUEUE_MAX_BYTES"),
+    ):
+        if workload in services:
+            bounds += int(setting(workload, variable, environment(services[workload], docs)))
+    for doc in (d for d in docs if d["kind"] == "StatefulSet"):
+        for container in pod_of(doc)["containers"]:
+            args = [str(a) for a in container.get("args", [])]
+            if arg_value(args, "maxmemory-policy") is None:
+                continue
+            maxmemory = redis_bytes(arg_value(args, "maxmemory") or "0")
+            limit = container.get("resources", {}).get("limits", {}).get("memory")
+            if maxmemory == 0:
+                problems.append(f"{where(doc)}: --maxmemory is not set: noeviction never applies")
+            elif limit is None or maxmemory >= quantity_bytes(limit):
+                problems.append(f"{where(doc)}: --maxmemory must be below the memory limit {limit}")
+            elif maxmemory < bounds:
+                problems.append(
+                    f"{where(doc)}: --maxmemory {maxmemory} is below the backlog bounds ({bounds})"
+                )
+    return problems
+
+
+# What a datastore's limit must leave beside the pools: the migrate Job, an operator's client, a
+# probe or a backup (PostgreSQL's superuser slots are counted apart, from its settings).
+OUTSIDE_POOLS = 5
+MARIADB_DEFAULT_MAX_CONNECTIONS = 151
+POSTGRES_DEFAULTS = {"max_connections": 100, "superuser_reserved_connections": 3}
+LIMITS_CONFIGMAP = "agora-datastore-limits"
+DEFAULT_SURGE = "25%"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool kind of one workload at its most pods, against one datastore endpoint."""
+
+    workload: str
+    store: str
+    pods: int
+    size: int
+
+    @property
+    def connections(self) -> int:
+        return self.pods * self.size
+
+
+@dataclass(frozen=True)
+class Limit:
+    store: str
+    maximum: int
+    reserved: int
+    why: str
+
+    @property
+    def available(self) -> int:
+        return self.maximum - self.reserved
+
+
+def most_pods(doc: Doc, docs: list[Doc]) -> int:
+    """The pods a Deployment may run at once: its HPA's maximum (else its replicas) plus what a
+    rolling update surges on top."""
+    hpa = next(
+        (
+            h
+            for h in docs
+            if h["kind"] == "HorizontalPodAutoscaler"
+            and h["spec"]["scaleTargetRef"]["name"] == doc["metadata"]["name"]
+        ),
+        None,
+    )
+    pods = int(hpa["spec"]["maxReplicas"]) if hpa else int(doc["spec"].get("replicas", 1))
+    surge = doc["spec"].get("strategy", {}).get("rollingUpdate", {}).get("maxSurge", DEFAULT_SURGE)
+    extra = math.ceil(pods * int(surge[:-1]) / 100) if isinstance(surge, str) else int(surge)
+    return pods + extra
+
+
+def pgbouncer_config(doc: Doc, docs: list[Doc]) -> configparser.ConfigParser | None:
+    for volume in pod_of(doc).get("volumes", []):
+        found = find(docs, "ConfigMap", volume.get("configMap", {}).get("name", ""))
+        for name, text in (data_of(found) if found else {}).items():
+            if name.endswith(".ini") and "[pgbouncer]" in text:
+                config = configparser.ConfigParser(inline_comment_prefixes=None)
+                config.read_string(text)
+                return config
+    return None
+
+
+def endpoint(url: str | None, variable: str, docs: list[Doc]) -> str:
+    """The datastore a URL reaches: the app of the in-cluster Service it names, else the managed
+    one (`postgresql`, `mysql`)."""
+    managed = "mysql" if variable.startswith("MYSQL") else "postgresql"
+    if url is None:
+        return managed
+    service = find(docs, "Service", urlsplit(url).hostname or "")
+    if service is None:
+        return managed
+    return str(service["spec"]["selector"].get("app.kubernetes.io/name", managed))
+
+
+def connection_budget(docs: list[Doc]) -> tuple[list[Pool], dict[str, Limit], list[str]]:
+    """The connections each datastore may be asked for, its limits, and what is wrong with the
+    pooling (a transaction pooler without max_db_connections, a statement cache through it, the
+    migrator through it)."""
+    pools: list[Pool] = []
+    limits: dict[str, Limit] = {}
+    problems: list[str] = []
+    poolers: dict[str, configparser.ConfigParser] = {}
+    for doc in (d for d in docs if d["kind"] == "Deployment"):
+        config = pgbouncer_config(doc, docs)
+        if config is None:
+            continue
+        app, section = app_name(doc), config["pgbouncer"]
+        poolers[app] = config
+        # Clients split over the replicas; each replica (a rollout's surge too) opens its own
+        # server connections.
+        replicas = int(doc["spec"].get("replicas", 1))
+        clients = int(section.get("max_client_conn", "100")) * replicas
+        limits[app] = Limit(app, clients, 0, f"max_client_conn × {replicas} replica(s)")
+        if section.get("pool_mode") != "transaction":
+            problems.append(f"{app}: pool_mode must be transaction (the budget assumes it)")
+        servers = int(section.get("max_db_connections", "0"))
+        if servers <= 0:
+            problems.append(f"{app}: set max_db_connections (else each user pool adds servers)")
+        for database in config["databases"].values():
+            host = dict(p.split("=", 1) for p in database.split()).get("host", "")
+            backend = endpoint(f"postgresql://{host}", "POSTGRES", docs)
+            pools.append(Pool(app, backend, most_pods(doc, docs), servers))
+    for doc in (d for d in docs if d["kind"] == "Deployment" and app_name(d) in SERVICE_SETTINGS):
+        app, env = app_name(doc), environment(doc, docs)
+        pods = most_pods(doc, docs)
+        variables: list[str] = [v for v in ("POSTGRES_URL", "MYSQL_URL") if v in env]
+        # likes opens its writer pool (the same size) in sync mode only.
+        if "POSTGRES_WRITE_URL" in env and setting(app, "LIKES_MODE", env) == "sync":
+            variables.append("POSTGRES_WRITE_URL")
+        for variable in variables:
+            size = int(setting(app, variable.split("_")[0] + "_POOL_SIZE", env))
+            store = endpoint(env[variable], variable, docs)
+            pools.append(Pool(app, store, pods, size))
+            if store in poolers and env.get("POSTGRES_STATEMENT_CACHE_SIZE") != "0":
+                problems.append(
+                    f"{app}: {variable} goes through {store} (transaction pooling): set "
+                    "POSTGRES_STATEMENT_CACHE_SIZE=0"
+                )
+    for job in (d for d in docs if d["kind"] == "Job" and app_name(d) == "migrate"):
+        url = environment(job, docs).get("POSTGRES_MIGRATE_URL")
+        if endpoint(url, "POSTGRES", docs) in poolers:
+            problems.append(f"{where(job)}: the migrator must reach PostgreSQL directly")
+    for doc in (d for d in docs if d["kind"] == "StatefulSet"):
+        app = app_name(doc)
+        args = [str(a) for a in pod_of(doc)["containers"][0].get("args", [])]
+        if app == "mariadb" or app == "mysql":
+            maximum = arg_value(args, "max-connections", "max_connections")
+            limits[app] = Limit(
+                app,
+                int(maximum or MARIADB_DEFAULT_MAX_CONNECTIONS),
+                OUTSIDE_POOLS,
+                "max_connections" + ("" if maximum else " (default)"),
+            )
+        if app == "postgres":
+            values = {k: int(arg_value(args, k) or v) for k, v in POSTGRES_DEFAULTS.items()}
+            reserved = values["superuser_reserved_connections"] + OUTSIDE_POOLS
+            limits[app] = Limit(app, values["max_connections"], reserved, "max_connections")
+    declared = next(
+        (
+            d
+            for d in docs
+            if d["kind"] == "ConfigMap" and unhashed(d["metadata"]["name"]) == LIMITS_CONFIGMAP
+        ),
+        None,
+    )
+    declarations = data_of(declared) if declared else {}
+    for key, value in declarations.items():
+        store, _, field = key.partition(".")
+        if field == "max_connections":
+            reserved = int(declarations.get(f"{store}.reserved", "0"))
+            limits[store] = Limit(store, int(value), reserved, f"declared in {LIMITS_CONFIGMAP}")
+    return pools, limits, problems
+
+
+def budget_errors(docs: list[Doc]) -> list[str]:
+    """Every datastore endpoint can take what the pools may open at once: each Deployment at its
+    HPA maximum (or replicas) plus its rollout surge, times its pool sizes, within the limit less
+    what it must leave free. docs/scaling.md ("Connection budget") has the table."""
+    pools, limits, problems = connection_budget(docs)
+    for store in sorted({p.store for p in pools}):
+        demand = sum(p.connections for p in pools if p.store == store)
+        parts = " + ".join(f"{p.workload} {p.pods}×{p.size}" for p in pools if p.store == store)
+        limit = limits.get(store)
+        if limit is None:
+            problems.append(f"{store}: {demand} connections ({parts}) against no known limit")
+        elif demand > limit.available:
+            problems.append(
+                f"{store}: {demand} connections ({parts}) > {limit.available} "
+                f"({limit.why} {limit.maximum} - reserved {limit.reserved})"
+            )
+    return [f"connection budget: {p}" for p in problems]
+
+
+def scrape_errors(docs: list[Doc]) -> list[str]:
+    """Where the rendering has Prometheus Operator monitors, each service's metrics port is
+    scraped: a ServiceMonitor selects a Service that exposes it (or a PodMonitor the pods)."""
+    service_monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    pod_monitors = [d for d in docs if d["kind"] == "PodMonitor"]
+    if not service_monitors and not pod_monitors:
+        return []
+    problems = []
+    for doc in (d for d in docs if d["kind"] == "Deployment" and app_name(d) in SERVICE_SETTINGS):
+        labels = doc["spec"]["template"]["metadata"]["labels"]
+        if any(
+            selects(m["spec"]["selector"], labels)
+            and any(e.get("port") == "metrics" for e in m["spec"].get("podMetricsEndpoints", []))
+            for m in pod_monitors
+        ):
+            continue
+        scraped = False
+        for service in docs:
+            if service["kind"] != "Service" or not selects(
+                service["spec"].get("selector", {}), labels
+            ):
+                continue
+            names = [
+                p.get("name") for p in service["spec"]["ports"] if p.get("targetPort") == "metrics"
+            ]
+            scraped = scraped or any(
+                selects(m["spec"]["selector"], service["metadata"].get("labels", {}))
+                and any(e.get("port") in names for e in m["spec"]["endpoints"])
+                for m in service_monitors
+            )
+        if not scraped:
+            problems.append(
+                f"{where(doc)}: no ServiceMonitor or PodMonitor scrapes its metrics port"
+            )
+    return problems
+
+
+def rendering_errors(directory: Path, docs: list[Doc]) -> list[str]:
+    """The rules over a whole rendering (an overlay's, or the base's)."""
+    deployed = directory.parent.name == "overlays"
+    return (
+        image_errors(directory, docs)
+        + migrate_job_errors(docs)
+        + hpa_replica_errors(docs)
+        + config_hash_errors(docs)
+        + secret_scope_errors(docs)
+        + network_policy_errors(docs, deployed)
+        + grpc_address_errors(docs)
+        + probe_timeout_errors(docs)
+        + spread_errors(docs)
+        + statefulset_errors(docs)
+        + collector_errors(docs)
+        + redis_errors(docs)
+        + scrape_errors(docs)
+        + (budget_errors(docs) if deployed else [])
+    )
+
+
 # The generic workload rules this project relies on checkov for, so they are not repeated here.
 # They must stay on: checkov_config_errors fails when deploy/k8s/checkov.yaml skips one, and
 # tests/deploy/test_k8s.py proves each of them fails on a workload that breaks it.
@@ -484,6 +1085,7 @@ def validate(directory: Path) -> list[str]:
         where = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
         problems += [f"{where}: {p}" for p in schema_errors(doc) + policy_errors(doc)]
     problems += issuance_errors(docs)
+    problems += rendering_errors(directory, docs)
     # The base sets no namespace on purpose (the overlays do): scan what gets deployed.
     if directory.parent.name == "overlays":
         problems += [f"checkov: {p}" for p in checkov_config_errors() + checkov_errors(directory)]

@@ -15,6 +15,7 @@ from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.streams.messages import MessageStreams
+from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
 MESSAGING = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
 FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"].full_name
@@ -34,6 +35,7 @@ async def build(settings: IngestSettings) -> service.Service:
         )
         resources.push_async_callback(pool.close)
         streams = MessageStreams.from_settings(settings)
+        MESSAGE_BACKLOG_BOUND.set(settings.message_queue_max)
         messages = IngestHandlers(
             settings,
             streams,

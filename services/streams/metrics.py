@@ -49,6 +49,13 @@ DEAD_LETTERS_WAITING = Gauge(
 )
 
 MESSAGE_BACKLOG = Gauge("agora_message_backlog", "Messages accepted by ingest, not yet flushed")
+# What ingest refuses past (MESSAGE_QUEUE_MAX), so alerts compare against the configured bound
+# instead of restating it.
+MESSAGE_BACKLOG_BOUND = Gauge(
+    "agora_message_backlog_bound",
+    "Messages the backlog may hold before ingest answers RESOURCE_EXHAUSTED",
+    multiprocess_mode="max",
+)
 
 REDIS_EVICTED_KEYS = Gauge("agora_redis_evicted_keys", "Redis INFO evicted_keys (must stay 0)")
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from services.ingest.config import IngestSettings
 from tools import k8s_validate
 
 Doc = dict[str, Any]
@@ -27,8 +26,6 @@ K8S = k8s_validate.K8S
 ALERT_TESTS = K8S / "alert-tests"
 RULES_FILE = "rules.yaml"  # what every unit-test file names in `rule_files`
 METRIC = re.compile(r"\bagora_[a-z0-9_]+")
-# MessageBacklogNearBound restates ingest's bound: no service exports it as a metric.
-QUEUE_MAX = re.compile(r"(\d+)\s*#\s*MESSAGE_QUEUE_MAX\b")
 
 
 def promtool() -> str:
@@ -178,17 +175,12 @@ def renderable() -> list[Path]:
     ]
 
 
-def test_backlog_alert_compares_against_the_configured_bound() -> None:
+def test_backlog_alert_compares_against_the_exported_bound() -> None:
+    """No restated number: the bound is what ingest exports from MESSAGE_QUEUE_MAX
+    (tests/observability/test_metrics.py checks the export)."""
     [expr] = [r["expr"] for r in alert_rules().values() if r["alert"] == "MessageBacklogNearBound"]
-    [constant] = QUEUE_MAX.findall(expr)
-    bounds = {"services/ingest/config.py": IngestSettings.model_fields["message_queue_max"].default}
-    for directory in renderable():
-        for doc in rendered(directory):
-            if doc["kind"] == "ConfigMap" and "MESSAGE_QUEUE_MAX" in doc.get("data", {}):
-                where = f"{directory.relative_to(K8S)}: ConfigMap {doc['metadata']['name']}"
-                bounds[where] = int(doc["data"]["MESSAGE_QUEUE_MAX"])
-    assert len(bounds) > 1, "no ConfigMap sets MESSAGE_QUEUE_MAX"
-    assert {where: int(constant) for where in bounds} == bounds
+    assert "agora_message_backlog_bound" in expr
+    assert not re.search(r"\d{4,}", expr), expr
 
 
 def test_deployed_rules_are_the_tested_rules() -> None:

@@ -9,6 +9,7 @@ from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 from prometheus_client import REGISTRY
 
+from services.ingest.config import IngestSettings
 from services.streams.entries import FIELD_ERROR
 from services.streams.messages import GROUP, MessageStreams
 from services.streams.monitor import StreamMonitor
@@ -86,3 +87,10 @@ async def test_stream_monitor_reports_length_lag_pending_age_and_dead_letters(
 async def test_pool_saturation_is_exported(timeline_db: object) -> None:
     assert value("agora_db_pool_connections", pool="mysql:agora_timeline", state="max") == 10
     assert value("agora_db_pool_connections", pool="mysql:agora_timeline", state="in_use") >= 0
+
+
+async def test_ingest_exports_its_backlog_bound(
+    ingest_settings: IngestSettings, ingest: object
+) -> None:
+    """What MessageBacklogNearBound compares against (deploy/k8s/base/alerts.yaml)."""
+    assert value("agora_message_backlog_bound") == ingest_settings.message_queue_max
