@@ -7,8 +7,8 @@ import json
 from collections.abc import Sequence
 
 import grpc
-from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
+from services.runtime import trace_context
 from services.runtime.tls import TlsMaterial
 
 
@@ -58,5 +58,5 @@ def open_channel(
         target,
         tls.channel_credentials(),
         options=options,
-        interceptors=[*aio_client_interceptors(), *interceptors],
+        interceptors=[*trace_context.client_interceptors(), *interceptors],
     )

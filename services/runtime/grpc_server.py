@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+from services.runtime import trace_context
 from services.runtime.access import AccessInterceptor, AccessPolicy
 from services.runtime.config import ServiceSettings
 from services.runtime.grpc_errors import ErrorMappingInterceptor
@@ -92,7 +92,7 @@ class GrpcServer:
             for api in self._apis:
                 server = grpc.aio.server(
                     interceptors=[
-                        aio_server_interceptor(),
+                        trace_context.server_interceptor(),
                         MetricsInterceptor(),
                         ErrorMappingInterceptor(),
                         AccessInterceptor(access),

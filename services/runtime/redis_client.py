@@ -27,16 +27,20 @@ class UnsafeRedis(FatalDependency):
 
 def connect(url: str, *, max_connections: int = 64, timeout: float = 5.0) -> redis.Redis:
     """A pooled asyncio client with bytes replies (hiredis parses when installed); every command
-    has a deadline (blocking reads must ask for less than `timeout`)."""
-    return redis.Redis.from_url(
+    has a deadline (blocking reads must ask for less than `timeout`). A burst of more concurrent
+    commands than `max_connections` waits for a connection (up to `timeout`) instead of failing
+    with "Too many connections"."""
+    pool = redis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
+        timeout=timeout,
         decode_responses=False,
         health_check_interval=30,
         socket_keepalive=True,
         socket_timeout=timeout,
         socket_connect_timeout=min(timeout, 5.0),
     )
+    return redis.Redis(connection_pool=pool)
 
 
 async def check_streams(client: redis.Redis, declared_policy: str = "noeviction") -> None:
