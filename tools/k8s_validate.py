@@ -883,8 +883,9 @@ def connection_budget(docs: list[Doc]) -> tuple[list[Pool], dict[str, Limit], li
         app, env = app_name(doc), environment(doc, docs)
         pods = most_pods(doc, docs)
         variables: list[str] = [v for v in ("POSTGRES_URL", "MYSQL_URL") if v in env]
-        # likes opens its writer pool (the same size) in sync mode only.
-        if "POSTGRES_WRITE_URL" in env and setting(app, "LIKES_MODE", env) == "sync":
+        # likes opens its writer pool (the same size) in the modes that write PostgreSQL.
+        writes = setting(app, "LIKES_MODE", env) in ("sync", "counterless")
+        if "POSTGRES_WRITE_URL" in env and writes:
             variables.append("POSTGRES_WRITE_URL")
         for variable in variables:
             size = int(setting(app, variable.split("_")[0] + "_POOL_SIZE", env))

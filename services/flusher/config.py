@@ -60,7 +60,7 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     # Likes: wait up to this long after the first new like for a fuller batch (flush lag bound).
     like_flush_linger_ms: int = Field(default=500, ge=0, le=5000)
     # Like counters (seed 002 level 2 job): recount what flushes touched, and everything nightly.
-    reconcile_interval_seconds: float = Field(default=10, gt=0)
+    reconcile_interval_seconds: float = Field(default=5, gt=0)
     reconcile_full_interval_seconds: float = Field(default=86_400, gt=0)
 
     def consumer_config(self, group: str, **tuning: int) -> ConsumerConfig:

@@ -18,7 +18,9 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, JwtSettings, MtlsSettin
 
     # buffered (seed level 3, the default): Redis SET + Lua + stream, the flusher writes batches.
     # sync (seed level 1): one INSERT … ON CONFLICT DO NOTHING RETURNING statement per like.
-    likes_mode: Literal["buffered", "sync"] = "buffered"
+    # counterless (seed level 2, case 1's fix): the same insert without the counter UPDATE; the
+    # flusher's reconciliation recounts the targets it marks dirty (RECONCILE_INTERVAL_SECONDS=5).
+    likes_mode: Literal["buffered", "sync", "counterless"] = "buffered"
     postgres_url: str
     redis_url: str | None = None
     postgres_write_url: str | None = None
@@ -33,11 +35,21 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, JwtSettings, MtlsSettin
     # toggle is refused (RESOURCE_EXHAUSTED), so a stopped flusher cannot fill Redis.
     like_queue_max: int = Field(default=200_000, ge=1)
     like_queue_max_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
+    # buffered and counterless: how long this process trusts what it cached about a course (its
+    # members, its targets' liveness) without asking PostgreSQL again; 0 asks on every like. A
+    # change signalled on the course's access-version key (see docs/likes.md) drops it at once.
+    access_cache_seconds: float = Field(default=30, ge=0, le=300)
+    # Bounds of that cache: courses, member ids over all cached courses, targets.
+    access_cache_courses: int = Field(default=10_000, ge=1)
+    access_cache_members: int = Field(default=4_000_000, ge=1)
+    access_cache_targets: int = Field(default=100_000, ge=1)
 
     @model_validator(mode="after")
     def _mode_needs(self) -> LikesSettings:
         if self.likes_mode == "buffered" and not self.redis_url:
             raise ValueError("REDIS_URL is required when LIKES_MODE=buffered")
-        if self.likes_mode == "sync" and not self.postgres_write_url:
-            raise ValueError("POSTGRES_WRITE_URL is required when LIKES_MODE=sync")
+        if self.likes_mode in ("sync", "counterless") and not self.postgres_write_url:
+            raise ValueError(f"POSTGRES_WRITE_URL is required when LIKES_MODE={self.likes_mode}")
+        if self.likes_mode == "counterless" and not self.redis_url:
+            raise ValueError("REDIS_URL is required when LIKES_MODE=counterless (dirty targets)")
         return self

@@ -1,9 +1,12 @@
 """Buffered likes (seed 002 level 3): a Redis SET per user and course, a Lua toggle, a stream.
 
 The toggle checks the SET exists, changes it, refreshes its TTL and appends the event in one atomic
-step: the SET can never change without its event. A cold SET is warmed from the database, never
-guessed: the database is asked only after Redis said the SET is cold, in the same round trip as the
-checks, and the warm runs inside the toggle script (only if the SET is still absent). Each toggle
+step: the SET can never change without its event. The checks Redis cannot make (enrolment, target
+in course) come from the AccessCache, which asks PostgreSQL only for what it does not remember; one
+Redis round trip before the toggle says whether the SET is cold and reads the course's access
+version. A cold SET is warmed from the database, never guessed (one query for all the cold SETs
+waiting at once), and the warm runs inside the toggle script (only if the SET is still absent). Each
+toggle
 also records the user's last operation per target (a hash under the same hash tag); warming
 applies those on top of the database, so an event not flushed yet still counts and a SET warmed
 after expiring cannot offer a second like (seed traps 3/4).
@@ -20,13 +23,8 @@ from agora.events.v1 import like_events_pb2
 from agora.forum.v1 import like_service_pb2
 from redis.exceptions import OutOfMemoryError
 
-from services.likes.errors import (
-    BacklogFull,
-    ColdSetError,
-    NotEnrolledError,
-    TargetNotFoundError,
-)
-from services.likes.repository import ForumChecks
+from services.likes.access import AccessCache
+from services.likes.errors import BacklogFull, ColdSetError
 from services.streams.likes import LikeStreams, TargetKind, member
 from services.streams.producer import LUA_APPEND, publishing
 
@@ -126,13 +124,13 @@ class BufferedLikes:
         self,
         client: redis.Redis,
         streams: LikeStreams,
-        checks: ForumChecks,
+        access: AccessCache,
         ttl_seconds: int,
         bound: BacklogBound,
     ) -> None:
         self._redis = client
         self._streams = streams
-        self._checks = checks
+        self._access = access
         self._ttl = ttl_seconds
         self._bound = bound
         self._toggle = client.register_script(TOGGLE)
@@ -142,8 +140,11 @@ class BufferedLikes:
         self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
     ) -> bool:
         """True when the state changed."""
-        liked_set = self._streams.liked_set(user_id, course_id)
-        cold = not await self._redis.exists(liked_set)
+        cold, version = await self._probe(user_id, course_id)
+        # Redis cannot know any of this (seed trap 6): refuse before changing anything.
+        warm_with = await self._access.authorize(
+            course_id, user_id, (kind, target_id), version, with_liked=cold
+        )
         event = like_events_pb2.LikeChanged(
             user_id=user_id,
             course_id=course_id,
@@ -151,19 +152,25 @@ class BufferedLikes:
             liked=like,
         )
         for _ in range(2):
-            check = await self._checks.check(course_id, user_id, (kind, target_id), cold)
-            # Redis cannot know any of this (seed trap 6): refuse before changing anything.
-            if not check.member:
-                raise NotEnrolledError
-            if not check.target:
-                raise TargetNotFoundError
-            result = await self._toggle_and_append(event, check.liked)
+            result = await self._toggle_and_append(event, warm_with)
             if result == -2:
                 raise BacklogFull("the like backlog is full")
             if result != -1:
                 return bool(result == 1)
-            cold = True  # expired between EXISTS and the script: ask again, with the members
+            # Expired between the probe and the script: ask again, with the members.
+            warm_with = await self._access.liked.load(course_id, user_id)
         raise ColdSetError("the liked set could not be kept warm")
+
+    async def _probe(self, user_id: int, course_id: int) -> tuple[bool, bytes | None]:
+        """Whether the user's SET is cold, and the course's access version: one round trip."""
+        liked_set = self._streams.liked_set(user_id, course_id)
+        if not self._access.enabled:
+            return not await self._redis.exists(liked_set), None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.exists(liked_set)
+            pipe.get(self._access.version_key(course_id))
+            exists, seen = await pipe.execute()
+        return not exists, await self._access.version(course_id, seen)
 
     async def _toggle_and_append(
         self, event: like_events_pb2.LikeChanged, warm_with: list[str] | None
@@ -200,19 +207,17 @@ class BufferedLikes:
         self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
     ) -> list[bool]:
         key = self._streams.liked_set(user_id, course_id)
-        cold = not await self._redis.exists(key)
-        check = await self._checks.check(course_id, user_id, None, cold)
-        if not check.member:
-            raise NotEnrolledError
+        cold, version = await self._probe(user_id, course_id)
+        from_db = await self._access.authorize(course_id, user_id, None, version, with_liked=cold)
         members = [member(t.kind, t.id) for t in targets]
-        if check.liked is not None:
+        if from_db is not None:
             ops_key = self._streams.last_ops(user_id, course_id)
             try:
-                await self._warm(keys=[key, ops_key], args=[self._ttl, *check.liked])
+                await self._warm(keys=[key, ops_key], args=[self._ttl, *from_db])
             except OutOfMemoryError:
                 # Redis is full: answer from the database and the unflushed operations, and
                 # warm the SET another time.
-                liked = await self._liked_without_warming(set(check.liked), ops_key)
+                liked = await self._liked_without_warming(set(from_db), ops_key)
                 return [m in liked for m in members]
         if not targets:
             return []

@@ -1,11 +1,14 @@
-"""likes' composition root: PostgreSQL (checks; writes in sync mode), Redis (buffered), gRPC."""
+"""likes' composition root: PostgreSQL (checks; writes in sync and counterless modes), Redis
+(buffered: SETs and streams; counterless: dirty marks; both: the access cache's versions), gRPC."""
 
 from __future__ import annotations
 
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
 from services.domain import access, schema
+from services.likes.access import AccessCache, AccessLimits
 from services.likes.config import LikesSettings
+from services.likes.counterless_store import CounterlessLikes
 from services.likes.handlers import LikeHandlers, LikeStore
 from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
@@ -32,22 +35,22 @@ async def build(settings: LikesSettings) -> service.Service:
         dependencies = [Dependency("postgresql", lambda: schema.postgres_ready(read_pool))]
         checks = ForumChecks(read_pool)
         store: LikeStore
-        # LikesSettings guarantees the URL each mode needs.
-        if settings.likes_mode == "buffered" and settings.redis_url:
+        # LikesSettings guarantees the URLs each mode needs.
+        redis = None
+        if settings.likes_mode in ("buffered", "counterless") and settings.redis_url:
             redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
             resources.push_async_callback(redis.aclose)
+        # Buffered likes live in Redis. Counterless ones do not: while Redis is away they are
+        # checked in PostgreSQL and their dirty marks wait in the process.
+        if settings.likes_mode == "buffered" and redis is not None:
             dependencies.append(
                 Dependency(
                     "redis",
                     lambda: redis_client.check_streams(redis, settings.redis_maxmemory_policy),
                 )
             )
-            streams = LikeStreams.from_settings(settings)
-            bound = BacklogBound.of(
-                settings.like_queue_max, settings.like_queue_max_bytes, streams.shards
-            )
-            store = BufferedLikes(redis, streams, checks, settings.liked_set_ttl_seconds, bound)
-        elif settings.postgres_write_url:
+        write_pool = None
+        if settings.likes_mode in ("sync", "counterless") and settings.postgres_write_url:
             write_pool = await postgres.connect(
                 settings.postgres_write_url,
                 max_size=settings.postgres_pool_size,
@@ -56,6 +59,24 @@ async def build(settings: LikesSettings) -> service.Service:
                 statement_cache_size=settings.postgres_statement_cache_size,
             )
             resources.push_async_callback(write_pool.close)
+        streams = LikeStreams.from_settings(settings)
+        limits = AccessLimits(
+            seconds=settings.access_cache_seconds,
+            courses=settings.access_cache_courses,
+            members=settings.access_cache_members,
+            targets=settings.access_cache_targets,
+        )
+        if settings.likes_mode == "buffered" and redis is not None:
+            bound = BacklogBound.of(
+                settings.like_queue_max, settings.like_queue_max_bytes, streams.shards
+            )
+            cache = AccessCache(checks, redis, streams, limits)
+            store = BufferedLikes(redis, streams, cache, settings.liked_set_ttl_seconds, bound)
+        elif settings.likes_mode == "counterless" and redis is not None and write_pool is not None:
+            cache = AccessCache(checks, redis, streams, limits)
+            store = CounterlessLikes(cache, write_pool, redis, streams)
+        elif settings.likes_mode == "sync" and write_pool is not None:
+            # Seed level 1 as the seed has it: the checks, then one statement, every like.
             store = SyncLikes(checks, write_pool)
         else:
             raise SystemExit("likes: no store configured")

@@ -80,9 +80,16 @@ class SyncLikes:
     ) -> list[bool]:
         if not (await self._checks.check(course_id, user_id, None, False)).member:
             raise NotEnrolledError
-        liked: set[tuple[TargetKind, int]] = set()
-        for kind, sql in ((POST, LIKED_POSTS), (COMMENT, LIKED_COMMENTS)):
-            ids = [t.id for t in targets if t.kind == kind]
-            if ids:
-                liked |= {(kind, r[0]) for r in await self._pool.fetch(sql, user_id, ids)}
-        return [(t.kind, t.id) in liked for t in targets]
+        return await liked_flags(self._pool, user_id, targets)
+
+
+async def liked_flags(
+    pool: asyncpg.Pool, user_id: int, targets: Sequence[like_service_pb2.Target]
+) -> list[bool]:
+    """Whether the user likes each target, from the like rows (one query per kind asked)."""
+    liked: set[tuple[TargetKind, int]] = set()
+    for kind, sql in ((POST, LIKED_POSTS), (COMMENT, LIKED_COMMENTS)):
+        ids = [t.id for t in targets if t.kind == kind]
+        if ids:
+            liked |= {(kind, r[0]) for r in await pool.fetch(sql, user_id, ids)}
+    return [(t.kind, t.id) in liked for t in targets]

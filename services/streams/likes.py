@@ -92,6 +92,12 @@ class LikeStreams:
         """The shard's lease counter: every acquisition takes the next epoch."""
         return f"{self.lease_key(shard)}:epoch"
 
+    def access_version(self, course_id: int) -> str:
+        """The version of what the likes service may cache about a course (its members, its
+        targets' liveness). Whoever changes course_members or deletes a post or comment of the
+        course DELetes it afterwards; each likes process then reloads on its next request."""
+        return f"{self.prefix}:{{c{course_id}}}:access-version"
+
     def dirty(self, kind: TargetKind) -> str:
         """Targets whose counters a flush changed, for reconciliation (one hash tag for both)."""
         return f"{self.prefix}:{{dirty}}:{KIND_NAMES[kind]}s"

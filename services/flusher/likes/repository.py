@@ -70,12 +70,21 @@ FROM unnest($1::bigint[], $2::int[]) AS d(id, delta)
 WHERE c.id = d.id""",
 }
 
-# Reconciliation: lock the counted rows first, so a concurrent flush has either committed (and is
-# counted) or waits for us (and adds its rows after); then fix only the rows that drifted.
-_LOCK = {
-    POST: "SELECT id, like_count FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE",
+# Reconciliation: lock the counted rows first, so a concurrent counter update (a flush, a sync
+# like) has either committed (and is counted) or waits for us (and adds its delta after); then fix
+# only the rows that drifted. NO KEY UPDATE is the lock those counter UPDATEs take, so it orders us
+# with them; unlike FOR UPDATE it lets like rows be inserted meanwhile (their foreign key takes KEY
+# SHARE on the target), so a recount every few seconds does not stall a hot post's likes in
+# counterless mode. A like row committed after our count is marked dirty after its commit: the
+# next recount sees it.
+RECOUNT_LOCK = {
+    POST: (
+        "SELECT id, like_count FROM posts WHERE id = ANY($1::bigint[])"
+        " ORDER BY id FOR NO KEY UPDATE"
+    ),
     COMMENT: (
-        "SELECT id, like_count FROM comments WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
+        "SELECT id, like_count FROM comments WHERE id = ANY($1::bigint[])"
+        " ORDER BY id FOR NO KEY UPDATE"
     ),
 }
 _RECOUNT = {
@@ -166,7 +175,8 @@ class LikeRepository:
         if not ids:
             return []
         async with self._pool.acquire() as conn, conn.transaction():
-            stored = {r["id"]: r["like_count"] for r in await conn.fetch(_LOCK[kind], list(ids))}
+            locked = await conn.fetch(RECOUNT_LOCK[kind], list(ids))
+            stored = {r["id"]: r["like_count"] for r in locked}
             fixed = await conn.fetch(_RECOUNT[kind], list(ids))
         return [Drift(kind, r[0], stored[r[0]], r[1]) for r in fixed]
 
