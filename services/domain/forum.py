@@ -3,6 +3,7 @@ course (enrolment), and which posts and comments are live targets of a course.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -10,7 +11,6 @@ import grpc
 from agora.forum.v1 import forum_pb2
 
 from services.runtime.grpc_errors import abort
-from services.runtime.timeutil import to_timestamp
 
 POST_COLUMNS = "id, course_id, user_id, title, body, like_count, comment_count, created_at"
 COMMENT_COLUMNS = (
@@ -40,33 +40,53 @@ async def is_member(pool: asyncpg.Pool, course_id: int, user_id: int) -> bool:
     return await pool.fetchval(IS_MEMBER, course_id, user_id) is not None
 
 
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _timestamp(value: datetime) -> dict[str, int]:
+    """A timestamp column as a Timestamp's fields (a dict a message constructor copies in: much
+    cheaper than a Timestamp object per value)."""
+    delta = value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)
+    return {"seconds": delta.days * 86_400 + delta.seconds, "nanos": delta.microseconds * 1000}
+
+
+def post_fields(row: Any) -> dict[str, Any]:
+    """A posts row (POST_COLUMNS) as Post fields, for a message constructor."""
+    return {
+        "id": row["id"],
+        "course_id": row["course_id"],
+        "user_id": row["user_id"],
+        "title": row["title"],
+        "body": row["body"],
+        "like_count": row["like_count"],
+        "comment_count": row["comment_count"],
+        "created_at": _timestamp(row["created_at"]),
+    }
+
+
+def comment_fields(row: Any) -> dict[str, Any]:
+    """A comments row (COMMENT_COLUMNS) as Comment fields; a NULL leaves its optional unset."""
+    return {
+        "id": row["id"],
+        "post_id": row["post_id"],
+        "parent_id": row["parent_id"],
+        "user_id": row["user_id"],
+        "body": row["body"],
+        "like_count": row["like_count"],
+        "reply_count": row["reply_count"],
+        "reply_to_comment_id": row["reply_to_comment_id"],
+        "reply_to_user_id": row["reply_to_user_id"],
+        "created_at": _timestamp(row["created_at"]),
+    }
+
+
 def post_from_row(row: Any) -> forum_pb2.Post:
-    return forum_pb2.Post(
-        id=row["id"],
-        course_id=row["course_id"],
-        user_id=row["user_id"],
-        title=row["title"],
-        body=row["body"],
-        like_count=row["like_count"],
-        comment_count=row["comment_count"],
-        created_at=to_timestamp(row["created_at"]),
-    )
+    return forum_pb2.Post(**post_fields(row))
 
 
 def comment_from_row(row: Any) -> forum_pb2.Comment:
-    comment = forum_pb2.Comment(
-        id=row["id"],
-        post_id=row["post_id"],
-        user_id=row["user_id"],
-        body=row["body"],
-        like_count=row["like_count"],
-        reply_count=row["reply_count"],
-        created_at=to_timestamp(row["created_at"]),
-    )
-    for name in ("parent_id", "reply_to_comment_id", "reply_to_user_id"):
-        if row[name] is not None:
-            setattr(comment, name, row[name])
-    return comment
+    return forum_pb2.Comment(**comment_fields(row))
 
 
 async def require_enrolled(enrolled: bool, context: grpc.aio.ServicerContext) -> None:

@@ -69,13 +69,14 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def authenticate(
+async def authenticate(
     request: Request,
     # Unused: it puts the bearer scheme on every route of the OpenAPI document.
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """FastAPI dependency: the caller AuthMiddleware verified (verified here only for a route
-    outside its prefix)."""
+    outside its prefix). A coroutine, as every dependency here: FastAPI runs a plain function
+    in its thread pool, a thread hop per request for a dictionary lookup."""
     principal: Principal | None = getattr(request.state, _STATE_KEY, None)
     if principal is not None:
         return principal

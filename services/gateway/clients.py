@@ -1,14 +1,19 @@
-"""The gateway's gRPC clients: one mTLS channel per upstream listener, and the end user each
-call is made for.
+"""The gateway's gRPC clients: a few mTLS connections per upstream listener, and the end user
+each call is made for.
 
 Every call carries the request's verified bearer token in its `authorization` metadata: the
 service behind checks it again and refuses a request whose user or account field is not that
 user's (services/domain/access.py), so the gateway's certificate alone cannot act for anyone.
+
+A service may run several worker processes behind one port (services/runtime/workers.py): the
+kernel hands each new connection to one of them, and gRPC sends every call of a connection over
+it. One connection per upstream would leave all but one worker idle, so the gateway opens
+`connections` channels to each listener and takes the next one for each request.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import grpc
@@ -23,28 +28,47 @@ from fastapi import Depends, Request
 from services.runtime.grpc_client import open_channel
 from services.runtime.tls import TlsMaterial
 
+# Reads are retried by the channel on UNAVAILABLE; writes are not (a retried write could be
+# applied twice if the first attempt reached the server).
+_READS = ["agora.messaging.v1.TimelineService", "agora.forum.v1.ForumReadService"]
+# Setting a like to a state is idempotent, and LikedMap only reads: both may be retried.
+_LIKES = ["agora.forum.v1.LikeService"]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class Clients:
-    """Stubs, the deadline every call gets, and the end user's credential it forwards."""
+    """One request's stubs, and the keyword arguments of each of its calls: the deadline and
+    the end user's credential it forwards."""
 
     ingest: ingest_service_pb2_grpc.IngestServiceStub
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
     likes: like_service_pb2_grpc.LikeServiceStub
-    timeout: float
-    channels: tuple[grpc.aio.Channel, ...]
-    metadata: tuple[tuple[str, str], ...] = ()
+    options: dict[str, Any]
 
-    @property
-    def options(self) -> dict[str, Any]:
-        """Keyword arguments of every call: its deadline and the forwarded credential."""
-        return {"timeout": self.timeout, "metadata": self.metadata}
 
-    def for_user(self, authorization: str) -> Clients:
-        """The same channels, calling for the user of this (verified) Authorization header."""
-        return replace(self, metadata=(("authorization", authorization),))
+@dataclass(frozen=True, slots=True)
+class _Stubs:
+    """The stubs over one connection to each upstream listener."""
+
+    ingest: ingest_service_pb2_grpc.IngestServiceStub
+    timeline: timeline_service_pb2_grpc.TimelineServiceStub
+    forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
+    forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
+    likes: like_service_pb2_grpc.LikeServiceStub
+
+
+class Upstreams:
+    """The app's channels (opened in its lifespan), handed out in turn to the requests."""
+
+    def __init__(
+        self, stubs: list[_Stubs], timeout: float, channels: tuple[grpc.aio.Channel, ...] = ()
+    ) -> None:
+        self._stubs = stubs
+        self._next = 0
+        self.timeout = timeout
+        self.channels = channels
 
     @classmethod
     def connect(
@@ -56,31 +80,37 @@ class Clients:
         likes_addr: str,
         timeout: float,
         tls: TlsMaterial,
-    ) -> Clients:
-        # Reads are retried by the channel on UNAVAILABLE; writes are not (a retried write could
-        # be applied twice if the first attempt reached the server).
-        ingest = open_channel(ingest_addr, tls=tls)
-        forum_write = open_channel(ingest_forum_addr, tls=tls)
-        timeline = open_channel(
-            timeline_addr,
-            tls=tls,
-            idempotent_services=[
-                "agora.messaging.v1.TimelineService",
-                "agora.forum.v1.ForumReadService",
-            ],
-        )
-        # Setting a like to a state is idempotent, and LikedMap only reads: both may be retried.
-        likes = open_channel(
-            likes_addr, tls=tls, idempotent_services=["agora.forum.v1.LikeService"]
-        )
-        return cls(
-            ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
-            timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
-            forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
-            forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),
-            likes=like_service_pb2_grpc.LikeServiceStub(likes),
-            timeout=timeout,
-            channels=(ingest, forum_write, timeline, likes),
+        connections: int = 1,
+    ) -> Upstreams:
+        stubs, channels = [], []
+        for _ in range(connections):
+            ingest = open_channel(ingest_addr, tls=tls)
+            forum_write = open_channel(ingest_forum_addr, tls=tls)
+            timeline = open_channel(timeline_addr, tls=tls, idempotent_services=_READS)
+            likes = open_channel(likes_addr, tls=tls, idempotent_services=_LIKES)
+            channels += [ingest, forum_write, timeline, likes]
+            stubs.append(
+                _Stubs(
+                    ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
+                    timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
+                    forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
+                    forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),
+                    likes=like_service_pb2_grpc.LikeServiceStub(likes),
+                )
+            )
+        return cls(stubs, timeout, tuple(channels))
+
+    def for_user(self, authorization: str) -> Clients:
+        """The next connection's stubs, calling for the user of this (verified) header."""
+        stubs = self._stubs[self._next]
+        self._next = (self._next + 1) % len(self._stubs)
+        return Clients(
+            ingest=stubs.ingest,
+            timeline=stubs.timeline,
+            forum_write=stubs.forum_write,
+            forum_read=stubs.forum_read,
+            likes=stubs.likes,
+            options={"timeout": self.timeout, "metadata": (("authorization", authorization),)},
         )
 
     async def close(self) -> None:
@@ -88,10 +118,10 @@ class Clients:
             await channel.close()
 
 
-def _upstream(request: Request) -> Clients:
-    clients: Clients = request.app.state.clients
+async def _upstream(request: Request) -> Clients:
+    upstreams: Upstreams = request.app.state.clients
     # Only /api routes take clients, and AuthMiddleware has verified their header.
-    return clients.for_user(request.headers["authorization"])
+    return upstreams.for_user(request.headers["authorization"])
 
 
 # A route parameter of this type receives the app's clients (opened in the app's lifespan),

@@ -37,6 +37,10 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     gateway_port: int = 8080
     # HTTP parsing and JSON are CPU-bound: one process per core by default (WORKERS).
     workers: int = Field(default=0, ge=0)
+    # Connections to each upstream listener, requests taking them in turn: a service running
+    # several worker processes behind one port gets as many connections to spread (the kernel
+    # gives each connection to one worker), so keep this at least its worker count.
+    gateway_upstream_connections: int = Field(default=4, ge=1)
     # Deadline of every gRPC call the gateway makes on behalf of a request.
     rpc_timeout_seconds: float = Field(default=5.0, gt=0)
     # Every body but a batch. The largest valid one is an agent-sent record: ingest accepts

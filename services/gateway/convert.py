@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import orjson
 from agora.messaging.v1 import message_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
+from starlette.responses import Response
 
 from services.domain.messaging import DIRECTION_NAMES, DIRECTIONS, THREAD_TYPE_NAMES, THREAD_TYPES
 from services.gateway import schemas
 from services.runtime.grpc_errors import FieldViolation
-from services.runtime.timeutil import isoformat
 
 # An unencoded "+00:00" in a query string arrives as " 00:00".
 _SPACE_OFFSET = re.compile(r"(\d) (\d{2}:?\d{2})$")
@@ -50,8 +50,27 @@ def parse_instant(value: str, field: str) -> Timestamp:
     return ts
 
 
+_EPOCH_DAY = date(1970, 1, 1)
+# "YYYY-MM-DDT" of each day seen (bounded), and the fixed-width pieces of a time of day.
+_DAYS: dict[int, str] = {}
+_TWO_DIGITS = [f"{n:02d}" for n in range(60)]
+_MILLIS_UTC = [f".{n:03d}+00:00" for n in range(1000)]
+
+
 def time_text(ts: Timestamp) -> str:
-    return isoformat(ts.ToDatetime(tzinfo=UTC))
+    """A Timestamp as the API spells times: ISO-8601, milliseconds, explicit UTC offset
+    (2026-08-02T10:00:00.123+00:00). Three of these per message make this the hot path of a
+    page, so it is put together from precomputed pieces instead of formatting a datetime."""
+    days, rest = divmod(ts.seconds, 86_400)
+    day = _DAYS.get(days)
+    if day is None:
+        if len(_DAYS) >= 4096:
+            _DAYS.clear()
+        day = _DAYS[days] = f"{(_EPOCH_DAY + timedelta(days=days)).isoformat()}T"
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    two = _TWO_DIGITS
+    return f"{day}{two[hours]}:{two[minutes]}:{two[seconds]}{_MILLIS_UTC[ts.nanos // 1_000_000]}"
 
 
 def optional_time(holder: Any, field: str) -> str | None:
@@ -71,47 +90,59 @@ def json_value(text: str) -> JsonValue:
         return text
 
 
-def message_json(m: message_pb2.StoredMessage) -> schemas.Message:
-    def text(name: str) -> str | None:
-        return getattr(m, name) if m.HasField(name) else None
+class JsonBytes(Response):
+    """A JSON body serialized by the route itself (what the route's response_model documents):
+    FastAPI sends a returned Response as it is, without validating or serializing it again."""
 
-    def document(name: str) -> JsonValue:
-        return json_value(getattr(m, name)) if m.HasField(name) else None
-
-    return schemas.Message(
-        id=m.id,
-        zalo_account_id=m.zalo_account_id,
-        zalo_conversation_id=m.zalo_conversation_id,
-        msg_id=m.msg_id,
-        cli_msg_id=text("cli_msg_id"),
-        thread_id=m.thread_id,
-        thread_type=THREAD_TYPE_NAMES[m.thread_type],  # type: ignore[arg-type]
-        direction=DIRECTION_NAMES[m.direction],  # type: ignore[arg-type]
-        sender_id=text("sender_id"),
-        sender_name=text("sender_name"),
-        content=text("content"),
-        msg_type=text("msg_type"),
-        attachments=document("attachments"),
-        mentions=document("mentions"),
-        quote_msg_id=text("quote_msg_id"),
-        quote_payload=document("quote_payload"),
-        quote_preview=document("quote_preview"),
-        sent_at=time_text(m.sent_at),
-        created_at=optional_time(m, "created_at"),
-        updated_at=optional_time(m, "updated_at"),
-    )
+    media_type = "application/json"
 
 
-def conversation_json(c: message_pb2.Conversation) -> schemas.Conversation:
-    return schemas.Conversation(
-        id=c.id,
-        zalo_account_id=c.zalo_account_id,
-        thread_id=c.thread_id,
-        thread_type=THREAD_TYPE_NAMES[c.thread_type],  # type: ignore[arg-type]
-        last_message_at=time_text(c.last_message_at),
-        last_read_at=optional_time(c, "last_read_at"),
-        unread_count=c.unread_count,
-    )
+def ok(payload: dict[str, Any], status_code: int = 200) -> JsonBytes:
+    """`payload` (success: true first, as every answer starts) as the response body."""
+    return JsonBytes(orjson.dumps({"success": True, **payload}), status_code)
+
+
+# The JSON shapes below are exactly schemas.Message and schemas.Conversation (same keys, same
+# order): the services guarantee the types, so the page goes from protos to plain values to
+# bytes once, with no model in between.
+
+
+def message_json(m: message_pb2.StoredMessage) -> dict[str, Any]:
+    has = m.HasField
+    return {
+        "id": m.id,
+        "zalo_account_id": m.zalo_account_id,
+        "zalo_conversation_id": m.zalo_conversation_id,
+        "msg_id": m.msg_id,
+        "cli_msg_id": m.cli_msg_id if has("cli_msg_id") else None,
+        "thread_id": m.thread_id,
+        "thread_type": THREAD_TYPE_NAMES[m.thread_type],
+        "direction": DIRECTION_NAMES[m.direction],
+        "sender_id": m.sender_id if has("sender_id") else None,
+        "sender_name": m.sender_name if has("sender_name") else None,
+        "content": m.content if has("content") else None,
+        "msg_type": m.msg_type if has("msg_type") else None,
+        "attachments": json_value(m.attachments) if has("attachments") else None,
+        "mentions": json_value(m.mentions) if has("mentions") else None,
+        "quote_msg_id": m.quote_msg_id if has("quote_msg_id") else None,
+        "quote_payload": json_value(m.quote_payload) if has("quote_payload") else None,
+        "quote_preview": json_value(m.quote_preview) if has("quote_preview") else None,
+        "sent_at": time_text(m.sent_at),
+        "created_at": time_text(m.created_at) if has("created_at") else None,
+        "updated_at": time_text(m.updated_at) if has("updated_at") else None,
+    }
+
+
+def conversation_json(c: message_pb2.Conversation) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "zalo_account_id": c.zalo_account_id,
+        "thread_id": c.thread_id,
+        "thread_type": THREAD_TYPE_NAMES[c.thread_type],
+        "last_message_at": time_text(c.last_message_at),
+        "last_read_at": optional_time(c, "last_read_at"),
+        "unread_count": c.unread_count,
+    }
 
 
 def incoming_message(item: JsonValue) -> message_pb2.Message:

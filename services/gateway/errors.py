@@ -13,6 +13,7 @@ import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis import exceptions as redis_errors
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -145,6 +146,13 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(grpc.aio.AioRpcError)
     async def _grpc_error(_: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
         return ApiError.from_grpc(exc).response()
+
+    @app.exception_handler(redis_errors.ConnectionError)
+    @app.exception_handler(redis_errors.TimeoutError)
+    async def _redis_away(_: Request, exc: Exception) -> JSONResponse:
+        # The rate limiter's Redis is away for a moment: the caller retries, as for UNAVAILABLE.
+        log.warning("rate-limit Redis unavailable: %s", exc)
+        return ApiError(503, "unavailable", "try again shortly").response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

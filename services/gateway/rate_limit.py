@@ -41,7 +41,7 @@ class RateLimiter:
         return Decision(int(count) <= self._limit, window_start + self._window - now)
 
 
-def _like_limiter(request: Request) -> RateLimiter:
+async def _like_limiter(request: Request) -> RateLimiter:
     limiter: RateLimiter = request.app.state.like_limiter
     return limiter
 

@@ -6,11 +6,12 @@ import grpc
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
 
-from services.domain.forum import comment_from_row, post_from_row, require_enrolled
+from services.domain.forum import comment_fields, post_fields, require_enrolled
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.timeline.forum_repository import ForumReadRepository
 
 MAX_LIMIT = 100
+POST_NOT_FOUND = "post not found in this course"
 
 
 def _checks(limit: int | None = None, **ids: int) -> list[FieldViolation]:
@@ -21,7 +22,9 @@ def _checks(limit: int | None = None, **ids: int) -> list[FieldViolation]:
 
 
 class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
-    """Feeds, posts, comments and replies for enrolled users."""
+    """Feeds, posts, comments and replies for enrolled users: one statement per call, which
+    answers PERMISSION_DENIED (not enrolled) before NOT_FOUND (no such live post or comment in
+    the course) before the page."""
 
     def __init__(self, repo: ForumReadRepository) -> None:
         self._repo = repo
@@ -34,17 +37,19 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             problems.append(FieldViolation("before_id", "must be a positive id"))
         if problems:
             await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
         before = request.before_id if request.HasField("before_id") else None
-        page = await self._repo.feed(request.course_id, request.limit, before)
-        response = pb.ListPostsResponse(
-            posts=[post_from_row(r) for r in page.rows], has_more=page.has_more
+        checked, page = await self._repo.feed(
+            request.course_id, request.user_id, request.limit, before
         )
-        if page.rows:
-            response.next_before_id = page.rows[-1]["id"]
-        return response
+        await require_enrolled(checked.enrolled, context)
+        rows = page.rows
+        if not rows:
+            return pb.ListPostsResponse(has_more=page.has_more)
+        return pb.ListPostsResponse(
+            posts=[post_fields(r) for r in rows],
+            has_more=page.has_more,
+            next_before_id=rows[-1]["id"],
+        )
 
     async def GetPost(
         self, request: pb.GetPostRequest, context: grpc.aio.ServicerContext
@@ -54,13 +59,11 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
-        row = await self._repo.post(request.course_id, request.post_id)
-        if row is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
-        return pb.GetPostResponse(post=post_from_row(row))
+        checked = await self._repo.post(request.course_id, request.post_id, request.user_id)
+        await require_enrolled(checked.enrolled, context)
+        if not checked.found:
+            await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
+        return pb.GetPostResponse(post=post_fields(checked.rows[0]))
 
     async def ListComments(
         self, request: pb.ListCommentsRequest, context: grpc.aio.ServicerContext
@@ -73,19 +76,21 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
-        if await self._repo.post(request.course_id, request.post_id) is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
         after = request.after_id if request.HasField("after_id") else None
-        page = await self._repo.comments(request.post_id, request.limit, after)
-        response = pb.ListCommentsResponse(
-            comments=[comment_from_row(r) for r in page.rows], has_more=page.has_more
+        checked, page = await self._repo.comments(
+            request.course_id, request.post_id, request.user_id, request.limit, after
         )
-        if page.rows:
-            response.next_after_id = page.rows[-1]["id"]
-        return response
+        await require_enrolled(checked.enrolled, context)
+        if not checked.found:
+            await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
+        rows = page.rows
+        if not rows:
+            return pb.ListCommentsResponse(has_more=page.has_more)
+        return pb.ListCommentsResponse(
+            comments=[comment_fields(r) for r in rows],
+            has_more=page.has_more,
+            next_after_id=rows[-1]["id"],
+        )
 
     async def ListReplies(
         self, request: pb.ListRepliesRequest, context: grpc.aio.ServicerContext
@@ -98,16 +103,18 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         if problems:
             await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
-        if not await self._repo.visible_root(request.course_id, request.comment_id):
-            await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
         after = request.after_id if request.HasField("after_id") else None
-        page = await self._repo.replies(request.comment_id, request.limit, after)
-        response = pb.ListRepliesResponse(
-            comments=[comment_from_row(r) for r in page.rows], has_more=page.has_more
+        checked, page = await self._repo.replies(
+            request.course_id, request.comment_id, request.user_id, request.limit, after
         )
-        if page.rows:
-            response.next_after_id = page.rows[-1]["id"]
-        return response
+        await require_enrolled(checked.enrolled, context)
+        if not checked.found:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
+        rows = page.rows
+        if not rows:
+            return pb.ListRepliesResponse(has_more=page.has_more)
+        return pb.ListRepliesResponse(
+            comments=[comment_fields(r) for r in rows],
+            has_more=page.has_more,
+            next_after_id=rows[-1]["id"],
+        )

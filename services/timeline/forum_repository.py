@@ -3,72 +3,156 @@
 The feed uses posts_course_feed (course_id, id DESC) WHERE deleted_at IS NULL, top-level comments
 comments_top (post_id, id) WHERE parent_id IS NULL, replies comments_reply (parent_id, id) WHERE
 parent_id IS NOT NULL. LIMIT n+1 tells whether another page exists; OFFSET is never used.
+
+Every read RPC is one statement: the enrolment check (and, for comments and replies, whether the
+post or root comment is live in the course) is folded into the page query. A one-row subquery
+answers the checks as flags and the page is LEFT JOINed LATERALly to it, gated on the flags, so
+the statement always returns at least that row: (enrolled, found, NULL…) when there is nothing to
+show, one row per item otherwise. A false gate is a one-time filter: the page's index is never
+read for a user who is not enrolled. Nothing is cached, so an enrolment or a deletion counts from
+the next request on, exactly as with separate checks.
+
+The page queries alone (FEED_FIRST, COMMENTS_PAGE, …) are the bare baselines the bench runs and the
+EXPLAIN tests check; the checked statements embed exactly their text, with the gate added.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import asyncpg
 from asyncpg import Record
 
-from services.domain.forum import COMMENT_COLUMNS, POST_COLUMNS, is_member
+from services.domain.forum import COMMENT_COLUMNS, POST_COLUMNS
 from services.domain.paging import Page
 
-FEED_FIRST = f"""
+# Page queries; {gate} is empty in the bare statement and the checks' flags in the checked one.
+_FEED_FIRST = f"""
 SELECT {POST_COLUMNS} FROM posts
-WHERE course_id = $1 AND deleted_at IS NULL
+WHERE {{gate}}course_id = $1 AND deleted_at IS NULL
 ORDER BY id DESC LIMIT $2"""
 
-FEED_NEXT = f"""
+_FEED_NEXT = f"""
 SELECT {POST_COLUMNS} FROM posts
-WHERE course_id = $1 AND deleted_at IS NULL AND id < $2
+WHERE {{gate}}course_id = $1 AND deleted_at IS NULL AND id < $2
 ORDER BY id DESC LIMIT $3"""
 
-GET_POST = f"""
-SELECT {POST_COLUMNS} FROM posts WHERE id = $1 AND course_id = $2 AND deleted_at IS NULL"""
+_GET_POST = f"""
+SELECT {POST_COLUMNS} FROM posts
+WHERE {{gate}}id = $1 AND course_id = $2 AND deleted_at IS NULL"""
 
-COMMENTS_PAGE = f"""
+_COMMENTS_PAGE = f"""
 SELECT {COMMENT_COLUMNS} FROM comments
-WHERE post_id = $1 AND parent_id IS NULL AND id > $2 AND deleted_at IS NULL
+WHERE {{gate}}post_id = $1 AND parent_id IS NULL AND id > $2 AND deleted_at IS NULL
 ORDER BY id LIMIT $3"""
 
-REPLIES_PAGE = f"""
+_REPLIES_PAGE = f"""
 SELECT {COMMENT_COLUMNS} FROM comments
-WHERE parent_id = $1 AND id > $2 AND deleted_at IS NULL
+WHERE {{gate}}parent_id = $1 AND id > $2 AND deleted_at IS NULL
 ORDER BY id LIMIT $3"""
 
+FEED_FIRST = _FEED_FIRST.format(gate="")
+FEED_NEXT = _FEED_NEXT.format(gate="")
+GET_POST = _GET_POST.format(gate="")
+COMMENTS_PAGE = _COMMENTS_PAGE.format(gate="")
+REPLIES_PAGE = _REPLIES_PAGE.format(gate="")
+
+# The checks, as boolean expressions over the course ($C) and the user or target ($U, $T).
+_ENROLLED = "EXISTS (SELECT 1 FROM course_members WHERE course_id = {C} AND user_id = {U})"
+_LIVE_POST = (
+    "EXISTS (SELECT 1 FROM posts WHERE id = {T} AND course_id = {C} AND deleted_at IS NULL)"
+)
 # The top-level comment whose replies are asked for, visible and in the course.
-VISIBLE_ROOT = """
-SELECT c.id FROM comments c JOIN posts p ON p.id = c.post_id
-WHERE c.id = $1 AND c.parent_id IS NULL AND c.deleted_at IS NULL
-  AND p.course_id = $2 AND p.deleted_at IS NULL"""
+_VISIBLE_ROOT = """EXISTS (
+    SELECT 1 FROM comments c JOIN posts p ON p.id = c.post_id
+    WHERE c.id = {T} AND c.parent_id IS NULL AND c.deleted_at IS NULL
+      AND p.course_id = {C} AND p.deleted_at IS NULL)"""
+
+
+def _checked(page: str, order: str, *, course: str, user: str, found: str = "true") -> str:
+    """One statement: the flags (enrolled, found) and, only when both hold, the page's rows."""
+    enrolled = _ENROLLED.format(C=course, U=user)
+    return f"""
+WITH checks AS MATERIALIZED (SELECT {enrolled} AS enrolled, {found} AS found)
+SELECT checks.enrolled, checks.found, page.*
+FROM checks
+LEFT JOIN LATERAL ({page.format(gate="checks.enrolled AND checks.found AND ")}) AS page ON true
+ORDER BY {order}"""
+
+
+FEED_FIRST_CHECKED = _checked(_FEED_FIRST, "page.id DESC", course="$1", user="$3")
+FEED_NEXT_CHECKED = _checked(_FEED_NEXT, "page.id DESC", course="$1", user="$4")
+GET_POST_CHECKED = _checked(_GET_POST, "page.id", course="$2", user="$3")
+COMMENTS_PAGE_CHECKED = _checked(
+    _COMMENTS_PAGE,
+    "page.id",
+    course="$4",
+    user="$5",
+    found=_LIVE_POST.format(T="$1", C="$4"),
+)
+REPLIES_PAGE_CHECKED = _checked(
+    _REPLIES_PAGE,
+    "page.id",
+    course="$4",
+    user="$5",
+    found=_VISIBLE_ROOT.format(T="$1", C="$4"),
+)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What one checked statement answered: the flags, and the rows when both are true."""
+
+    enrolled: bool
+    found: bool
+    rows: list[Record]
+
+    @classmethod
+    def of(cls, rows: Sequence[Record]) -> Checked:
+        first = rows[0]
+        # An empty page is the checks' row alone, with NULL columns (an id is never NULL).
+        items = list(rows) if first["id"] is not None else []
+        return cls(bool(first["enrolled"]), bool(first["found"]), items)
 
 
 class ForumReadRepository:
-    """Read-only forum queries."""
+    """Read-only forum queries, one statement each."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def is_member(self, course_id: int, user_id: int) -> bool:
-        return await is_member(self._pool, course_id, user_id)
-
-    async def feed(self, course_id: int, limit: int, before_id: int | None) -> Page[Record]:
+    async def feed(
+        self, course_id: int, user_id: int, limit: int, before_id: int | None
+    ) -> tuple[Checked, Page[Record]]:
         if before_id is None:
-            rows = await self._pool.fetch(FEED_FIRST, course_id, limit + 1)
+            rows = await self._pool.fetch(FEED_FIRST_CHECKED, course_id, limit + 1, user_id)
         else:
-            rows = await self._pool.fetch(FEED_NEXT, course_id, before_id, limit + 1)
-        return Page.of(rows, limit)
+            rows = await self._pool.fetch(
+                FEED_NEXT_CHECKED, course_id, before_id, limit + 1, user_id
+            )
+        checked = Checked.of(rows)
+        return checked, Page.of(checked.rows, limit)
 
-    async def post(self, course_id: int, post_id: int) -> Record | None:
-        return await self._pool.fetchrow(GET_POST, post_id, course_id)
+    async def post(self, course_id: int, post_id: int, user_id: int) -> Checked:
+        """The post's row when it is live in the course (found: it is)."""
+        checked = Checked.of(await self._pool.fetch(GET_POST_CHECKED, post_id, course_id, user_id))
+        return Checked(checked.enrolled, bool(checked.rows), checked.rows)
 
-    async def comments(self, post_id: int, limit: int, after_id: int | None) -> Page[Record]:
-        rows = await self._pool.fetch(COMMENTS_PAGE, post_id, after_id or 0, limit + 1)
-        return Page.of(rows, limit)
+    async def comments(
+        self, course_id: int, post_id: int, user_id: int, limit: int, after_id: int | None
+    ) -> tuple[Checked, Page[Record]]:
+        rows = await self._pool.fetch(
+            COMMENTS_PAGE_CHECKED, post_id, after_id or 0, limit + 1, course_id, user_id
+        )
+        checked = Checked.of(rows)
+        return checked, Page.of(checked.rows, limit)
 
-    async def visible_root(self, course_id: int, comment_id: int) -> bool:
-        return await self._pool.fetchval(VISIBLE_ROOT, comment_id, course_id) is not None
-
-    async def replies(self, comment_id: int, limit: int, after_id: int | None) -> Page[Record]:
-        rows = await self._pool.fetch(REPLIES_PAGE, comment_id, after_id or 0, limit + 1)
-        return Page.of(rows, limit)
+    async def replies(
+        self, course_id: int, comment_id: int, user_id: int, limit: int, after_id: int | None
+    ) -> tuple[Checked, Page[Record]]:
+        rows = await self._pool.fetch(
+            REPLIES_PAGE_CHECKED, comment_id, after_id or 0, limit + 1, course_id, user_id
+        )
+        checked = Checked.of(rows)
+        return checked, Page.of(checked.rows, limit)

@@ -7,10 +7,14 @@ import json
 from typing import Any
 
 import asyncpg
+import grpc
 import httpx
 import pytest
+from agora.forum.v1 import forum_read_service_pb2 as read_pb
+from agora.forum.v1 import forum_read_service_pb2_grpc, forum_write_service_pb2_grpc
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
-from agora.forum.v1 import forum_write_service_pb2_grpc
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from services.runtime.grpc_server import GrpcServer
 from services.timeline import forum_repository as q
@@ -232,17 +236,139 @@ async def test_comment_and_reply_pages_use_the_partial_indexes_with_few_buffers(
     )
     assert row is not None
     post, root = row
+    course = await pg_admin.fetchval("SELECT course_id FROM posts WHERE id = $1", post)
+    member = await pg_admin.fetchval(
+        "SELECT user_id FROM course_members WHERE course_id = $1 LIMIT 1", course
+    )
     cases = [
         (q.COMMENTS_PAGE, (post, 0, 21), "comments_top"),
         (q.COMMENTS_PAGE, (post, 40, 21), "comments_top"),
         (q.REPLIES_PAGE, (root, 0, 11), "comments_reply"),
+        # What the service runs: the same pages behind the enrolment and target checks.
+        (q.COMMENTS_PAGE_CHECKED, (post, 0, 21, course, member), "comments_top"),
+        (q.COMMENTS_PAGE_CHECKED, (post, 40, 21, course, member), "comments_top"),
+        (q.REPLIES_PAGE_CHECKED, (root, 0, 11, course, member), "comments_reply"),
     ]
     async with pg_timeline.acquire() as conn:
         for sql, args, index in cases:
             reply = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
             plan = json.loads(reply)[0]["Plan"]
-            scans = [n for n in plan_nodes(plan) if n.get("Index Name")]
+            scans = [
+                n
+                for n in plan_nodes(plan)
+                if n.get("Index Name")
+                and n.get("Parent Relationship") != "InitPlan"
+                and n["Index Name"] == index
+            ]
             assert [n["Node Type"] for n in scans] == ["Index Scan"], plan
-            assert scans[0]["Index Name"] == index
             buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
             assert buffers <= 40, (sql, buffers)
+
+
+def postgres_statements(spans: InMemorySpanExporter) -> list[str]:
+    """The SQL of every PostgreSQL call finished since the exporter was last cleared."""
+    found = []
+    for span in spans.get_finished_spans():
+        attributes = dict(span.attributes or {})
+        system = attributes.get("db.system", attributes.get("db.system.name"))
+        if span.kind == SpanKind.CLIENT and system == "postgresql":
+            found.append(str(attributes.get("db.statement", attributes.get("db.query.text"))))
+    return found
+
+
+async def test_each_read_is_one_statement_answering_403_before_404_before_the_page(
+    timeline_server: GrpcServer, env: Env, spans: InMemorySpanExporter, clean: None
+) -> None:
+    """The lab: course 42 has posts 1 and 2 and users 7, 8 and 9; post 3 is in course 99."""
+    ok, denied, missing = (
+        grpc.StatusCode.OK,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.NOT_FOUND,
+    )
+    root = 1  # a top-level comment on post 1
+    cases: list[tuple[str, Any, grpc.StatusCode]] = [
+        ("ListPosts", read_pb.ListPostsRequest(course_id=42, user_id=7, limit=5), ok),
+        ("ListPosts", read_pb.ListPostsRequest(course_id=42, user_id=50, limit=5), denied),
+        ("ListPosts", read_pb.ListPostsRequest(course_id=99, user_id=7, limit=5), denied),
+        (
+            "ListPosts",
+            read_pb.ListPostsRequest(course_id=42, user_id=7, limit=5, before_id=1),
+            ok,
+        ),
+        ("GetPost", read_pb.GetPostRequest(course_id=42, post_id=1, user_id=7), ok),
+        ("GetPost", read_pb.GetPostRequest(course_id=42, post_id=3, user_id=7), missing),
+        ("GetPost", read_pb.GetPostRequest(course_id=42, post_id=3, user_id=50), denied),
+        (
+            "ListComments",
+            read_pb.ListCommentsRequest(course_id=42, post_id=1, user_id=8, limit=5),
+            ok,
+        ),
+        (
+            "ListComments",
+            read_pb.ListCommentsRequest(course_id=42, post_id=2, user_id=8, limit=5),
+            ok,
+        ),
+        (
+            "ListComments",
+            read_pb.ListCommentsRequest(course_id=42, post_id=3, user_id=8, limit=5),
+            missing,
+        ),
+        (
+            "ListComments",
+            read_pb.ListCommentsRequest(course_id=42, post_id=999, user_id=50, limit=5),
+            denied,
+        ),
+        (
+            "ListReplies",
+            read_pb.ListRepliesRequest(course_id=42, comment_id=root, user_id=9, limit=5),
+            ok,
+        ),
+        (
+            "ListReplies",
+            read_pb.ListRepliesRequest(course_id=42, comment_id=999, user_id=9, limit=5),
+            missing,
+        ),
+        (
+            "ListReplies",
+            read_pb.ListRepliesRequest(course_id=99, comment_id=root, user_id=9, limit=5),
+            denied,
+        ),
+    ]
+    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
+        stub = forum_read_service_pb2_grpc.ForumReadServiceStub(channel)
+        for method, request, expected in cases:
+            spans.clear()
+            code = grpc.StatusCode.OK
+            try:
+                reply = await getattr(stub, method)(request)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+            assert code == expected, (method, request)
+            assert len(postgres_statements(spans)) == 1, (method, request)
+            if method == "ListPosts" and code == ok:
+                # The newest first, a cursor continues after the oldest shown.
+                ids = [p.id for p in reply.posts]
+                assert ids == ([2, 1] if not request.HasField("before_id") else [])
+                assert reply.has_more is False
+
+
+async def test_a_user_who_is_not_enrolled_never_reads_the_page(
+    pg_admin: asyncpg.Pool, pg_timeline: asyncpg.Pool, clean: None
+) -> None:
+    """The checks gate the page as a one-time filter: for a stranger the page's index scan is
+    never executed (the answer is the checks' row alone)."""
+    async with pg_timeline.acquire() as conn:
+        for sql, args in (
+            (q.FEED_FIRST_CHECKED, (42, 21, 50)),
+            (q.COMMENTS_PAGE_CHECKED, (1, 0, 21, 42, 50)),
+            (q.REPLIES_PAGE_CHECKED, (1, 0, 21, 42, 50)),
+        ):
+            rows = await conn.fetch(sql, *args)
+            assert [(r["enrolled"], r["id"]) for r in rows] == [(False, None)]
+            reply = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
+            nodes = plan_nodes(json.loads(reply)[0]["Plan"])
+            gated = [n for n in nodes if "One-Time Filter" in n]
+            assert gated, sql
+            pages = [n for p in gated for n in plan_nodes(p) if n is not p]
+            assert pages, sql
+            assert all(n.get("Actual Loops", 0) == 0 for n in pages), sql

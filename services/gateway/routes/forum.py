@@ -7,7 +7,7 @@ comment belongs to the course of the URL (404).
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import grpc
 from agora.forum.v1 import forum_pb2
@@ -19,7 +19,7 @@ from fastapi import APIRouter, Path, Query
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, Principal
 from services.gateway.clients import Clients, Upstream
-from services.gateway.convert import optional_value, time_text
+from services.gateway.convert import JsonBytes, ok, optional_value, time_text
 from services.gateway.errors import ApiError
 from services.gateway.rate_limit import LikeLimiter, RateLimiter
 
@@ -30,10 +30,11 @@ router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
 Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
 Limit = Annotated[int, Query(ge=1, le=100)]
 Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
+_DELETED = {"data": {"deleted": True}}
 
 
 async def liked_flags(
-    clients: Clients, user: Principal, course_id: int, targets: list[like_pb.Target]
+    clients: Clients, user: Principal, course_id: int, targets: list[Target]
 ) -> list[bool | None]:
     """liked_by_me for each target: one LikedMap call (one SMISMEMBER); None if unavailable."""
     if not targets:
@@ -52,45 +53,50 @@ async def liked_flags(
     return list(reply.liked)
 
 
-def _posts(ids: list[int]) -> list[like_pb.Target]:
-    return [like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=i) for i in ids]
+# A like_pb.Target as the fields the request's constructor copies in (cheaper than a message each).
+Target = dict[str, int]
 
 
-def _comments(ids: list[int]) -> list[like_pb.Target]:
-    return [like_pb.Target(kind=like_pb.TARGET_KIND_COMMENT, id=i) for i in ids]
+def _posts(ids: list[int]) -> list[Target]:
+    return [{"kind": like_pb.TARGET_KIND_POST, "id": i} for i in ids]
 
 
-def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> schemas.Post:
-    return schemas.Post(
-        id=p.id,
-        course_id=p.course_id,
-        user_id=p.user_id,
-        title=p.title,
-        body=p.body,
-        like_count=p.like_count,
-        comment_count=p.comment_count,
-        created_at=time_text(p.created_at),
-        liked_by_me=liked_by_me,
-    )
+def _comments(ids: list[int]) -> list[Target]:
+    return [{"kind": like_pb.TARGET_KIND_COMMENT, "id": i} for i in ids]
 
 
-def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> schemas.Comment:
-    def optional(name: str) -> int | None:
-        return int(getattr(c, name)) if c.HasField(name) else None
+# Exactly schemas.Post and schemas.Comment (same keys, same order), straight to JSON bytes.
 
-    return schemas.Comment(
-        id=c.id,
-        post_id=c.post_id,
-        parent_id=optional("parent_id"),
-        user_id=c.user_id,
-        body=c.body,
-        like_count=c.like_count,
-        reply_count=c.reply_count,
-        reply_to_comment_id=optional("reply_to_comment_id"),
-        reply_to_user_id=optional("reply_to_user_id"),
-        created_at=time_text(c.created_at),
-        liked_by_me=liked_by_me,
-    )
+
+def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "course_id": p.course_id,
+        "user_id": p.user_id,
+        "title": p.title,
+        "body": p.body,
+        "like_count": p.like_count,
+        "comment_count": p.comment_count,
+        "created_at": time_text(p.created_at),
+        "liked_by_me": liked_by_me,
+    }
+
+
+def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, Any]:
+    has = c.HasField
+    return {
+        "id": c.id,
+        "post_id": c.post_id,
+        "parent_id": c.parent_id if has("parent_id") else None,
+        "user_id": c.user_id,
+        "body": c.body,
+        "like_count": c.like_count,
+        "reply_count": c.reply_count,
+        "reply_to_comment_id": c.reply_to_comment_id if has("reply_to_comment_id") else None,
+        "reply_to_user_id": c.reply_to_user_id if has("reply_to_user_id") else None,
+        "created_at": time_text(c.created_at),
+        "liked_by_me": liked_by_me,
+    }
 
 
 @router.get("/posts", summary="The course feed, newest first", response_model=schemas.PostsPage)
@@ -100,19 +106,21 @@ async def list_posts(
     course_id: Id,
     limit: Limit = 20,
     before_id: Cursor = None,
-) -> schemas.PostsPage:
+) -> JsonBytes:
     rpc = read_pb.ListPostsRequest(
         course_id=course_id, user_id=user.user_id, limit=limit, before_id=before_id
     )
     reply = await clients.forum_read.ListPosts(rpc, **clients.options)
     liked = await liked_flags(clients, user, course_id, _posts([p.id for p in reply.posts]))
-    return schemas.PostsPage(
-        data=[post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
-        pagination=schemas.FeedPagination(
-            limit=limit,
-            has_more=reply.has_more,
-            next_before_id=optional_value(reply, "next_before_id"),
-        ),
+    return ok(
+        {
+            "data": [post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
+            "pagination": {
+                "limit": limit,
+                "has_more": reply.has_more,
+                "next_before_id": optional_value(reply, "next_before_id"),
+            },
+        }
     )
 
 
@@ -121,26 +129,24 @@ async def list_posts(
 )
 async def create_post(
     clients: Upstream, user: CurrentUser, course_id: Id, body: schemas.NewPost
-) -> schemas.PostResponse:
+) -> JsonBytes:
     reply = await clients.forum_write.CreatePost(
         write_pb.CreatePostRequest(
             course_id=course_id, user_id=user.user_id, title=body.title, body=body.body
         ),
         **clients.options,
     )
-    return schemas.PostResponse(data=post_json(reply.post, liked_by_me=False))
+    return ok({"data": post_json(reply.post, liked_by_me=False)}, 201)
 
 
 @router.get("/posts/{post_id}", summary="One post", response_model=schemas.PostResponse)
-async def get_post(
-    clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id
-) -> schemas.PostResponse:
+async def get_post(clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id) -> JsonBytes:
     reply = await clients.forum_read.GetPost(
         read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         **clients.options,
     )
     [liked] = await liked_flags(clients, user, course_id, _posts([reply.post.id]))
-    return schemas.PostResponse(data=post_json(reply.post, liked))
+    return ok({"data": post_json(reply.post, liked)})
 
 
 @router.delete(
@@ -148,12 +154,12 @@ async def get_post(
 )
 async def delete_post(
     clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id
-) -> schemas.DeletedResponse:
+) -> JsonBytes:
     await clients.forum_write.DeletePost(
         write_pb.DeletePostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         **clients.options,
     )
-    return schemas.DeletedResponse(data=schemas.Deleted(deleted=True))
+    return ok(_DELETED)
 
 
 @router.get(
@@ -168,7 +174,7 @@ async def list_comments(
     post_id: Id,
     limit: Limit = 20,
     after_id: Cursor = None,
-) -> schemas.CommentsPage:
+) -> JsonBytes:
     rpc = read_pb.ListCommentsRequest(
         course_id=course_id, post_id=post_id, user_id=user.user_id, limit=limit, after_id=after_id
     )
@@ -184,7 +190,7 @@ async def list_comments(
 )
 async def create_comment(
     clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id, body: schemas.NewComment
-) -> schemas.CommentResponse:
+) -> JsonBytes:
     rpc = write_pb.CreateCommentRequest(
         course_id=course_id,
         post_id=post_id,
@@ -193,7 +199,7 @@ async def create_comment(
         parent_id=body.parent_id,
     )
     reply = await clients.forum_write.CreateComment(rpc, **clients.options)
-    return schemas.CommentResponse(data=comment_json(reply.comment, liked_by_me=False))
+    return ok({"data": comment_json(reply.comment, liked_by_me=False)}, 201)
 
 
 @router.get(
@@ -208,7 +214,7 @@ async def list_replies(
     comment_id: Id,
     limit: Limit = 20,
     after_id: Cursor = None,
-) -> schemas.CommentsPage:
+) -> JsonBytes:
     rpc = read_pb.ListRepliesRequest(
         course_id=course_id,
         comment_id=comment_id,
@@ -227,14 +233,14 @@ async def list_replies(
 )
 async def delete_comment(
     clients: Upstream, user: CurrentUser, course_id: Id, comment_id: Id
-) -> schemas.DeletedResponse:
+) -> JsonBytes:
     await clients.forum_write.DeleteComment(
         write_pb.DeleteCommentRequest(
             course_id=course_id, comment_id=comment_id, user_id=user.user_id
         ),
         **clients.options,
     )
-    return schemas.DeletedResponse(data=schemas.Deleted(deleted=True))
+    return ok(_DELETED)
 
 
 async def _comments_page(
@@ -243,15 +249,17 @@ async def _comments_page(
     course_id: int,
     reply: read_pb.ListCommentsResponse | read_pb.ListRepliesResponse,
     limit: int,
-) -> schemas.CommentsPage:
+) -> JsonBytes:
     liked = await liked_flags(clients, user, course_id, _comments([c.id for c in reply.comments]))
-    return schemas.CommentsPage(
-        data=[comment_json(c, flag) for c, flag in zip(reply.comments, liked, strict=True)],
-        pagination=schemas.CommentPagination(
-            limit=limit,
-            has_more=reply.has_more,
-            next_after_id=optional_value(reply, "next_after_id"),
-        ),
+    return ok(
+        {
+            "data": [comment_json(c, flag) for c, flag in zip(reply.comments, liked, strict=True)],
+            "pagination": {
+                "limit": limit,
+                "has_more": reply.has_more,
+                "next_after_id": optional_value(reply, "next_after_id"),
+            },
+        }
     )
 
 
@@ -260,9 +268,9 @@ async def _set_like(
     limiter: RateLimiter,
     user: Principal,
     course_id: int,
-    target: like_pb.Target,
+    target: Target,
     like: bool,
-) -> schemas.LikeResponse:
+) -> JsonBytes:
     decision = await limiter.hit(user.user_id)
     if not decision.allowed:
         error = ApiError(429, "resource_exhausted", "too many like toggles; try again later")
@@ -272,7 +280,7 @@ async def _set_like(
         like_pb.SetLikeRequest(user_id=user.user_id, course_id=course_id, target=target, like=like),
         **clients.options,
     )
-    return schemas.LikeResponse(liked=reply.liked, changed=reply.changed)
+    return ok({"liked": reply.liked, "changed": reply.changed})
 
 
 @router.post(
@@ -287,7 +295,7 @@ async def like_post(
     course_id: Id,
     post_id: Id,
     body: schemas.LikeBody,
-) -> schemas.LikeResponse:
+) -> JsonBytes:
     return await _set_like(clients, limiter, user, course_id, _posts([post_id])[0], body.like)
 
 
@@ -303,5 +311,5 @@ async def like_comment(
     course_id: Id,
     comment_id: Id,
     body: schemas.LikeBody,
-) -> schemas.LikeResponse:
+) -> JsonBytes:
     return await _set_like(clients, limiter, user, course_id, _comments([comment_id])[0], body.like)

@@ -5,7 +5,7 @@ Every route needs a token that grants the Zalo account in the path.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
@@ -18,10 +18,12 @@ from services.gateway.auth import CurrentUser, require_account
 from services.gateway.clients import Upstream
 from services.gateway.convert import (
     BadValue,
+    JsonBytes,
     conversation_json,
     incoming_message,
     json_value,
     message_json,
+    ok,
     optional_time,
     optional_value,
     parse_instant,
@@ -68,7 +70,7 @@ async def list_messages(
     include_archive: Annotated[
         bool, Query(description="Continue into archived history beyond the newest 500")
     ] = False,
-) -> schemas.MessagesPage:
+) -> JsonBytes:
     require_account(user, account_id)
     rpc = timeline_pb.ListMessagesRequest(
         account_id=account_id,
@@ -79,14 +81,16 @@ async def list_messages(
         before_id=before_id,
     )
     reply = await clients.timeline.ListMessages(rpc, **clients.options)
-    return schemas.MessagesPage(
-        data=[message_json(m) for m in reply.messages],
-        pagination=schemas.MessagePagination(
-            limit=limit,
-            has_more=reply.has_more,
-            next_before_sent_at=optional_time(reply, "next_before_sent_at"),
-            next_before_id=optional_value(reply, "next_before_id"),
-        ),
+    return ok(
+        {
+            "data": [message_json(m) for m in reply.messages],
+            "pagination": {
+                "limit": limit,
+                "has_more": reply.has_more,
+                "next_before_sent_at": optional_time(reply, "next_before_sent_at"),
+                "next_before_id": optional_value(reply, "next_before_id"),
+            },
+        }
     )
 
 
@@ -101,9 +105,9 @@ async def ingest_messages(
     user: CurrentUser,
     account_id: AccountId,
     body: schemas.IngestBody,
-) -> schemas.IngestResponse:
+) -> JsonBytes:
     require_account(user, account_id)
-    rejected: list[schemas.Rejection] = []
+    rejected: list[dict[str, Any]] = []
     positions: list[int] = []  # original index of each message sent to ingest
     rpc = ingest_pb.IngestMessagesRequest(account_id=account_id)
     for index, item in enumerate(body.messages):
@@ -112,7 +116,7 @@ async def ingest_messages(
             positions.append(index)
         except BadValue as exc:
             v = exc.violation
-            rejected.append(schemas.Rejection(index=index, field=v.field, reason=v.description))
+            rejected.append({"index": index, "field": v.field, "reason": v.description})
     if not body.messages:
         raise ApiError.invalid([FieldViolation("messages", "must contain at least one message")])
     accepted = 0
@@ -120,11 +124,11 @@ async def ingest_messages(
         reply = await clients.ingest.IngestMessages(rpc, **clients.options)
         accepted = reply.accepted
         rejected += [
-            schemas.Rejection(index=positions[r.index], field=r.field, reason=r.reason)
+            {"index": positions[r.index], "field": r.field, "reason": r.reason}
             for r in reply.rejected
         ]
-    rejected.sort(key=lambda r: r.index)
-    return schemas.IngestResponse(data=schemas.IngestResult(accepted=accepted, rejected=rejected))
+    rejected.sort(key=lambda r: r["index"])
+    return ok({"data": {"accepted": accepted, "rejected": rejected}})
 
 
 @router.get(
@@ -137,16 +141,14 @@ async def quote_payload(
     user: CurrentUser,
     account_id: AccountId,
     msg_id: Annotated[str, Path(pattern=ID_PATTERN)],
-) -> schemas.QuotePayloadResponse:
+) -> JsonBytes:
     require_account(user, account_id)
     reply = await clients.timeline.GetQuotePayload(
         timeline_pb.GetQuotePayloadRequest(account_id=account_id, msg_id=msg_id),
         **clients.options,
     )
     payload = json_value(reply.quote_payload) if reply.HasField("quote_payload") else None
-    return schemas.QuotePayloadResponse(
-        data=schemas.QuotePayload(msg_id=msg_id, quote_payload=payload)
-    )
+    return ok({"data": {"msg_id": msg_id, "quote_payload": payload}})
 
 
 @router.get(
@@ -163,7 +165,7 @@ async def list_conversations(
         str | None, Query(description="Cursor, with before_id")
     ] = None,
     before_id: CursorId = None,
-) -> schemas.ConversationsPage:
+) -> JsonBytes:
     require_account(user, account_id)
     rpc = timeline_pb.ListConversationsRequest(
         account_id=account_id,
@@ -172,14 +174,16 @@ async def list_conversations(
         before_id=before_id,
     )
     reply = await clients.timeline.ListConversations(rpc, **clients.options)
-    return schemas.ConversationsPage(
-        data=[conversation_json(c) for c in reply.conversations],
-        pagination=schemas.ConversationPagination(
-            limit=limit,
-            has_more=reply.has_more,
-            next_before_last_message_at=optional_time(reply, "next_before_last_message_at"),
-            next_before_id=optional_value(reply, "next_before_id"),
-        ),
+    return ok(
+        {
+            "data": [conversation_json(c) for c in reply.conversations],
+            "pagination": {
+                "limit": limit,
+                "has_more": reply.has_more,
+                "next_before_last_message_at": optional_time(reply, "next_before_last_message_at"),
+                "next_before_id": optional_value(reply, "next_before_id"),
+            },
+        }
     )
 
 
@@ -193,18 +197,20 @@ async def count_unread(
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
-) -> schemas.UnreadResponse:
+) -> JsonBytes:
     require_account(user, account_id)
     reply = await clients.timeline.CountUnread(
         timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
         **clients.options,
     )
-    return schemas.UnreadResponse(
-        data=schemas.UnreadCount(
-            conversation_key=conversation_key,
-            unread=reply.unread,
-            last_read_at=optional_time(reply, "last_read_at"),
-        )
+    return ok(
+        {
+            "data": {
+                "conversation_key": conversation_key,
+                "unread": reply.unread,
+                "last_read_at": optional_time(reply, "last_read_at"),
+            }
+        }
     )
 
 
@@ -220,7 +226,7 @@ async def mark_read(
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
     body: Annotated[schemas.MarkReadBody | None, Body()] = None,
-) -> schemas.MarkReadResponse:
+) -> JsonBytes:
     require_account(user, account_id)
     # Only a conversation that exists gets a read marker; ask the read side first (404 otherwise).
     await clients.timeline.CountUnread(
@@ -234,8 +240,8 @@ async def mark_read(
         except BadValue as exc:
             raise ApiError.invalid([exc.violation]) from exc
     reply = await clients.ingest.MarkRead(rpc, **clients.options)
-    return schemas.MarkReadResponse(
-        data=schemas.MarkedRead(conversation_key=conversation_key, read_at=time_text(reply.read_at))
+    return ok(
+        {"data": {"conversation_key": conversation_key, "read_at": time_text(reply.read_at)}}, 202
     )
 
 
@@ -249,18 +255,20 @@ async def latest_incoming(
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
-) -> schemas.LatestIncomingResponse:
+) -> JsonBytes:
     require_account(user, account_id)
     reply = await clients.timeline.LatestIncoming(
         timeline_pb.LatestIncomingRequest(account_id=account_id, conversation_key=conversation_key),
         **clients.options,
     )
-    return schemas.LatestIncomingResponse(
-        data=schemas.LatestIncoming(
-            conversation_key=conversation_key,
-            msg_id=reply.msg_id if reply.found else None,
-            sent_at=time_text(reply.sent_at) if reply.found else None,
-        )
+    return ok(
+        {
+            "data": {
+                "conversation_key": conversation_key,
+                "msg_id": reply.msg_id if reply.found else None,
+                "sent_at": time_text(reply.sent_at) if reply.found else None,
+            }
+        }
     )
 
 
@@ -272,7 +280,7 @@ async def latest_incoming(
 )
 async def record_agent_sent(
     clients: Upstream, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
-) -> schemas.AcceptedResponse:
+) -> JsonBytes:
     require_account(user, account_id)
     # The agent is the caller: a body naming someone else would record a message as them.
     if body.agent_user_id is not None and body.agent_user_id != user.user_id:
@@ -291,4 +299,4 @@ async def record_agent_sent(
         except BadValue as exc:
             raise ApiError.invalid([exc.violation]) from exc
     await clients.ingest.RecordAgentSent(rpc, **clients.options)
-    return schemas.AcceptedResponse(data=schemas.Accepted(accepted=True))
+    return ok({"data": {"accepted": True}}, 202)
