@@ -6,14 +6,17 @@ import os
 import statistics
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tools import callers
+from tools.callers import tls_dir
 from tools.jwt_token import secret_file
 
+ROOT = Path(__file__).resolve().parents[1]
 BENCH_ACCOUNT = 900_001  # the timeline data set
 E2E_ACCOUNT = 900_002  # end-to-end ingest runs
 
@@ -44,14 +47,20 @@ class Stack:
     """Addresses and credentials of the running local stack (from deploy/local/stack.env)."""
 
     mysql_admin_url: str
+    # The timeline's SELECT-only user over TLS, exactly as the service connects (timeline.env).
     mysql_timeline_url: str
     mysql_bench_url: str
+    # The timeline's read role through PgBouncer, as the service connects (timeline.env); the
+    # service runs without a statement cache there (POSTGRES_STATEMENT_CACHE_SIZE=0).
     pg_timeline_url: str
+    # The same role straight to PostgreSQL (no PgBouncer): what the query costs without the pooler.
+    pg_timeline_direct_url: str
     pg_admin_url: str
     likes_addr: str
     redis_url: str
     ingest_addr: str
     timeline_addr: str
+    gateway_port: int
 
     @classmethod
     def from_env(cls) -> Stack:
@@ -61,9 +70,14 @@ class Stack:
             mysql_admin_url=f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@{mysql}/agora",
             mysql_timeline_url=(
                 f"mysql://agora_timeline:{e['MYSQL_TIMELINE_PASSWORD']}@{mysql}/agora"
+                f"?ssl_ca={tls_dir() / 'ca.pem'}"
             ),
             mysql_bench_url=f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@{mysql}/agora_bench",
             pg_timeline_url=(
+                f"postgresql://agora_timeline:{e['PG_TIMELINE_PASSWORD']}"
+                f"@127.0.0.1:{e['PGBOUNCER_PORT']}/agora"
+            ),
+            pg_timeline_direct_url=(
                 f"postgresql://agora_timeline:{e['PG_TIMELINE_PASSWORD']}"
                 f"@127.0.0.1:{e['PG_PORT']}/agora"
             ),
@@ -75,6 +89,7 @@ class Stack:
             redis_url=f"redis://:{e['REDIS_PASSWORD']}@127.0.0.1:{e['REDIS_PORT']}/0",
             ingest_addr=f"127.0.0.1:{e['INGEST_PORT']}",
             timeline_addr=f"127.0.0.1:{e['TIMELINE_PORT']}",
+            gateway_port=int(e["GATEWAY_PORT"]),
         )
 
 
@@ -117,8 +132,9 @@ class Latency:
 
 @dataclass(frozen=True)
 class Result:
-    """One line of the results table."""
+    """One measure: `id` is stable from run to run (bench/results/latest.json, comparisons)."""
 
+    id: str
     section: str
     name: str
     value: float

@@ -1,17 +1,21 @@
 """The timeline data set: BENCH_ACCOUNT with conversations of 500 messages (the live cap).
 
-Loaded set-based (INSERT … SELECT over a digits cross join) and only once: a later run with the
-same or a smaller row count reuses it.
+Loaded set-based (INSERT … SELECT over a digits cross join), and resized to what a run asks for:
+grown by loading more conversations, shrunk by deleting the newest ones, so every run measures
+the size its report names (a 5M-row scaling run does not leave the next default run at 5M).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+from bench import progress
 from bench.common import BENCH_ACCOUNT
 from services.runtime.mysql import MysqlDatabase
 
 PER_CONVERSATION = 500
+SECTION = "timeline"
 _DIGITS = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
 _SEQ_500 = (
     f"SELECT a.d + 10 * b.d + 100 * c.d AS n FROM ({_DIGITS}) a, ({_DIGITS}) b, ({_DIGITS}) c"
@@ -19,20 +23,22 @@ _SEQ_500 = (
 )
 
 
-async def ensure_timeline_rows(db: MysqlDatabase, rows: int, log: list[str]) -> int:
-    """Make sure BENCH_ACCOUNT has `rows` messages; returns the number of conversations."""
-    conversations = max(1, rows // PER_CONVERSATION)
-    await db.execute(
-        "INSERT IGNORE INTO zalo_accounts (id, display_name) VALUES (%s, 'bench')", (BENCH_ACCOUNT,)
-    )
-    have = await db.fetchone(
+async def _conversations(db: MysqlDatabase) -> int:
+    row = await db.fetchone(
         "SELECT COUNT(*) FROM zalo_conversations WHERE zalo_account_id = %s", (BENCH_ACCOUNT,)
     )
-    existing = int(have[0]) if have else 0
-    if existing >= conversations:
-        return conversations
-    started = time.perf_counter()
-    step = 200
+    return int(row[0]) if row else 0
+
+
+async def table_rows(db: MysqlDatabase) -> int:
+    """Every row of zalo_messages (the size the indexes have), not only the data set's."""
+    row = await db.fetchone("SELECT COUNT(*) FROM zalo_messages")
+    return int(row[0]) if row else 0
+
+
+async def _grow(db: MysqlDatabase, existing: int, conversations: int, step: int = 200) -> None:
+    rows = (conversations - existing) * PER_CONVERSATION
+    label = f"loading {rows:,} rows"
     for first in range(existing, conversations, step):
         last = min(first + step, conversations)
         async with db.transaction() as tx:
@@ -60,10 +66,56 @@ async def ensure_timeline_rows(db: MysqlDatabase, rows: int, log: list[str]) -> 
                 + ")",
                 (BENCH_ACCOUNT, *(f"bench-{k}" for k in range(first, last))),
             )
-        log.append(f"loaded conversations {first}..{last - 1}")
+        progress.percent(SECTION, label, last - existing, conversations - existing)
+
+
+async def _shrink(db: MysqlDatabase, conversations: int, step: int = 20) -> None:
+    """Delete the conversations past the first `conversations` (by id), messages first."""
+    ids = [
+        int(r[0])
+        for r in await db.fetchall(
+            "SELECT id FROM zalo_conversations WHERE zalo_account_id = %s ORDER BY id"
+            " LIMIT 100000000 OFFSET %s",
+            (BENCH_ACCOUNT, conversations),
+        )
+    ]
+    label = f"deleting {len(ids) * PER_CONVERSATION:,} rows"
+    for start in range(0, len(ids), step):
+        chunk = ids[start : start + step]
+        marks = ", ".join(["%s"] * len(chunk))
+        await db.execute(
+            f"DELETE FROM zalo_messages WHERE zalo_conversation_id IN ({marks})", chunk
+        )
+        await db.execute(f"DELETE FROM zalo_conversations WHERE id IN ({marks})", chunk)
+        progress.percent(SECTION, label, start + len(chunk), len(ids))
+    # Deleted rows are purged in the background; measuring during the purge would pay for it.
+    progress.say(SECTION, "waiting for InnoDB to purge the deleted rows")
+    for _ in range(1200):
+        row = await db.fetchone("SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'")
+        if row is None or int(row[1]) < 1000:
+            break
+        await asyncio.sleep(0.25)
+
+
+async def ensure_timeline_rows(db: MysqlDatabase, rows: int) -> int:
+    """Make BENCH_ACCOUNT hold `rows` messages (rounded to whole conversations of 500), loading
+    or deleting conversations as needed; returns the number of conversations."""
+    conversations = max(1, rows // PER_CONVERSATION)
+    await db.execute(
+        "INSERT IGNORE INTO zalo_accounts (id, display_name) VALUES (%s, 'bench')", (BENCH_ACCOUNT,)
+    )
+    existing = await _conversations(db)
+    if existing == conversations:
+        return conversations
+    started = time.perf_counter()
+    if existing < conversations:
+        await _grow(db, existing, conversations)
+    else:
+        await _shrink(db, conversations)
     await db.execute("ANALYZE TABLE zalo_messages")
-    log.append(
-        f"loaded {(conversations - existing) * PER_CONVERSATION} rows in "
-        f"{time.perf_counter() - started:.0f}s"
+    progress.say(
+        SECTION,
+        f"data set now {conversations * PER_CONVERSATION:,} rows"
+        f" (was {existing * PER_CONVERSATION:,}), took {time.perf_counter() - started:.0f}s",
     )
     return conversations

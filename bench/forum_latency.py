@@ -1,15 +1,16 @@
-"""Forum feed and comment page latency at the demo volume: bare SQL beside the gRPC call.
+"""Forum feed and comment page latency at the demo volume: the bare SQL, a gRPC echo of the same
+page, and the page through the service — interleaved, one sequential client.
 
-Sequential calls as one teacher per course over random courses (feed) and random commented posts
-(top-level comments); the bare query runs on the timeline's read-only role with the statement the
-service uses.
+Calls are made as one teacher per course over random courses (feed) and random commented posts
+(top-level comments); the bare query runs the statement the service uses on the timeline's
+read-only role, through PgBouncer without a statement cache as the service connects, and — for
+reference — straight to PostgreSQL with asyncpg's prepared-statement cache ("direct"); the echo
+answers a captured real response through the same client channel.
 """
 
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -17,29 +18,59 @@ from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc
 
 from bench.common import Latency, Stack, as_gateway
+from bench.echo import echo_servers
+from bench.measure import interleaved
 from services.timeline.forum_repository import COMMENTS_PAGE, FEED_FIRST
 
 PAGE = 20
+SECTION = "forum"
+TEACHER_BASE = 200_000  # the demo data's teacher of course c is user 200000 + c
+
+
+@dataclass(frozen=True)
+class PageLatency:
+    bare: Latency
+    bare_direct: Latency
+    echo: Latency
+    grpc: Latency
 
 
 @dataclass(frozen=True)
 class ForumRun:
-    bare_feed: Latency
-    grpc_feed: Latency
-    bare_comments: Latency
-    grpc_comments: Latency
-    comments: int
+    feed: PageLatency
+    comments: PageLatency
+    total_comments: int
+
+
+async def demo_courses(conn: asyncpg.Connection) -> list[int]:
+    """Courses of the demo data set with their teacher (user 200000 + course)."""
+    return [
+        int(r["course_id"])
+        for r in await conn.fetch(
+            "SELECT course_id FROM course_members WHERE role = 'teacher' AND user_id > $1",
+            TEACHER_BASE,
+        )
+    ]
+
+
+def feed_request(course: int) -> pb.ListPostsRequest:
+    return pb.ListPostsRequest(course_id=course, user_id=TEACHER_BASE + course, limit=PAGE)
+
+
+def comments_request(post: asyncpg.Record) -> pb.ListCommentsRequest:
+    return pb.ListCommentsRequest(
+        course_id=post["course_id"],
+        post_id=post["id"],
+        user_id=TEACHER_BASE + post["course_id"],
+        limit=PAGE,
+    )
 
 
 async def run_forum(stack: Stack, *, samples: int = 2000, warmup: int = 200) -> ForumRun:
-    conn = await asyncpg.connect(stack.pg_timeline_url)
+    conn = await asyncpg.connect(stack.pg_timeline_url, statement_cache_size=0)
+    direct = await asyncpg.connect(stack.pg_timeline_direct_url)
     try:
-        courses = [
-            r["course_id"]
-            for r in await conn.fetch(
-                "SELECT course_id FROM course_members WHERE role = 'teacher' AND user_id > 200000"
-            )
-        ]
+        courses = await demo_courses(conn)
         posts = await conn.fetch(
             "SELECT id, course_id FROM posts WHERE comment_count > $1 LIMIT 2000", PAGE
         )
@@ -49,41 +80,73 @@ async def run_forum(stack: Stack, *, samples: int = 2000, warmup: int = 200) -> 
         post_order = [rng.choice(posts) for _ in range(samples + warmup)]
         async with as_gateway(stack.timeline_addr) as channel:
             stub = forum_read_service_pb2_grpc.ForumReadServiceStub(channel)
-
-            async def measure(calls: list[Callable[[], Awaitable[object]]]) -> Latency:
-                latency = Latency()
-                for i, call in enumerate(calls):
-                    started = time.perf_counter()
-                    await call()
-                    if i >= warmup:
-                        latency.samples.append((time.perf_counter() - started) * 1000)
-                return latency
-
-            def bare_feed(c: int) -> Callable[[], Awaitable[object]]:
-                return lambda: conn.fetch(FEED_FIRST, c, PAGE + 1)
-
-            def grpc_feed(c: int) -> Callable[[], Awaitable[object]]:
-                request = pb.ListPostsRequest(course_id=c, user_id=200000 + c, limit=PAGE)
-                return lambda: stub.ListPosts(request, timeout=5)
-
-            def bare_comments(p: asyncpg.Record) -> Callable[[], Awaitable[object]]:
-                return lambda: conn.fetch(COMMENTS_PAGE, p["id"], 0, PAGE + 1)
-
-            def grpc_comments(p: asyncpg.Record) -> Callable[[], Awaitable[object]]:
-                request = pb.ListCommentsRequest(
-                    course_id=p["course_id"],
-                    post_id=p["id"],
-                    user_id=200000 + p["course_id"],
-                    limit=PAGE,
+            feed_page = await stub.ListPosts(feed_request(feed_order[0]), timeout=5)
+            comments_page = await stub.ListComments(comments_request(post_order[0]), timeout=5)
+            pages = {
+                "feed": feed_page.SerializeToString(),
+                "comments": comments_page.SerializeToString(),
+            }
+            async with (
+                echo_servers(grpc_pages=pages, identity="timeline") as echo,
+                as_gateway(echo.grpc["feed"]) as echo_feed_channel,
+                as_gateway(echo.grpc["comments"]) as echo_comments_channel,
+            ):
+                echo_feed = forum_read_service_pb2_grpc.ForumReadServiceStub(echo_feed_channel)
+                echo_comments = forum_read_service_pb2_grpc.ForumReadServiceStub(
+                    echo_comments_channel
                 )
-                return lambda: stub.ListComments(request, timeout=5)
 
-            return ForumRun(
-                bare_feed=await measure([bare_feed(c) for c in feed_order]),
-                grpc_feed=await measure([grpc_feed(c) for c in feed_order]),
-                bare_comments=await measure([bare_comments(p) for p in post_order]),
-                grpc_comments=await measure([grpc_comments(p) for p in post_order]),
-                comments=total,
-            )
+                async def bare_feed(i: int) -> None:
+                    await conn.fetch(FEED_FIRST, feed_order[i], PAGE + 1)
+
+                async def direct_feed(i: int) -> None:
+                    await direct.fetch(FEED_FIRST, feed_order[i], PAGE + 1)
+
+                async def echo_feed_call(i: int) -> None:
+                    await echo_feed.ListPosts(feed_request(feed_order[i]), timeout=5)
+
+                async def grpc_feed(i: int) -> None:
+                    await stub.ListPosts(feed_request(feed_order[i]), timeout=5)
+
+                async def bare_comments(i: int) -> None:
+                    await conn.fetch(COMMENTS_PAGE, post_order[i]["id"], 0, PAGE + 1)
+
+                async def direct_comments(i: int) -> None:
+                    await direct.fetch(COMMENTS_PAGE, post_order[i]["id"], 0, PAGE + 1)
+
+                async def echo_comments_call(i: int) -> None:
+                    await echo_comments.ListComments(comments_request(post_order[i]), timeout=5)
+
+                async def grpc_comments(i: int) -> None:
+                    await stub.ListComments(comments_request(post_order[i]), timeout=5)
+
+                feed = await interleaved(
+                    {
+                        "bare": bare_feed,
+                        "bare_direct": direct_feed,
+                        "echo": echo_feed_call,
+                        "grpc": grpc_feed,
+                    },
+                    samples=samples,
+                    warmup=warmup,
+                    section=SECTION,
+                    label="feed page: bare / echo / gRPC",
+                )
+                comments = await interleaved(
+                    {
+                        "bare": bare_comments,
+                        "bare_direct": direct_comments,
+                        "echo": echo_comments_call,
+                        "grpc": grpc_comments,
+                    },
+                    samples=samples,
+                    warmup=warmup,
+                    section=SECTION,
+                    label="comments page: bare / echo / gRPC",
+                )
+        return ForumRun(
+            feed=PageLatency(**feed), comments=PageLatency(**comments), total_comments=total
+        )
     finally:
         await conn.close()
+        await direct.close()

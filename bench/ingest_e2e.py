@@ -16,6 +16,7 @@ import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
+from bench import progress
 from bench.common import E2E_ACCOUNT, Stack, as_listener
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams, MessageStreamSettings
@@ -88,6 +89,7 @@ async def run_ingest(
     concurrency: int = 8,
     shards: int = 8,
     conversations: int = 1000,
+    section: str = "ingest",
 ) -> IngestRun:
     admin = await MysqlDatabase.connect(stack.mysql_admin_url)
     client = redis.Redis.from_url(stack.redis_url)
@@ -105,6 +107,7 @@ async def run_ingest(
             queue: asyncio.Queue[pb.IngestMessagesRequest] = asyncio.Queue()
             for payload in payloads:
                 queue.put_nowait(payload)
+            label = f"sending {messages:,} messages"
 
             async def sender() -> None:
                 while not queue.empty():
@@ -114,15 +117,23 @@ async def run_ingest(
                             await stub.IngestMessages(request, timeout=30)
                             break
                         except grpc.aio.AioRpcError as exc:
-                            # Backlog full: keep the batch and retry, as a forwarder does.
-                            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                            # Backlog full, or a datastore unavailable: keep the batch and retry,
+                            # as a forwarder does (ingest deduplicates by msg_id).
+                            if exc.code() not in (
+                                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                grpc.StatusCode.UNAVAILABLE,
+                            ):
                                 raise
                             await asyncio.sleep(0.05)
+                    progress.percent(section, label, len(payloads) - queue.qsize(), len(payloads))
 
             started = time.perf_counter()
             await asyncio.gather(*(sender() for _ in range(concurrency)))
             acknowledged = time.perf_counter() - started
-            while int(await client.get(streams.backlog_key) or 0) > 0:  # noqa: ASYNC110 (polls Redis)
+            while (backlog := int(await client.get(streams.backlog_key) or 0)) > 0:
+                progress.percent(
+                    section, "flusher draining the backlog", messages - backlog, messages
+                )
                 await asyncio.sleep(0.01)
             committed = time.perf_counter() - started
         row = await admin.fetchone(

@@ -2,28 +2,48 @@
 
 - sync: a likes service process in LIKES_MODE=sync (one INSERT … ON CONFLICT … RETURNING + counter
   UPDATE per like, every like waiting on the post's row lock);
-- buffered: the stack's likes service (Redis SET + Lua + stream) and the stack's flusher;
-- flusher apply: like events appended straight to the streams while the flusher is stopped, then
-  the time a fresh flusher takes to apply them all.
+- buffered: the stack's likes service (Redis SET + Lua + stream) and the stack's flusher.
 
-Both runs use distinct users of a course of 20,000 students, 64 concurrent callers, and end with
-the counter checked against COUNT(*).
+Each mode is measured (a) closed loop, saturated: 64 callers, each liking again as soon as its
+like returns; (b) open loop: likes due at a fixed rate (70% of sync's saturated rate, the same
+for both modes) for 30 s, latency from each like's due time, so queueing is not hidden. Then
+PostgreSQL round trips per buffered like, counted by a proxy in front of PgBouncer for a likes
+process of the bench's own (bench/pg_proxy.py: pg_stat_database would count everyone's
+transactions), and the rate a fresh flusher applies a backlog at (the stack's flusher stopped,
+events appended straight to the streams). Every post ends with its counter checked against
+COUNT(*).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import asyncpg
+import grpc
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
 
-from bench.common import Latency, Stack, as_gateway, histogram_buckets, metric_total, scrape
-from bench.prune import ROOT, _supervisorctl
+from bench import progress
+from bench.common import (
+    ROOT,
+    Latency,
+    Stack,
+    as_gateway,
+    histogram_buckets,
+    metric_total,
+    scrape,
+)
+from bench.measure import OpenLoopRun, closed_loop_count, open_loop
+from bench.pg_proxy import counting_proxy
+from bench.prune import supervisorctl
 from services.streams import entries
 from services.streams.likes import LikeChanged, LikeStreams, LikeStreamSettings
 from tools.ports import free_port
@@ -32,10 +52,11 @@ from tools.wait_healthy import wait
 LAG = "agora_like_flush_lag_seconds"
 HOT_COURSE = 900
 STUDENTS = range(300_001, 320_001)
+SECTION = "likes"
 
 
 @dataclass(frozen=True)
-class LikeRun:
+class ClosedRun:
     mode: str
     likes: int
     per_second: float
@@ -43,12 +64,55 @@ class LikeRun:
     pg_transactions: int
     write_transactions: int
     counter_exact: bool
+    retries: int = 0
+    errors: int = 0
     flush_lag_p50: float | None = None
     flush_lag_p99: float | None = None
 
 
-async def _prepare(admin: asyncpg.Connection) -> list[int]:
-    """The hot course, its students and three fresh posts (sync, buffered, apply)."""
+@dataclass(frozen=True)
+class OpenRun:
+    mode: str
+    run: OpenLoopRun
+    errors: int
+    retries: int
+    counter_exact: bool
+
+
+@dataclass(frozen=True)
+class RoundTrips:
+    """Round trips the likes process made to PostgreSQL, over likes it applied."""
+
+    likes: int
+    round_trips: int
+    cold_likes: int
+    cold_round_trips: int
+    retries: int
+    errors: int
+
+    @property
+    def per_like(self) -> float:
+        return self.round_trips / self.likes if self.likes else float("nan")
+
+    @property
+    def cold_per_like(self) -> float:
+        return self.cold_round_trips / self.cold_likes if self.cold_likes else float("nan")
+
+
+@dataclass(frozen=True)
+class LikesRun:
+    sync: ClosedRun
+    buffered: ClosedRun
+    open_rate: float
+    open_seconds: float
+    sync_open: OpenRun
+    buffered_open: OpenRun
+    round_trips: RoundTrips
+    apply_per_s: float
+
+
+async def enrol(admin: asyncpg.Connection) -> None:
+    """The hot course and its students."""
     await admin.execute(
         "INSERT INTO courses (id, title) VALUES ($1, 'Khoá học đại trà') ON CONFLICT DO NOTHING",
         HOT_COURSE,
@@ -60,13 +124,17 @@ async def _prepare(admin: asyncpg.Connection) -> list[int]:
         STUDENTS.start,
         STUDENTS.stop - 1,
     )
+
+
+async def new_posts(admin: asyncpg.Connection, count: int) -> list[int]:
     rows = await admin.fetch(
         "INSERT INTO posts (course_id, user_id, title, body)"
-        " SELECT $1, 1, 'Thông báo của giảng viên', 'Bài hot' FROM generate_series(1, 3)"
+        " SELECT $1, 1, 'Thông báo của giảng viên', 'Bài hot' FROM generate_series(1, $2)"
         " RETURNING id",
         HOT_COURSE,
+        count,
     )
-    return [r[0] for r in rows]
+    return [int(r[0]) for r in rows]
 
 
 async def _xact_commits(admin: asyncpg.Connection) -> int:
@@ -95,34 +163,6 @@ def _quantile(
     return lower_bound
 
 
-async def _hammer(
-    addr: str, post_id: int, users: list[int], concurrency: int
-) -> tuple[float, Latency]:
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for user in users:
-        queue.put_nowait(user)
-    latency = Latency()
-    async with as_gateway(addr) as channel:
-        stub = like_service_pb2_grpc.LikeServiceStub(channel)
-        target = pb.Target(kind=pb.TARGET_KIND_POST, id=post_id)
-
-        async def caller() -> None:
-            while not queue.empty():
-                user = queue.get_nowait()
-                started = time.perf_counter()
-                reply = await stub.SetLike(
-                    pb.SetLikeRequest(user_id=user, course_id=HOT_COURSE, target=target, like=True),
-                    timeout=30,
-                )
-                latency.samples.append((time.perf_counter() - started) * 1000)
-                if not reply.changed:
-                    raise SystemExit(f"like by {user} did not change anything")
-
-        started = time.perf_counter()
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
-        return len(users) / (time.perf_counter() - started), latency
-
-
 async def _exact(admin: asyncpg.Connection, post_id: int, expected: int) -> bool:
     row = await admin.fetchrow(
         "SELECT like_count, (SELECT count(*) FROM post_likes WHERE post_id = $1) AS n"
@@ -132,59 +172,173 @@ async def _exact(admin: asyncpg.Connection, post_id: int, expected: int) -> bool
     return row is not None and row["like_count"] == row["n"] == expected
 
 
-async def run_sync(
-    stack: Stack, admin: asyncpg.Connection, post_id: int, users: list[int], concurrency: int
-) -> LikeRun:
+async def _all_exact(
+    admin: asyncpg.Connection, expected: dict[int, int], *, within: float = 0.0
+) -> bool:
+    """Every post's counter equals its COUNT(*) and the likes sent, waiting up to `within` s."""
+    deadline = time.perf_counter() + within
+    while True:
+        checks = [await _exact(admin, post, n) for post, n in expected.items()]
+        if all(checks) or time.perf_counter() >= deadline:
+            return all(checks)
+        await asyncio.sleep(0.05)
+
+
+class Liker:
+    """SetLike as the gateway calls it; like number i is by users[i % n] on posts[i // n].
+
+    A like refused with UNAVAILABLE (nothing was done: a datastore connection dropped, a pool
+    exhausted) is retried twice, as the gateway's channel retries it (`retries`); one that still
+    fails is counted in `errors` and left out of `applied`, the likes each post should have."""
+
+    def __init__(self, channel: grpc.aio.Channel, posts: list[int], users: list[int]) -> None:
+        self._stub = like_service_pb2_grpc.LikeServiceStub(channel)
+        self._posts = posts
+        self._users = users
+        self.errors = 0
+        self.retries = 0
+        self.applied: dict[int, int] = dict.fromkeys(posts, 0)
+
+    async def like(self, i: int) -> None:
+        user = self._users[i % len(self._users)]
+        post = self._posts[i // len(self._users)]
+        target = pb.Target(kind=pb.TARGET_KIND_POST, id=post)
+        request = pb.SetLikeRequest(user_id=user, course_id=HOT_COURSE, target=target, like=True)
+        for attempt in range(3):
+            try:
+                reply = await self._stub.SetLike(request, timeout=30)
+                break
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == 2:
+                    self.errors += 1
+                    return
+                self.retries += 1
+                await asyncio.sleep(0.05)
+        if not reply.changed and attempt == 0:
+            raise SystemExit(f"like by {user} did not change anything")
+        self.applied[post] += 1
+
+
+def _pg_url(role: str, password_var: str, port: int) -> str:
+    return f"postgresql://{role}:{os.environ[password_var]}@127.0.0.1:{port}/agora"
+
+
+@asynccontextmanager
+async def likes_process(env: dict[str, str]) -> AsyncIterator[str]:
+    """A likes service process started by the bench (deploy/local/run-service.sh, the stack's
+    settings for likes overridden by `env`, its own ports); yields its address."""
     port, health_port = free_port(), free_port()
     env = {
         **os.environ,
-        "LIKES_MODE": "sync",
         "GRPC_PORT": str(port),
         "GRPC_HEALTH_PORT": str(health_port),
-        "POSTGRES_WRITE_URL": (
-            f"postgresql://agora_likes_writer:{os.environ['PG_LIKES_WRITER_PASSWORD']}"
-            f"@127.0.0.1:{os.environ['PG_PORT']}/agora"
-        ),
-        # As many connections as callers, so the row lock, not the pool, is what they wait on.
-        "POSTGRES_POOL_SIZE": str(concurrency),
         # The stack's likes service holds the configured metrics port.
         "METRICS_PORT": str(free_port()),
+        **env,
     }
-    proc = await asyncio.create_subprocess_exec(
-        str(ROOT / "deploy/local/run-service.sh"),
-        "likes",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+    with tempfile.TemporaryFile() as log:
+        proc = await asyncio.create_subprocess_exec(
+            str(ROOT / "deploy/local/run-service.sh"),
+            "likes",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=log,
+        )
+        try:
+            if await wait([f"grpc:127.0.0.1:{health_port}"], 30):
+                log.seek(0)
+                tail = log.read().decode(errors="replace")[-1500:]
+                raise SystemExit(f"the bench's likes service did not start:\n{tail}")
+            yield f"127.0.0.1:{port}"
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 30)
+
+
+def sync_service(concurrency: int) -> contextlib.AbstractAsyncContextManager[str]:
+    """LIKES_MODE=sync, writing straight to PostgreSQL."""
+    return likes_process(
+        {
+            "LIKES_MODE": "sync",
+            "POSTGRES_WRITE_URL": _pg_url(
+                "agora_likes_writer", "PG_LIKES_WRITER_PASSWORD", int(os.environ["PG_PORT"])
+            ),
+            # As many connections as callers, so the row lock, not the pool, is what they wait on.
+            "POSTGRES_POOL_SIZE": str(concurrency),
+        }
     )
-    try:
-        if await wait([f"grpc:127.0.0.1:{health_port}"], 30):
-            raise SystemExit("sync likes service did not start")
-        xact = await _xact_commits(admin)
-        rate, latency = await _hammer(f"127.0.0.1:{port}", post_id, users, concurrency)
-        transactions = await _xact_commits(admin) - xact
-    finally:
-        proc.terminate()
-        await asyncio.wait_for(proc.wait(), 30)
-    return LikeRun(
-        "sync",
-        len(users),
-        rate,
-        latency,
-        transactions,
-        len(users),
-        await _exact(admin, post_id, len(users)),
-    )
+
+
+async def _open(
+    mode: str,
+    addr: str,
+    admin: asyncpg.Connection,
+    users: list[int],
+    rate: float,
+    seconds: float,
+) -> OpenRun:
+    count = max(1, round(rate * seconds))
+    posts = await new_posts(admin, -(-count // len(users)))
+    async with as_gateway(addr) as channel:
+        liker = Liker(channel, posts, users)
+        run = await open_loop(
+            liker.like,
+            rate=rate,
+            count=count,
+            section=SECTION,
+            label=f"{mode}: open loop at {rate:,.0f} likes/s",
+        )
+    exact = await _all_exact(admin, liker.applied, within=120.0)
+    return OpenRun(mode, run, liker.errors, liker.retries, exact)
+
+
+async def run_sync(
+    admin: asyncpg.Connection,
+    users: list[int],
+    concurrency: int,
+    open_fraction: float,
+    open_seconds: float,
+) -> tuple[ClosedRun, float, OpenRun]:
+    """Closed loop, then open loop at `open_fraction` of the closed-loop rate."""
+    [post] = await new_posts(admin, 1)
+    async with sync_service(concurrency) as addr:
+        with progress.section(SECTION, f"sync: closed loop, {len(users):,} likes"):
+            xact = await _xact_commits(admin)
+            async with as_gateway(addr) as channel:
+                liker = Liker(channel, [post], users)
+                load = await closed_loop_count(
+                    liker.like, concurrency=concurrency, count=len(users)
+                )
+            transactions = await _xact_commits(admin) - xact
+        closed = ClosedRun(
+            "sync",
+            len(users),
+            load.per_second,
+            load.latency,
+            transactions,
+            len(users),
+            await _exact(admin, post, liker.applied[post]),
+            retries=liker.retries,
+            errors=liker.errors,
+        )
+        rate = open_fraction * closed.per_second
+        with progress.section(SECTION, f"sync: open loop {open_seconds:.0f}s"):
+            opened = await _open("sync", addr, admin, users, rate, open_seconds)
+    return closed, rate, opened
 
 
 async def run_buffered(
-    stack: Stack, admin: asyncpg.Connection, post_id: int, users: list[int], concurrency: int
-) -> LikeRun:
+    stack: Stack, admin: asyncpg.Connection, users: list[int], concurrency: int
+) -> ClosedRun:
+    [post] = await new_posts(admin, 1)
     before = scrape(int(os.environ["FLUSHER_METRICS_PORT"]))
     xact = await _xact_commits(admin)
-    rate, latency = await _hammer(stack.likes_addr, post_id, users, concurrency)
-    while not await _exact(admin, post_id, len(users)):  # noqa: ASYNC110 (polls PostgreSQL)
-        await asyncio.sleep(0.05)
+    async with as_gateway(stack.likes_addr) as channel:
+        liker = Liker(channel, [post], users)
+        load = await closed_loop_count(liker.like, concurrency=concurrency, count=len(users))
+    if not await _all_exact(admin, liker.applied, within=120.0):
+        raise SystemExit("buffered likes were not all applied within 120 s")
     after = scrape(int(os.environ["FLUSHER_METRICS_PORT"]))
     transactions = await _xact_commits(admin) - xact
     batches = int(
@@ -192,66 +346,145 @@ async def run_buffered(
         - metric_total(before, "agora_flush_batches_total")
     )
     lag = (histogram_buckets(before, LAG), histogram_buckets(after, LAG))
-    return LikeRun(
+    return ClosedRun(
         "buffered",
         len(users),
-        rate,
-        latency,
+        load.per_second,
+        load.latency,
         transactions,
         batches,
         True,
+        retries=liker.retries,
+        errors=liker.errors,
         flush_lag_p50=_quantile(*lag, 0.50),
         flush_lag_p99=_quantile(*lag, 0.99),
     )
 
 
+async def run_round_trips(
+    post_warm: int, post_measured: int, users: list[int], concurrency: int
+) -> RoundTrips:
+    """PostgreSQL round trips per buffered like, counted by a proxy (bench/pg_proxy.py) in front
+    of PgBouncer for a buffered likes process of the bench's own (the stack's settings). The same
+    users like one post (caches cold: the process is new), then another (warm: the steady
+    state)."""
+    async with counting_proxy("127.0.0.1", int(os.environ["PGBOUNCER_PORT"])) as proxy:
+        url = _pg_url("agora_likes", "PG_LIKES_PASSWORD", proxy.port)
+        async with (
+            likes_process({"LIKES_MODE": "buffered", "POSTGRES_URL": url}) as addr,
+            as_gateway(addr) as channel,
+        ):
+            # Start-up and readiness checks are not likes.
+            at_start = proxy.round_trips
+            cold = Liker(channel, [post_warm], users)
+            await closed_loop_count(cold.like, concurrency=concurrency, count=len(users))
+            after_cold = proxy.round_trips
+            warm = Liker(channel, [post_measured], users)
+            await closed_loop_count(warm.like, concurrency=concurrency, count=len(users))
+            after_warm = proxy.round_trips
+    return RoundTrips(
+        likes=warm.applied[post_measured],
+        round_trips=after_warm - after_cold,
+        cold_likes=cold.applied[post_warm],
+        cold_round_trips=after_cold - at_start,
+        retries=cold.retries + warm.retries,
+        errors=cold.errors + warm.errors,
+    )
+
+
 async def run_apply(
-    stack: Stack, admin: asyncpg.Connection, post_id: int, users: list[int]
+    stack: Stack, admin: asyncpg.Connection, users: list[int], wait_for: dict[int, int]
 ) -> float:
-    """Likes per second a fresh flusher applies from a full backlog."""
-    # The same variables and defaults the services read.
+    """Likes per second a fresh flusher applies a backlog at: with the stack's flusher stopped
+    (once `wait_for` posts are flushed), events appended straight to the streams."""
+    if not await _all_exact(admin, wait_for, within=120.0):
+        raise SystemExit("earlier buffered likes were not all applied within 120 s")
+    [post] = await new_posts(admin, 1)
     streams = LikeStreams.from_settings(LikeStreamSettings())
     client = redis.Redis.from_url(stack.redis_url)
-    await _supervisorctl("stop", "services:flusher")
+    await supervisorctl("stop", "services:flusher")
     try:
         async with client.pipeline(transaction=False) as pipe:
-            target = pb.Target(kind=pb.TARGET_KIND_POST, id=post_id)
+            target = pb.Target(kind=pb.TARGET_KIND_POST, id=post)
             for user in users:
                 event = LikeChanged(user_id=user, course_id=HOT_COURSE, target=target, liked=True)
                 pipe.xadd(streams.stream_of(user), entries.as_mapping(event))
             await pipe.execute()
+        total = len(users)
         # supervisorctl returns only after startsecs; poll from the moment the process starts.
-        starting = asyncio.create_task(_supervisorctl("start", "services:flusher"))
+        starting = asyncio.create_task(supervisorctl("start", "services:flusher"))
         # Measure from the first applied batch, not from process start-up.
         first: tuple[float, int] | None = None
+        deadline = time.perf_counter() + 300
         while True:
-            count = int(await admin.fetchval("SELECT like_count FROM posts WHERE id = $1", post_id))
+            count = int(await admin.fetchval("SELECT like_count FROM posts WHERE id = $1", post))
             now = time.perf_counter()
+            if now > deadline:
+                raise SystemExit(f"the flusher applied {count:,} of {total:,} likes in 300 s")
             if first is None and count > 0:
                 first = (now, count)
-            if count >= len(users):
+            if count >= total:
                 break
             await asyncio.sleep(0.005)
         await starting
-        if first is None or not await _exact(admin, post_id, len(users)):
+        if first is None or not await _exact(admin, post, total):
             raise SystemExit("apply run did not end with an exact counter")
         elapsed = now - first[0]
-        return (len(users) - first[1]) / elapsed if elapsed > 0 else float("inf")
+        return (total - first[1]) / elapsed if elapsed > 0 else float("inf")
     finally:
-        await _supervisorctl("start", "services:flusher")
+        await supervisorctl("start", "services:flusher")
         await client.aclose()
 
 
 async def run_likes(
-    stack: Stack, *, likes: int = 6000, concurrency: int = 64, apply_likes: int = 20_000
-) -> tuple[LikeRun, LikeRun, float]:
+    stack: Stack,
+    *,
+    likes: int = 6000,
+    concurrency: int = 64,
+    open_fraction: float = 0.7,
+    open_seconds: float = 30.0,
+    round_trip_likes: int = 2000,
+    apply_likes: int = 20_000,
+) -> LikesRun:
     admin = await asyncpg.connect(stack.pg_admin_url)
     try:
-        sync_post, buffered_post, apply_post = await _prepare(admin)
+        await enrol(admin)
         users = list(STUDENTS)
-        sync = await run_sync(stack, admin, sync_post, users[:likes], concurrency)
-        buffered = await run_buffered(stack, admin, buffered_post, users[:likes], concurrency)
-        apply = await run_apply(stack, admin, apply_post, users[:apply_likes])
-        return sync, buffered, apply
+        sync, rate, sync_open = await run_sync(
+            admin, users[:likes], concurrency, open_fraction, open_seconds
+        )
+        with progress.section(SECTION, f"buffered: closed loop, {likes:,} likes"):
+            buffered = await run_buffered(stack, admin, users[:likes], concurrency)
+        with progress.section(SECTION, f"buffered: open loop {open_seconds:.0f}s"):
+            buffered_open = await _open(
+                "buffered", stack.likes_addr, admin, users, rate, open_seconds
+            )
+        with progress.section(SECTION, "PostgreSQL round trips per buffered like"):
+            post_cold, post_warm = await new_posts(admin, 2)
+            trips = await run_round_trips(
+                post_cold, post_warm, users[:round_trip_likes], concurrency
+            )
+            progress.say(
+                SECTION,
+                f"{trips.per_like:.3f} round trips per like (warm),"
+                f" {trips.cold_per_like:.3f} (cold)",
+            )
+        with progress.section(SECTION, "flusher apply from a backlog"):
+            apply = await run_apply(
+                stack,
+                admin,
+                users[:apply_likes],
+                {post_cold: trips.cold_likes, post_warm: trips.likes},
+            )
+        return LikesRun(
+            sync=sync,
+            buffered=buffered,
+            open_rate=rate,
+            open_seconds=open_seconds,
+            sync_open=sync_open,
+            buffered_open=buffered_open,
+            round_trips=trips,
+            apply_per_s=apply,
+        )
     finally:
         await admin.close()

@@ -12,13 +12,12 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from bench.common import Stack, metric_total, scrape
+from bench import progress
+from bench.common import ROOT, Stack, metric_total, scrape
 from bench.ingest_e2e import run_ingest
 from tools.wait_healthy import wait
 
-ROOT = Path(__file__).resolve().parents[1]
 SUPERVISORCTL = [str(ROOT / ".venv/bin/supervisorctl"), "-c", str(ROOT / "var/supervisord.conf")]
 # Shorter than the service default (5 s) so pruning overlaps the few seconds of ingest measured.
 DEBOUNCE_MS = 1000
@@ -38,7 +37,7 @@ def _metric(port: int, name: str) -> float:
     return metric_total(scrape(port), name)
 
 
-async def _supervisorctl(*args: str) -> None:
+async def supervisorctl(*args: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         *SUPERVISORCTL, *args, stdout=asyncio.subprocess.DEVNULL
     )
@@ -67,7 +66,9 @@ async def _round(stack: Stack, prune: bool, messages: int, conversations: int) -
         pruned = "agora_prune_rows_total"
         before = _metric(port, pruned)
         started = time.perf_counter()
-        run = await run_ingest(stack, messages=messages, conversations=conversations)
+        run = await run_ingest(
+            stack, messages=messages, conversations=conversations, section="prune"
+        )
         ingest_seconds = time.perf_counter() - started
         during = _metric(port, pruned) - before
         while prune and _metric(port, "agora_prune_backlog") > 0:  # noqa: ASYNC110
@@ -90,12 +91,18 @@ async def run_prune(
     stack: Stack, *, messages: int = 200_000, conversations: int = 50, rounds: int = 3
 ) -> list[PruneRun]:
     """Alternate prune off / on `rounds` times; the stack's flusher is restored afterwards."""
-    await _supervisorctl("stop", "services:flusher")
+    await supervisorctl("stop", "services:flusher")
     try:
         runs = []
-        for _ in range(rounds):
+        for n in range(rounds):
             for prune in (False, True):
-                runs.append(await _round(stack, prune, messages, conversations))
+                run = await _round(stack, prune, messages, conversations)
+                progress.say(
+                    "prune",
+                    f"round {n + 1}/{rounds}, prune {'on' if prune else 'off'}:"
+                    f" {run.committed_per_s:,.0f} msg/s",
+                )
+                runs.append(run)
         return runs
     finally:
-        await _supervisorctl("start", "services:flusher")
+        await supervisorctl("start", "services:flusher")

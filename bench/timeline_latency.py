@@ -1,13 +1,16 @@
-"""Timeline first-page and next-page latency: the bare SQL beside the same page through gRPC.
+"""Timeline first-page and next-page latency: the bare SQL, a gRPC echo of the same page, and the
+page through the timeline service — interleaved, one sequential client.
 
-One client, sequential calls over random conversations of the data set; the bare query runs on
-the timeline's own SELECT-only user with the same statement the service uses.
+The bare query runs on the timeline's own SELECT-only user with the statement the service uses;
+the echo answers a captured real ListMessages response (bench/echo.py) through the same client
+channel. `timeline_load` drives the service with many callers at once (the scaling runs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
-import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,11 +18,14 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc
 
 from bench.common import BENCH_ACCOUNT, Latency, Stack, as_gateway
+from bench.echo import echo_servers
+from bench.measure import LoadRun, closed_loop, interleaved
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import to_timestamp
 from services.timeline.repository import FIRST_PAGE, NEXT_PAGE
 
 PAGE = 50
+SECTION = "timeline"
 
 
 @dataclass(frozen=True)
@@ -30,11 +36,17 @@ class Target:
 
 
 @dataclass(frozen=True)
+class PageLatency:
+    bare: Latency
+    echo: Latency
+    grpc: Latency
+
+
+@dataclass(frozen=True)
 class TimelineRun:
-    bare_first: Latency
-    grpc_first: Latency
-    bare_next: Latency
-    grpc_next: Latency
+    first: PageLatency
+    next: PageLatency
+    page_bytes: int  # serialized size of the echoed first page
 
 
 async def targets(db: MysqlDatabase, count: int, seed: int = 7) -> list[Target]:
@@ -55,51 +67,109 @@ async def targets(db: MysqlDatabase, count: int, seed: int = 7) -> list[Target]:
     return found
 
 
-async def run_timeline(stack: Stack, *, samples: int = 2000, warmup: int = 200) -> TimelineRun:
+def first_request(t: Target) -> pb.ListMessagesRequest:
+    return pb.ListMessagesRequest(
+        account_id=BENCH_ACCOUNT, conversation_key=t.thread_id, limit=PAGE
+    )
+
+
+def next_request(t: Target) -> pb.ListMessagesRequest:
+    request = pb.ListMessagesRequest(
+        account_id=BENCH_ACCOUNT, conversation_key=t.thread_id, limit=PAGE, before_id=t.cursor[1]
+    )
+    request.before_sent_at.CopyFrom(to_timestamp(t.cursor[0]))
+    return request
+
+
+@contextlib.asynccontextmanager
+async def _timeline_db(stack: Stack) -> AsyncIterator[MysqlDatabase]:
     db = await MysqlDatabase.connect(stack.mysql_timeline_url, minsize=1, maxsize=1)
     try:
+        yield db
+    finally:
+        await db.close()
+
+
+async def run_timeline(stack: Stack, *, samples: int = 2000, warmup: int = 200) -> TimelineRun:
+    async with _timeline_db(stack) as db:
         chosen = await targets(db, 400)
         rng = random.Random(11)
         order = [rng.choice(chosen) for _ in range(samples + warmup)]
         async with as_gateway(stack.timeline_addr) as channel:
             stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
+            # The pages the echo answers: real responses of this data set, captured now.
+            first_page = await stub.ListMessages(first_request(chosen[0]), timeout=5)
+            next_page = await stub.ListMessages(next_request(chosen[0]), timeout=5)
+            pages = {
+                "first": first_page.SerializeToString(),
+                "next": next_page.SerializeToString(),
+            }
+            async with (
+                echo_servers(grpc_pages=pages, identity="timeline") as echo,
+                as_gateway(echo.grpc["first"]) as echo_first_channel,
+                as_gateway(echo.grpc["next"]) as echo_next_channel,
+            ):
+                echo_first = timeline_service_pb2_grpc.TimelineServiceStub(echo_first_channel)
+                echo_next = timeline_service_pb2_grpc.TimelineServiceStub(echo_next_channel)
 
-            async def bare_first(t: Target) -> None:
-                await db.fetchall(FIRST_PAGE, (t.conversation_id, PAGE + 1))
+                async def bare_first(i: int) -> None:
+                    await db.fetchall(FIRST_PAGE, (order[i].conversation_id, PAGE + 1))
 
-            async def bare_next(t: Target) -> None:
-                sent_at, msg_id = t.cursor
-                await db.fetchall(
-                    NEXT_PAGE, (t.conversation_id, sent_at, sent_at, msg_id, PAGE + 1)
+                async def bare_next(i: int) -> None:
+                    t = order[i]
+                    sent_at, msg_id = t.cursor
+                    await db.fetchall(
+                        NEXT_PAGE, (t.conversation_id, sent_at, sent_at, msg_id, PAGE + 1)
+                    )
+
+                async def echo_first_call(i: int) -> None:
+                    await echo_first.ListMessages(first_request(order[i]), timeout=5)
+
+                async def echo_next_call(i: int) -> None:
+                    await echo_next.ListMessages(next_request(order[i]), timeout=5)
+
+                async def grpc_first(i: int) -> None:
+                    await stub.ListMessages(first_request(order[i]), timeout=5)
+
+                async def grpc_next(i: int) -> None:
+                    await stub.ListMessages(next_request(order[i]), timeout=5)
+
+                first = await interleaved(
+                    {"bare": bare_first, "echo": echo_first_call, "grpc": grpc_first},
+                    samples=samples,
+                    warmup=warmup,
+                    section=SECTION,
+                    label="first page: bare / echo / gRPC",
                 )
-
-            async def grpc_first(t: Target) -> None:
-                await stub.ListMessages(
-                    pb.ListMessagesRequest(
-                        account_id=BENCH_ACCOUNT, conversation_key=t.thread_id, limit=PAGE
-                    ),
-                    timeout=5,
+                after = await interleaved(
+                    {"bare": bare_next, "echo": echo_next_call, "grpc": grpc_next},
+                    samples=samples,
+                    warmup=warmup,
+                    section=SECTION,
+                    label="next page: bare / echo / gRPC",
                 )
+    return TimelineRun(
+        first=PageLatency(**first), next=PageLatency(**after), page_bytes=len(pages["first"])
+    )
 
-            async def grpc_next(t: Target) -> None:
-                request = pb.ListMessagesRequest(
-                    account_id=BENCH_ACCOUNT,
-                    conversation_key=t.thread_id,
-                    limit=PAGE,
-                    before_id=t.cursor[1],
-                )
-                request.before_sent_at.CopyFrom(to_timestamp(t.cursor[0]))
-                await stub.ListMessages(request, timeout=5)
 
-            results = []
-            for call in (bare_first, grpc_first, bare_next, grpc_next):
-                latency = Latency()
-                for i, target in enumerate(order):
-                    started = time.perf_counter()
-                    await call(target)
-                    if i >= warmup:
-                        latency.samples.append((time.perf_counter() - started) * 1000)
-                results.append(latency)
-        return TimelineRun(*results)
-    finally:
-        await db.close()
+async def timeline_load(stack: Stack, *, concurrency: int, seconds: float) -> LoadRun:
+    """First pages of random conversations, `concurrency` callers on one channel (as the
+    gateway's one channel per process), for `seconds`."""
+    async with _timeline_db(stack) as db:
+        chosen = await targets(db, 400, seed=13)
+    rng = random.Random(concurrency)
+    async with as_gateway(stack.timeline_addr) as channel:
+        stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
+        requests = [first_request(t) for t in chosen]
+        # A short warm-up at the same concurrency: connections, caches.
+        await closed_loop(
+            lambda i: stub.ListMessages(rng.choice(requests), timeout=30),
+            concurrency=concurrency,
+            seconds=1.0,
+        )
+        return await closed_loop(
+            lambda i: stub.ListMessages(rng.choice(requests), timeout=30),
+            concurrency=concurrency,
+            seconds=seconds,
+        )

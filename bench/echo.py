@@ -1,0 +1,197 @@
+"""Echo servers: the irreducible cost of a call, in the same run as the real one.
+
+A separate process (as the services are) serves pre-built answers and does nothing else:
+
+- gRPC: one grpc.aio server per page on its own port, with the same grpcio, the same mTLS server
+  credentials (var/tls/<identity>.pem, client certificate required) and the same message size
+  options as the services; every method answers the captured, already serialized response, so
+  the client pays exactly what it pays for the real page (TLS, HTTP/2, deserializing the same
+  bytes), and the server pays framing only;
+- HTTP: one uvicorn server (the gateway's uvicorn, the same Config and event loop) with a bare
+  ASGI app answering the captured JSON bytes of the page whose path prefix matches.
+
+    python -m bench.echo --identity timeline --grpc 50111=/tmp/x/first.bin \\
+        --http-port 50112 --http /api/courses/=/tmp/x/feed.json
+
+prints `ready` once everything listens. The bench starts it with `echo_servers(...)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.common import ROOT
+from tools.callers import material
+from tools.ports import free_port
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class _Echo(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """Every method of every service: the same serialized response (no (de)serializer)."""
+
+    def __init__(self, body: bytes) -> None:
+        self._handler = grpc.unary_unary_rpc_method_handler(self._reply)
+        self._body = body
+
+    async def _reply(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return self._body
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        return self._handler
+
+
+def http_app(routes: list[tuple[str, bytes]]) -> AsgiApp:
+    """A bare ASGI app: the body of the first route whose prefix the path starts with."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        # Read the request body, as any route that takes one does.
+        while (await receive()).get("more_body", False):
+            pass
+        path = scope.get("path", "")
+        body = next((b for prefix, b in routes if path.startswith(prefix)), b"{}")
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+async def serve(
+    identity: str,
+    grpc_pages: list[tuple[int, bytes]],
+    http_port: int,
+    routes: list[tuple[str, bytes]],
+) -> None:
+    import uvicorn
+
+    servers = []
+    credentials = material(identity).server_credentials()
+    for port, body in grpc_pages:
+        server = grpc.aio.server(options=_GRPC_OPTIONS)
+        server.add_generic_rpc_handlers((_Echo(body),))
+        server.add_secure_port(f"127.0.0.1:{port}", credentials)
+        await server.start()
+        servers.append(server)
+    http: asyncio.Task[None] | None = None
+    if http_port:
+        config = uvicorn.Config(
+            http_app(routes),
+            host="127.0.0.1",
+            port=http_port,
+            loop="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+        )
+        http_server = uvicorn.Server(config)
+        http = asyncio.create_task(http_server.serve())
+        while not http_server.started:
+            if http.done():
+                raise SystemExit("the HTTP echo did not start")
+            await asyncio.sleep(0.02)
+    print("ready", flush=True)
+    try:
+        await asyncio.Event().wait()  # until the bench terminates this process
+    finally:
+        if http is not None:
+            http.cancel()
+        for server in servers:
+            await server.stop(0)
+
+
+@dataclass
+class EchoAddresses:
+    """Where the echo process listens: a gRPC address per page name, and the HTTP port."""
+
+    grpc: dict[str, str] = field(default_factory=dict)
+    http_port: int = 0
+
+
+@contextlib.asynccontextmanager
+async def echo_servers(
+    *,
+    grpc_pages: dict[str, bytes] | None = None,
+    http_pages: dict[str, bytes] | None = None,
+    identity: str = "timeline",
+) -> AsyncIterator[EchoAddresses]:
+    """Start the echo process: `grpc_pages` name → serialized response (one port each),
+    `http_pages` path prefix → JSON bytes (one port for all)."""
+    addresses = EchoAddresses()
+    argv = [sys.executable, "-m", "bench.echo", "--identity", identity]
+    with tempfile.TemporaryDirectory(prefix="bench-echo-") as tmp:
+        for i, (name, body) in enumerate((grpc_pages or {}).items()):
+            path = Path(tmp) / f"grpc-{i}.bin"
+            path.write_bytes(body)
+            port = free_port()
+            addresses.grpc[name] = f"127.0.0.1:{port}"
+            argv += ["--grpc", f"{port}={path}"]
+        if http_pages:
+            addresses.http_port = free_port()
+            argv += ["--http-port", str(addresses.http_port)]
+            for i, (prefix, body) in enumerate(http_pages.items()):
+                path = Path(tmp) / f"http-{i}.json"
+                path.write_bytes(body)
+                argv += ["--http", f"{prefix}={path}"]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            if line.strip() != b"ready":
+                raise SystemExit("the echo servers did not start (see stderr above)")
+            yield addresses
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--identity", default="timeline", help="var/tls certificate to serve")
+    parser.add_argument("--grpc", action="append", default=[], help="PORT=FILE")
+    parser.add_argument("--http-port", type=int, default=0)
+    parser.add_argument("--http", action="append", default=[], help="PATH_PREFIX=FILE")
+    args = parser.parse_args()
+    from services.runtime.process import run
+
+    grpc_pages = []
+    for spec in args.grpc:
+        port, path = spec.split("=", 1)
+        grpc_pages.append((int(port), Path(path).read_bytes()))
+    routes = []
+    for spec in args.http:
+        prefix, path = spec.split("=", 1)
+        routes.append((prefix, Path(path).read_bytes()))
+    with contextlib.suppress(KeyboardInterrupt):
+        run(lambda: serve(args.identity, grpc_pages, args.http_port, routes))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,522 @@
+"""Each bench section: run its measurements, turn them into results with stable ids and notes
+that say the target and where the run stands against it."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import progress
+from bench.common import Latency, Result, Stack
+from bench.dataset import ensure_timeline_rows, table_rows
+from bench.forum_latency import run_forum
+from bench.gateway_http import run_gateway, run_saturation, wrk_available
+from bench.ingest_e2e import run_ingest
+from bench.likes_hot import run_likes
+from bench.prune import run_prune
+from bench.raw_insert import raw_insert_rate
+from bench.scaling import SizePoint, plot, rows_label, run_scaling
+from bench.timeline_latency import TimelineRun, run_timeline
+from services.runtime.mysql import MysqlDatabase
+
+TIMELINE_P99_LIMIT_MS = 5.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line asked for (bench/__main__.py)."""
+
+    rows: int
+    ingest_messages: int
+    prune_messages: int
+    prune_rounds: int
+    samples: int
+    warmup: int
+    likes_open_seconds: float
+    wrk_seconds: float
+    scaling_rows: int
+    scaling_concurrency: list[int]
+    scaling_seconds: float
+    keep_rows: bool
+
+
+def _ratio_note(value: float, base: float, what: str, target: str) -> str:
+    return f"{value / base:.2f}x {what} (target {target})" if base else f"target {target}"
+
+
+async def ingest_section(stack: Stack, o: Options) -> list[Result]:
+    raw_rows = min(o.ingest_messages, 100_000)
+    progress.say("ingest", "raw INSERT baseline, 1 connection")
+    raw1 = await raw_insert_rate(stack.mysql_bench_url, connections=1, rows=raw_rows)
+    progress.say("ingest", "raw INSERT baseline, 4 connections")
+    raw4 = await raw_insert_rate(stack.mysql_bench_url, connections=4, rows=raw_rows)
+    run = await run_ingest(stack, messages=o.ingest_messages)
+    if run.stored != run.messages:
+        raise SystemExit(f"ingest lost messages: sent {run.messages}, stored {run.stored}")
+    return [
+        Result(
+            "ingest.raw_1conn_rows_per_s",
+            "ingest",
+            "raw 200-row INSERT, 1 connection",
+            raw1,
+            "rows/s",
+            "baseline",
+        ),
+        Result(
+            "ingest.raw_4conn_rows_per_s",
+            "ingest",
+            "raw 200-row INSERT, 4 connections",
+            raw4,
+            "rows/s",
+            "baseline",
+        ),
+        Result(
+            "ingest.grpc_ack_msgs_per_s",
+            "ingest",
+            "gRPC acknowledged (durable in Redis)",
+            run.acknowledged_per_s,
+            "msg/s",
+        ),
+        Result(
+            "ingest.e2e_msgs_per_s",
+            "ingest",
+            "end to end, committed in MariaDB",
+            run.committed_per_s,
+            "msg/s",
+            _ratio_note(run.committed_per_s, raw4, "raw 4-conn", ">= 0.50x, >= 10,000 msg/s"),
+        ),
+    ]
+
+
+async def prune_section(stack: Stack, o: Options) -> list[Result]:
+    runs = await run_prune(stack, messages=o.prune_messages, rounds=o.prune_rounds)
+    offs = [r for r in runs if not r.prune]
+    ons = [r for r in runs if r.prune]
+    # Each round is an off run followed by an on run: the cost of that round.
+    costs = [
+        1 - on.committed_per_s / off.committed_per_s for off, on in zip(offs, ons, strict=True)
+    ]
+    cost = statistics.median(costs)
+    spread = ", ".join(f"{c:.0%}" for c in costs)
+    during = statistics.median(r.pruned_during_ingest / r.ingest_seconds for r in ons)
+    overall = statistics.median(r.pruned_total / r.drain_seconds for r in ons)
+    return [
+        Result(
+            "prune.off_msgs_per_s",
+            "prune",
+            "ingest end to end, prune off (median)",
+            statistics.median(r.committed_per_s for r in offs),
+            "msg/s",
+            "baseline",
+        ),
+        Result(
+            "prune.on_msgs_per_s",
+            "prune",
+            "ingest end to end, prune on (median)",
+            statistics.median(r.committed_per_s for r in ons),
+            "msg/s",
+        ),
+        Result(
+            "prune.cost_fraction",
+            "prune",
+            "ingest lost to prune, median of alternating rounds",
+            cost,
+            "fraction",
+            f"{cost:.0%}; rounds: {spread}; spread {min(costs):.0%}..{max(costs):.0%}"
+            " (target <= 15%)",
+        ),
+        Result(
+            "prune.rows_per_s_during_ingest",
+            "prune",
+            "rows pruned while ingest runs",
+            during,
+            "rows/s",
+            f"{o.prune_messages:,} messages into 50 conversations, debounce 1 s",
+        ),
+        Result(
+            "prune.rows_per_s_until_drained",
+            "prune",
+            "rows pruned until the backlog drained",
+            overall,
+            "rows/s",
+        ),
+    ]
+
+
+def _read_results(
+    prefix: str,
+    section: str,
+    page: str,
+    bare: Latency,
+    echo: Latency,
+    grpc: Latency,
+    where: str,
+    limit_ms: float | None = None,
+) -> list[Result]:
+    """p50/p99 of the bare query, the gRPC echo and the service, with the ratio target (and
+    the absolute one, `limit_ms`, where there is one)."""
+    ratio = _ratio_note(grpc.p99, bare.p99 + echo.p99, "(bare + echo) p99", "<= 1.2x")
+    if limit_ms is not None:
+        ratio += f"; <= {limit_ms:g} ms {'met' if grpc.p99 <= limit_ms else 'NOT met'}"
+    out = []
+    for kind, label, latency, note in (
+        ("bare", "bare query", bare, f"baseline, {where}"),
+        ("echo", "gRPC echo", echo, "baseline: the captured page from a bare grpc.aio server"),
+        ("grpc", "gRPC", grpc, ratio),
+    ):
+        out += [
+            Result(f"{prefix}.{kind}_p50_ms", section, f"{page}, {label} p50", latency.p50, "ms"),
+            Result(
+                f"{prefix}.{kind}_p99_ms", section, f"{page}, {label} p99", latency.p99, "ms", note
+            ),
+        ]
+    return out
+
+
+async def timeline_section(stack: Stack, o: Options) -> tuple[list[Result], TimelineRun]:
+    admin = await MysqlDatabase.connect(stack.mysql_admin_url)
+    try:
+        await ensure_timeline_rows(admin, o.rows)
+        total = await table_rows(admin)
+    finally:
+        await admin.close()
+    run = await run_timeline(stack, samples=o.samples, warmup=o.warmup)
+    where = f"{total:,} rows, the service's role and TLS"
+    results = [
+        Result(
+            "timeline.rows",
+            "timeline",
+            "zalo_messages rows",
+            total,
+            "rows",
+            f"data set {o.rows:,} rows; page of 50 = {run.page_bytes:,} bytes serialized",
+        )
+    ]
+    for page, latency in (("first", run.first), ("next", run.next)):
+        results += _read_results(
+            f"timeline.{page}_page",
+            "timeline",
+            f"{page} page",
+            latency.bare,
+            latency.echo,
+            latency.grpc,
+            where,
+            limit_ms=TIMELINE_P99_LIMIT_MS,
+        )
+    return results, run
+
+
+async def forum_section(stack: Stack, o: Options) -> list[Result]:
+    run = await run_forum(stack, samples=o.samples, warmup=o.warmup)
+    where = f"{run.total_comments:,} comments, through PgBouncer as the service"
+    results = []
+    for prefix, page, latency in (
+        ("forum.feed", "feed page", run.feed),
+        ("forum.comments", "comments page", run.comments),
+    ):
+        results += _read_results(
+            prefix, "forum", page, latency.bare, latency.echo, latency.grpc, where
+        )
+        results.append(
+            Result(
+                f"{prefix}.bare_direct_p99_ms",
+                "forum",
+                f"{page}, bare query straight to PostgreSQL p99",
+                latency.bare_direct.p99,
+                "ms",
+                f"reference: no PgBouncer, prepared statement cached (p50 "
+                f"{latency.bare_direct.p50:.3g} ms)",
+            )
+        )
+    return results
+
+
+async def likes_section(stack: Stack, o: Options) -> list[Result]:
+    run = await run_likes(stack, open_seconds=o.likes_open_seconds)
+    sync, buffered = run.sync, run.buffered
+    results = []
+    for closed in (sync, buffered):
+        mode = closed.mode
+        exact = "counter exact" if closed.counter_exact else "COUNTER WRONG"
+        if closed.retries or closed.errors:
+            exact += f", {closed.retries} UNAVAILABLE retried, {closed.errors} failed"
+        results += [
+            Result(
+                f"likes.{mode}.saturated_per_s",
+                "likes",
+                f"{mode}: closed loop, one hot post, 64 users",
+                closed.per_second,
+                "likes/s",
+                f"baseline; {exact}"
+                if mode == "sync"
+                else _ratio_note(closed.per_second, sync.per_second, "sync", ">= 2x")
+                + f"; {exact}",
+            ),
+            Result(
+                f"likes.{mode}.saturated_p50_ms",
+                "likes",
+                f"{mode}: closed loop SetLike p50",
+                closed.latency.p50,
+                "ms",
+            ),
+            Result(
+                f"likes.{mode}.saturated_p99_ms",
+                "likes",
+                f"{mode}: closed loop SetLike p99",
+                closed.latency.p99,
+                "ms",
+            ),
+        ]
+    results.append(
+        Result(
+            "likes.open_loop_rate_per_s",
+            "likes",
+            "open loop: likes due per second",
+            run.open_rate,
+            "likes/s",
+            f"70% of sync saturated, {run.open_seconds:.0f} s per mode",
+        )
+    )
+    for opened in (run.sync_open, run.buffered_open):
+        mode = opened.mode
+        exact = "counter exact" if opened.counter_exact else "COUNTER WRONG"
+        detail = (
+            f"sent at {opened.run.sent_per_second:,.0f}/s, peak {opened.run.max_in_flight} in"
+            f" flight, {opened.errors} errors, {opened.retries} retried, {exact}"
+        )
+        results += [
+            Result(
+                f"likes.{mode}.open_loop_p50_ms",
+                "likes",
+                f"{mode}: open loop p50 (from due time)",
+                opened.run.latency.p50,
+                "ms",
+                detail,
+            ),
+            Result(
+                f"likes.{mode}.open_loop_p99_ms",
+                "likes",
+                f"{mode}: open loop p99 (from due time)",
+                opened.run.latency.p99,
+                "ms",
+                "baseline"
+                if mode == "sync"
+                else f"{opened.run.latency.p99 / run.sync_open.run.latency.p99:.3f}x sync"
+                " (target <= 0.1x)",
+            ),
+        ]
+    trips = run.round_trips
+    results += [
+        Result(
+            "likes.buffered.pg_round_trips_per_like",
+            "likes",
+            "buffered: PostgreSQL round trips per like (steady state)",
+            trips.per_like,
+            "round trips/like",
+            f"counted by a proxy in front of PgBouncer for a likes process of the bench's own"
+            f" (stack settings): Sync, Flush and Query messages over {trips.likes:,} likes by"
+            f" users whose earlier like warmed the process; {trips.retries} retried,"
+            f" {trips.errors} failed"
+            " (target <= 0.05)",
+        ),
+        Result(
+            "likes.buffered.pg_round_trips_per_like_cold",
+            "likes",
+            "buffered: PostgreSQL round trips per like, fresh process",
+            trips.cold_per_like,
+            "round trips/like",
+            f"the same users' first likes through that process ({trips.cold_likes:,})",
+        ),
+        Result(
+            "likes.buffered.write_tx_per_like",
+            "likes",
+            "buffered: flusher write transactions per like",
+            buffered.write_transactions / buffered.likes,
+            "tx/like",
+            f"flush batches over the closed-loop run; all transactions of the database incl."
+            f" reads: {buffered.pg_transactions / buffered.likes:.2f}/like (target <= 0.01)",
+        ),
+        Result(
+            "likes.sync.pg_tx_per_like",
+            "likes",
+            "sync: PostgreSQL transactions per like",
+            sync.pg_transactions / sync.likes,
+            "tx/like",
+            "xact_commit delta over the closed-loop run (statistics may lag ~1 s)",
+        ),
+        Result(
+            "likes.flush_lag_p50_ms",
+            "likes",
+            "buffered: flush lag p50",
+            (buffered.flush_lag_p50 or 0) * 1000,
+            "ms",
+        ),
+        Result(
+            "likes.flush_lag_p99_ms",
+            "likes",
+            "buffered: flush lag p99",
+            (buffered.flush_lag_p99 or 0) * 1000,
+            "ms",
+            "flusher histogram over the closed-loop run (target <= 1000 ms)",
+        ),
+        Result(
+            "likes.apply_per_s",
+            "likes",
+            "flusher apply from a backlog",
+            run.apply_per_s,
+            "likes/s",
+            _ratio_note(run.apply_per_s, sync.per_second, "sync saturated", ">= 30x"),
+        ),
+    ]
+    return results
+
+
+async def gateway_section(stack: Stack, o: Options) -> list[Result]:
+    run = await run_gateway(stack, samples=o.samples, warmup=o.warmup)
+    results = []
+    for prefix, label, route, calls in (
+        ("gateway.timeline_page", "timeline page", run.timeline_page, "ListMessages"),
+        ("gateway.forum_feed", "forum feed", run.forum_feed, "ListPosts + LikedMap"),
+        ("gateway.like_toggle", "like toggle", run.like_toggle, "SetLike"),
+    ):
+        base = route.grpc.p99 + route.http_echo.p99
+        for kind, what, latency, note in (
+            ("grpc", f"the gRPC call(s) it makes ({calls})", route.grpc, "baseline"),
+            (
+                "http_echo",
+                "HTTP echo of the same JSON",
+                route.http_echo,
+                f"baseline, {route.json_bytes:,} bytes of JSON",
+            ),
+            (
+                "http",
+                "through the gateway (HTTP)",
+                route.http,
+                _ratio_note(route.http.p99, base, "(gRPC + HTTP echo) p99", "<= 1.2x")
+                + (f"; {route.retries} UNAVAILABLE/503 retried" if route.retries else ""),
+            ),
+        ):
+            results += [
+                Result(
+                    f"{prefix}.{kind}_p50_ms", "gateway", f"{label}, {what} p50", latency.p50, "ms"
+                ),
+                Result(
+                    f"{prefix}.{kind}_p99_ms",
+                    "gateway",
+                    f"{label}, {what} p99",
+                    latency.p99,
+                    "ms",
+                    note,
+                ),
+            ]
+    if not wrk_available():
+        progress.say("gateway", "wrk not found (apt-get install wrk): saturation not measured")
+        return results
+    runs, healthz = await run_saturation(stack, seconds=o.wrk_seconds)
+    for w in runs:
+        errors = f"{w.non_2xx} non-2xx, {w.socket_errors} socket errors"
+        results += [
+            Result(
+                f"gateway.wrk_c{w.connections}.pages_per_s",
+                "gateway",
+                f"timeline page route, wrk {w.connections} connections",
+                w.ok_per_second,
+                "pages/s",
+                f"{w.seconds:.0f} s, {errors}",
+            ),
+            Result(
+                f"gateway.wrk_c{w.connections}.p99_ms",
+                "gateway",
+                f"timeline page route, wrk {w.connections} connections, p99",
+                w.p99_ms,
+                "ms",
+                f"p50 {w.p50_ms:.1f} ms",
+            ),
+        ]
+    best = max(runs, key=lambda w: w.ok_per_second)
+    trend = (
+        f"; c={runs[-1].connections} / c={runs[0].connections} = "
+        f"{runs[-1].ok_per_second / runs[0].ok_per_second:.2f} (must not fall below 1)"
+        if len(runs) > 1 and runs[0].ok_per_second
+        else ""
+    )
+    results += [
+        Result(
+            "gateway.saturated_pages_per_s",
+            "gateway",
+            "timeline page route saturated (wrk, best of 16/64 connections)",
+            best.ok_per_second,
+            "pages/s",
+            f"at {best.connections} connections{trend} (target >= 800)",
+        ),
+        Result(
+            "gateway.healthz_per_s",
+            "gateway",
+            f"/healthz, wrk {healthz.connections} connections (the HTTP stack's ceiling)",
+            healthz.ok_per_second,
+            "req/s",
+            "baseline",
+        ),
+    ]
+    return results
+
+
+async def scaling_section(
+    stack: Stack, o: Options, known: dict[int, TimelineRun], results_dir: Path
+) -> list[Result]:
+    sizes = sorted({o.rows, o.scaling_rows})
+    points: list[SizePoint] = await run_scaling(
+        stack,
+        sizes=sizes,
+        concurrency=o.scaling_concurrency,
+        seconds=o.scaling_seconds,
+        samples=o.samples,
+        warmup=o.warmup,
+        known=known,
+        restore_rows=None if o.keep_rows else o.rows,
+    )
+    files = plot(points, results_dir)
+    progress.say("scaling", "plots: " + ", ".join(str(f) for f in files))
+    results = []
+    for p in points:
+        size = rows_label(p.rows)
+        where = f"{p.table_rows:,} rows in zalo_messages"
+        for page, latency in (("first", p.pages.first), ("next", p.pages.next)):
+            for kind in ("bare", "echo", "grpc"):
+                value = getattr(latency, kind).p99
+                note = where if kind == "bare" else ""
+                if kind == "grpc":
+                    base = latency.bare.p99 + latency.echo.p99
+                    met = "met" if value <= TIMELINE_P99_LIMIT_MS else "NOT met"
+                    note = _ratio_note(value, base, "(bare + echo)", "<= 1.2x") + f"; <= 5 ms {met}"
+                results.append(
+                    Result(
+                        f"scaling.{size}.{page}_page.{kind}_p99_ms",
+                        "scaling",
+                        f"{size} rows, {page} page, {kind} p99",
+                        value,
+                        "ms",
+                        note,
+                    )
+                )
+        for c, load in p.load.items():
+            results += [
+                Result(
+                    f"scaling.{size}.c{c}.pages_per_s",
+                    "scaling",
+                    f"{size} rows, {c} callers, first pages",
+                    load.per_second,
+                    "pages/s",
+                    f"{o.scaling_seconds:.0f} s closed loop, one channel",
+                ),
+                Result(
+                    f"scaling.{size}.c{c}.p99_ms",
+                    "scaling",
+                    f"{size} rows, {c} callers, first page p99",
+                    load.latency.p99,
+                    "ms",
+                    f"p50 {load.latency.p50:.1f} ms",
+                ),
+            ]
+    return results
