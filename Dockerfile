@@ -18,6 +18,7 @@ COPY --from=build /venv /venv
 COPY --from=build /app/gen /app/gen
 COPY services /app/services
 COPY migrations /app/migrations
+COPY web /app/web
 ENV PATH=/venv/bin:$PATH \
     PYTHONPATH=/app:/app/gen \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -1,6 +1,7 @@
 """The FastAPI application: routes, auth, the error shape, tracing, and the trust boundary.
 
-Middleware, outermost first: metrics; security headers (on every answer, refusals included); CORS
+Middleware, outermost first: the trace context (services/gateway/tracing.py); metrics; security
+headers (on every answer, refusals included); CORS
 (a browser's preflight carries no token); authentication from the headers (401 before any body
 is read); the body read whole within its size limit and deadline (413 / 408); and only then a
 place among the requests in flight (503 past the bound), so a slow upload never holds a slot.
@@ -20,9 +21,9 @@ from fastapi.routing import APIRoute
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from starlette.middleware.cors import CORSMiddleware
 
-from services.gateway import errors
+from services.gateway import errors, web
 from services.gateway.auth import AuthMiddleware
-from services.gateway.clients import Clients
+from services.gateway.clients import Upstreams
 from services.gateway.config import GatewaySettings
 from services.gateway.load_shedding import InFlightLimit
 from services.gateway.rate_limit import RateLimiter
@@ -30,9 +31,11 @@ from services.gateway.request_body import BodyLimit
 from services.gateway.routes import forum, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, docs_page, hardening
+from services.gateway.tracing import TraceContext
 from services.runtime import redis_client
 from services.runtime.metrics import HttpMetrics
 from services.runtime.tokens import TokenVerifier
+from services.runtime.trace_context import records_spans
 
 _ERRORS = {
     status: {"model": ErrorResponse, "description": text}
@@ -56,13 +59,14 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as resources:
-            app.state.clients = Clients.connect(
+            app.state.clients = Upstreams.connect(
                 ingest_addr=settings.ingest_addr,
                 ingest_forum_addr=settings.ingest_forum_addr,
                 timeline_addr=settings.timeline_addr,
                 likes_addr=settings.likes_addr,
                 timeout=settings.rpc_timeout_seconds,
                 tls=settings.tls_material(),
+                connections=settings.gateway_upstream_connections,
             )
             resources.push_async_callback(app.state.clients.close)
             redis = redis_client.connect(settings.redis_url, max_connections=32)
@@ -81,6 +85,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         # Served below with a Content-Security-Policy of its own; ReDoc is not served.
         docs_url=None,
         redoc_url=None,
+        # Tracing is set up below, once: FastAPI's own telemetry would be a second layer of it.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     verifier = TokenVerifier.from_settings(settings)
     app.state.token_verifier = verifier
@@ -97,7 +103,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         # Liveness only: no data, no upstream calls, so it needs no token.
         return {"status": "ok"}
 
-    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
+    if records_spans():
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
     # Starlette wraps each middleware around those added before it: innermost first.
     app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight)
     batch = next(
@@ -125,7 +132,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     headers = hardening(hsts_seconds=settings.gateway_hsts_seconds)
     app.add_middleware(SecurityHeaders, headers=headers)
     app.add_middleware(HttpMetrics)
+    if not records_spans():
+        app.add_middleware(TraceContext)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    web.install(app, settings)
     return app
 
 

@@ -249,9 +249,11 @@ async def test_paths_outside_api_need_no_token(upstream: dict[str, Any]) -> None
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/openapi.json")).status_code == 200
         assert (await client.get("/docs")).status_code == 200
-        # Reserved for a web client's static files: not blocked by the token check (nothing is
-        # served there yet).
-        for path in ("/", "/app/", "/app/assets/index.js"):
+        assert (await client.get("/redoc")).status_code == 200
+        # The web client (services/gateway/web.py): its page and files need no token.
+        assert (await client.get("/")).status_code == 200
+        assert (await client.get("/web/app.js")).status_code == 200
+        for path in ("/app/", "/app/assets/index.js", "/web/nothing-here.js"):
             assert (await client.get(path)).status_code == 404, path
         # Everything under /api is checked, including paths no route serves.
         for path in ("/api", "/api/", "/api/nothing-here"):
@@ -581,10 +583,14 @@ async def test_the_docs_page_may_load_exactly_its_own_assets(upstream: dict[str,
     assert policy["frame-ancestors"] == ["'none'"]
     assert policy["connect-src"] == ["'self'"]  # fetches /openapi.json from here
     html = page.text
+    # Swagger UI's files are the gateway's own (web/vendor): same origin, allowed by 'self'.
+    assert "'self'" in policy["script-src"]
+    assert "'self'" in policy["style-src"]
     for src in re.findall(r'<script src="([^"]+)"', html):
-        assert any(src.startswith(s) for s in policy["script-src"]), src
+        assert src.startswith("/web/vendor/"), src
     for href in re.findall(r'<link type="text/css" rel="stylesheet" href="([^"]+)"', html):
-        assert any(href.startswith(s) for s in policy["style-src"]), href
+        assert href.startswith("/web/vendor/"), href
+    assert not [s for s in policy["script-src"] + policy["style-src"] if s.startswith("http")]
     inline = re.findall(r"<script>(.*?)</script>", html, re.S)
     assert inline
     for script in inline:

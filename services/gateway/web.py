@@ -1,0 +1,232 @@
+"""What a browser gets from the gateway besides the API: the web client at `/` (static files from
+web/, no build step), the API documentation at `/docs` (Swagger UI) and `/redoc` (ReDoc) from
+assets vendored in web/vendor/ (no CDN: they work offline), and, in development only, a sign-in
+helper that mints a short-lived token with the gateway's own HS256 key.
+
+The page talks to the public `/api` routes only. Each HTML page carries a Content-Security-Policy
+of its own (SecurityHeaders keeps a CSP a response sets); every other response keeps the API's
+`default-src 'none'`, which a script or stylesheet loaded as a subresource never consults.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import jwt
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+
+from services.gateway.config import GatewaySettings
+from services.gateway.errors import ApiError
+from services.runtime.tokens import MAX_ID
+
+log = logging.getLogger(__name__)
+
+WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
+# Where web/ is served; the page's own files and the vendored documentation assets.
+ASSETS = "/web"
+# web/vendor/<name>: pinned by web/vendor/update.sh (versions, licences, SHA256SUMS).
+SWAGGER_UI = "vendor/swagger-ui-dist-5.35.0"
+REDOC = "vendor/redoc-2.5.4"
+
+# The web client: its own scripts, styles and images, calls to this origin only; no inline
+# script or style, no eval, no plugin, no frame; DOM sinks take no strings (Trusted Types).
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self'; manifest-src 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'none'; require-trusted-types-for 'script'; trusted-types 'none'"
+)
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
+
+# Development sign-in: the demo users of `make up` (tools/demo_data.py, tools/forum_data.py).
+DEV_TOKEN_TTL_SECONDS = 3600
+DEMO_USERS: tuple[dict[str, Any], ...] = (
+    {"sub": 7, "accounts": [1, 2], "label": "Student in course 42; Zalo accounts 1 and 2"},
+    {"sub": 8, "accounts": [3], "label": "Student in course 42; Zalo account 3"},
+    {"sub": 9, "accounts": [], "label": "Student in course 42; no Zalo account"},
+    {"sub": 1, "accounts": [1, 2, 3], "label": "Teacher of courses 42 and 99; every Zalo account"},
+)
+
+
+def install(app: FastAPI, settings: GatewaySettings) -> None:
+    """Add the web client, the offline documentation pages and (dev only) /dev/token."""
+    # The app's own /docs page loads Swagger UI from a CDN: this one replaces it.
+    app.router.routes[:] = [
+        r
+        for r in app.router.routes
+        if not (isinstance(r, APIRoute) and r.path in ("/docs", "/redoc"))
+    ]
+    index = WEB_ROOT / "index.html"
+    if not index.is_file():
+        log.warning("no web client at %s: / and the documentation pages answer 404", WEB_ROOT)
+    app.mount(ASSETS, _Assets(directory=WEB_ROOT, check_dir=False), name="web")
+
+    @app.get("/", include_in_schema=False)
+    async def web_client() -> Response:
+        if not index.is_file():
+            raise ApiError.not_found("the web client is not installed (web/index.html)")
+        page = FileResponse(index, media_type="text/html; charset=utf-8")
+        page.headers["Content-Security-Policy"] = PAGE_CSP
+        page.headers["Cache-Control"] = "no-cache"
+        return page
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        page = get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{root}{ASSETS}/{SWAGGER_UI}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{ASSETS}/{SWAGGER_UI}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{ASSETS}/favicon.svg",
+            oauth2_redirect_url=None,  # bearer tokens only: no OAuth2 flow to come back from
+            # No badge asking validator.swagger.io about the document.
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+        return _with_csp(page, styles="'self' 'unsafe-inline'")
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        page = get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{ASSETS}/{REDOC}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{ASSETS}/favicon.svg",
+            with_google_fonts=False,
+        )
+        # ReDoc's search index runs in a worker it makes from a blob: URL.
+        return _with_csp(page, styles="'self' 'unsafe-inline'", extra="worker-src blob:; ")
+
+    key = dev_signing_key(settings)
+    if key is not None:
+        app.include_router(dev_router(settings, *key))
+
+
+class _Assets(StaticFiles):
+    """web/ as static files: the page's own revalidated on every load (an update shows at once),
+    the vendored assets (versioned directories) cached for a day."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        if response.status_code in (200, 304):
+            vendored = path.startswith("vendor/")
+            response.headers["Cache-Control"] = "public, max-age=86400" if vendored else "no-cache"
+        return response
+
+
+def _with_csp(page: HTMLResponse, *, styles: str, extra: str = "") -> HTMLResponse:
+    """A documentation page's CSP: scripts and stylesheets from this origin plus the hash of each
+    inline script of the page (computed from it, so it follows FastAPI's template), the OpenAPI
+    document fetched from here; nothing loads from anywhere else, nothing frames it. Swagger UI
+    and ReDoc set style attributes from their scripts: inline styles cannot be hashed."""
+    hashes = "".join(
+        f" 'sha256-{base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()}'"
+        for script in _INLINE_SCRIPT.findall(bytes(page.body).decode())
+    )
+    page.headers["Content-Security-Policy"] = (
+        f"default-src 'none'; script-src 'self'{hashes}; style-src {styles}; "
+        f"img-src 'self' data:; font-src 'self' data:; connect-src 'self'; {extra}"
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    )
+    return page
+
+
+# --- development sign-in ------------------------------------------------------------------------
+
+
+def dev_signing_key(settings: GatewaySettings) -> tuple[str, str] | None:
+    """(kid, secret) of the HS256 key /dev/token signs with, or None: only with JWT_DEV_MODE and
+    an HS256 secret the gateway itself verifies (JWT_SECRET_KID's first, else any HS256 key)."""
+    if not settings.jwt_dev_mode:
+        return None
+    keys = settings.verification_keys()
+    preferred = keys.get(settings.jwt_secret_kid)
+    candidates = [preferred] if preferred is not None else []
+    candidates += [k for k in keys.values() if k is not preferred]
+    for key in candidates:
+        if key.algorithm == "HS256" and isinstance(key.key, str):
+            return key.kid, key.key
+    return None
+
+
+class DevTokenRequest(BaseModel):
+    sub: int = Field(ge=1, le=MAX_ID, description="The user id the token names")
+    accounts: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(
+        default_factory=list, max_length=100, description="The Zalo accounts it grants"
+    )
+
+
+class DevToken(BaseModel):
+    token: str
+    sub: int
+    accounts: list[int]
+    expires_at: int = Field(description="Unix time")
+
+
+class DevTokenResponse(BaseModel):
+    success: Literal[True] = True
+    data: DevToken
+
+
+def dev_router(settings: GatewaySettings, kid: str, secret: str) -> APIRouter:
+    """GET /dev/token: the demo users; POST /dev/token: a token for one, valid an hour at most.
+    Answered to loopback callers only: a development gateway reachable from a network (the k8s
+    dev overlay also sets JWT_DEV_MODE) must not hand tokens to whoever asks."""
+    router = APIRouter(prefix="/dev", include_in_schema=False)
+    ttl = min(DEV_TOKEN_TTL_SECONDS, settings.jwt_max_lifetime_seconds)
+
+    def loopback_only(request: Request) -> None:
+        host = request.client.host if request.client else ""
+        try:
+            local = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            local = False
+        if not local:
+            raise ApiError.forbidden("the development sign-in answers loopback callers only")
+
+    @router.get("/token")
+    async def demo_users(request: Request) -> JSONResponse:
+        loopback_only(request)
+        body = {"success": True, "data": {"demo_users": DEMO_USERS, "ttl_seconds": ttl}}
+        return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+    @router.post("/token")
+    async def mint_token(request: Request, body: DevTokenRequest) -> JSONResponse:
+        loopback_only(request)
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "sub": str(body.sub),
+            "accounts": sorted(set(body.accounts)),
+            "iat": now,
+            "exp": now + ttl,
+        }
+        if settings.jwt_audience:
+            claims["aud"] = settings.jwt_audience
+        if settings.jwt_issuer:
+            claims["iss"] = settings.jwt_issuer
+        token = jwt.encode(claims, secret, algorithm="HS256", headers={"kid": kid})
+        log.info("dev token minted for user %s (accounts %s)", body.sub, claims["accounts"])
+        data = DevToken(
+            token=token, sub=body.sub, accounts=claims["accounts"], expires_at=now + ttl
+        )
+        return JSONResponse(
+            DevTokenResponse(data=data).model_dump(),
+            status_code=201,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    return router

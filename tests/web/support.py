@@ -1,0 +1,136 @@
+"""What the web tests share: gateway settings that need no upstream, and a Chromium page that
+records every request, refuses any that would leave 127.0.0.1, and keeps its screenshots."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.async_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    Route,
+    ViewportSize,
+    async_playwright,
+    expect,
+)
+
+from services.gateway.config import GatewaySettings
+from tests.helpers import ROOT
+from tools import callers
+
+SECRET = "web-test-secret-at-least-32-bytes-long!"
+AUD, ISS = "agora-web-test", "agora-web-test-issuer"
+# Debian's Chromium (the project's set-up installs it); Playwright never downloads a browser.
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+OUTPUT = ROOT / "tests" / "output" / "web"
+# One screenshot of each screen for the README, refreshed only when asked:
+# UPDATE_SCREENSHOTS=1 make test PYTEST_ARGS=tests/web
+README_SCREENSHOTS = ROOT / "docs" / "screenshots"
+VIEWPORT = ViewportSize(width=1280, height=800)
+# Waits for a page to reach a state (the flusher applies marks and likes asynchronously).
+expect.set_options(timeout=15_000)
+
+
+def settings(**values: Any) -> GatewaySettings:
+    """Gateway settings pointing nowhere (nothing these tests ask calls an upstream); explicit
+    values win over the environment `make test` exports (the local stack's, dev mode on)."""
+    base: dict[str, Any] = {
+        "jwt_keys": {},
+        "jwt_secret": SECRET,
+        "jwt_secret_kid": "web",
+        "jwt_audience": AUD,
+        "jwt_issuer": ISS,
+        "jwt_dev_mode": False,
+        "ingest_addr": "127.0.0.1:1",
+        "ingest_forum_addr": "127.0.0.1:1",
+        "timeline_addr": "127.0.0.1:1",
+        "likes_addr": "127.0.0.1:1",
+        "redis_url": "redis://127.0.0.1:1/0",
+        **callers.tls_files("gateway"),
+    }
+    return GatewaySettings(**{**base, **values})
+
+
+@dataclass
+class Watched:
+    """A page and what it did: every URL it asked for, those refused for leaving the machine,
+    uncaught errors, and Content-Security-Policy violations."""
+
+    page: Page
+    requests: list[str] = field(default_factory=list)
+    offsite: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    async def screenshot(self, name: str) -> Path:
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        path = OUTPUT / f"{name}.png"
+        await self.page.screenshot(path=str(path))
+        if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+            README_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, README_SCREENSHOTS / path.name)
+        return path
+
+    def assert_clean(self, *, blocked_by_csp: tuple[str, ...] = ()) -> None:
+        """Nothing asked for outside 127.0.0.1, no uncaught error, no CSP violation but the
+        loads of `blocked_by_csp` (URLs the CSP refused, so never requested; each was tried)."""
+        assert not self.offsite, f"requests left 127.0.0.1: {self.offsite}"
+        expected = [e for e in self.errors if any(f"'{url}'" in e for url in blocked_by_csp)]
+        assert len(expected) >= len(blocked_by_csp), (blocked_by_csp, self.errors)
+        assert [e for e in self.errors if e not in expected] == []
+        assert self.requests
+
+
+def require_chromium() -> None:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: the browser tests drive Debian's chromium package")
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Browser]:
+    require_chromium()
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+@asynccontextmanager
+async def watched_page(browser: Browser) -> AsyncIterator[Watched]:
+    context = await browser.new_context(viewport=VIEWPORT, locale="vi-VN", timezone_id="UTC")
+    context.set_default_timeout(15_000)
+    page = await context.new_page()
+    watched = Watched(page)
+
+    async def only_loopback(route: Route) -> None:
+        url = route.request.url
+        watched.requests.append(url)
+        if urlsplit(url).hostname == "127.0.0.1":
+            await route.continue_()
+        else:
+            watched.offsite.append(url)
+            await route.abort("blockedbyclient")
+
+    def console(message: ConsoleMessage) -> None:
+        text = message.text
+        if "Content Security Policy" in text or "Refused to" in text or "TrustedHTML" in text:
+            watched.errors.append(f"CSP: {text}")
+
+    await context.route("**/*", only_loopback)
+    page.on("console", console)
+    page.on("pageerror", lambda error: watched.errors.append(f"uncaught: {error}"))
+    try:
+        yield watched
+    finally:
+        await context.close()

@@ -1,0 +1,419 @@
+"""The web client in a real browser (Debian's Chromium driven by Playwright) against every
+service running as its own process behind the real gateway, as `make up` runs them: sign in as
+a demo user, walk a conversation of several pages to its first message, mark it read, like and
+unlike a post, reply to a reply, meet a course you are not in; and the API documentation, with
+every request of every page held to 127.0.0.1. Screenshots: tests/output/web/."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+import uvicorn
+from playwright.async_api import Browser, Page, Route, expect
+
+from services.gateway.app import create_app
+from tests.chaos.faults import ensure_grants
+from tests.chaos.stack import ChaosStack
+from tests.conftest import Env
+from tests.helpers import mint_token
+from tests.web.support import AUD, ISS, SECRET, Watched, chromium, settings, watched_page
+from tools.jwt_token import mint
+
+pytestmark = pytest.mark.asyncio
+
+WALK = "web-walk"  # more messages than one page of the client (30)
+WALK_SIZE = 95
+RECENT = "web-recent"  # the newest activity: first in the inbox
+
+
+@pytest_asyncio.fixture
+async def stack(clean: None) -> AsyncIterator[str]:
+    """Ingest, timeline, likes, a flusher and the gateway as processes on free ports (their own
+    Redis; the suite's databases, just reset by `clean`); yields the gateway's URL."""
+    await ensure_grants()  # an interrupted chaos run may have left the flusher's revoked
+    running = ChaosStack(full=True)
+    with pytest.MonkeyPatch.context() as env:
+        # The local stack's development settings (JWT_DEV_MODE=true and its audience and
+        # issuer come from stack.env), listening on loopback only.
+        env.setenv("JWT_DEV_MODE", "true")
+        env.setenv("GATEWAY_HOST", "127.0.0.1")
+        try:
+            await running.start()
+        except BaseException:
+            await running.stop()
+            raise
+    try:
+        yield f"http://127.0.0.1:{running.services['gateway'].port}"
+    finally:
+        await running.stop()
+
+
+@pytest_asyncio.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with chromium() as launched:
+        yield launched
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def sign_in(watched: Watched, base: str, user: int, *, shot: str | None = None) -> None:
+    """The sign-in page, then the demo user `user` (the development gateway mints the token)."""
+    page = watched.page
+    await page.goto(f"{base}/")
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    demo = page.locator(f'.demo-user[data-sub="{user}"]')
+    await expect(demo).to_be_visible()
+    if shot:
+        await watched.screenshot(shot)
+    await demo.click()
+    await expect(page.locator("#who")).to_contain_text(f"User {user}")
+
+
+# --- Zalo inbox -------------------------------------------------------------------------------
+
+
+def conversation(thread: str, count: int, start: datetime) -> list[dict[str, Any]]:
+    """`count` messages a minute apart (every fifth at the same instant as the one before, so
+    the (sent_at, id) cursor shows), two incoming for one outgoing, every tenth quoting the one
+    before; Vietnamese text and emoji."""
+    messages = []
+    for i in range(count):
+        step = i - 1 if i % 5 == 1 else i
+        incoming = i % 3 != 2
+        message: dict[str, Any] = {
+            "msg_id": f"{thread}-{i}",
+            "thread_id": thread,
+            "direction": "in" if incoming else "out",
+            "sender_id": "khach-1" if incoming else "shop",
+            "sender_name": "Nguyễn Thị Hoa" if incoming else "Cửa hàng Demo",
+            "content": f"Tin nhắn số {i}: xin chào, cảm ơn bạn 😀👍",
+            "msg_type": "webchat",
+            "sent_at": (start + timedelta(minutes=step)).isoformat(),
+        }
+        if i % 10 == 9:
+            message["quote"] = {
+                "msg_id": f"{thread}-{i - 1}",
+                "payload": {"msg": f"Tin nhắn số {i - 1}: xin chào, cảm ơn bạn 😀👍"},
+            }
+        messages.append(message)
+    return messages
+
+
+async def test_inbox_walks_a_conversation_to_its_first_message_and_marks_it_read(
+    stack: str, browser: Browser, env: Env
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    walk = conversation(WALK, WALK_SIZE, now - timedelta(hours=3))
+    recent = conversation(RECENT, 3, now - timedelta(minutes=10))
+    incoming = sum(m["direction"] == "in" for m in walk)
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1, 2])
+    async with httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api:
+        # As an HTTP-only forwarder delivers them: the batch route, then the real flusher.
+        reply = await api.post("/api/zalo-accounts/1/messages", json={"messages": walk + recent})
+        assert reply.json()["data"] == {"accepted": WALK_SIZE + 3, "rejected": []}, reply.text
+
+        async def stored() -> bool:
+            page = await api.get(
+                "/api/zalo-accounts/1/messages",
+                params={"conversation_key": WALK, "limit": 100},
+            )
+            # 404 until the flusher has written the conversation.
+            return page.status_code == 200 and len(page.json()["data"]) == WALK_SIZE
+
+        await until("the flusher to store the conversation", stored)
+
+        async with watched_page(browser) as watched:
+            page = watched.page
+            await sign_in(watched, stack, 7, shot="sign-in")
+            await expect(page).to_have_url(re.compile(r"#/inbox$"))
+            await expect(page.locator("#account")).to_have_value("1")
+            # Newest activity first, with unread counts.
+            conversations = page.locator(".conversation")
+            await expect(conversations).to_have_count(2)
+            assert await conversations.evaluate_all("els => els.map(e => e.dataset.key)") == [
+                RECENT,
+                WALK,
+            ]
+            badge = page.locator(f'.conversation[data-key="{WALK}"] .unread')
+            await expect(badge).to_have_attribute("data-count", str(incoming))
+            await expect(badge).to_be_visible()
+
+            await page.locator(f'.conversation[data-key="{WALK}"]').click()
+            start = page.locator("#timeline-start")
+            timeline = page.locator(".timeline")
+            messages = page.locator(".message")
+            await expect(messages.last).to_contain_text(f"Tin nhắn số {WALK_SIZE - 1}")
+            await expect(page.locator(".thread-unread")).to_have_text(f"{incoming} unread")
+            await watched.screenshot("inbox")
+
+            pages = await scroll_to_the_first_message(page)
+            assert pages >= 3  # 95 messages, 30 a page: the walk took several older pages
+            await expect(start).to_have_text("Beginning of the conversation")
+            # The last page went in above the reader's place, kept; the first message is just up.
+            await timeline.evaluate("el => { el.scrollTop = 0; }")
+            await expect(messages.first).to_be_in_viewport()
+            shown = await messages.evaluate_all("els => els.map(e => e.dataset.msgId)")
+            assert shown == [m["msg_id"] for m in walk]  # each once, oldest first, none missing
+            assert await timeline.get_attribute("data-duplicates") == "0"
+            await expect(messages.first).to_contain_text("Tin nhắn số 0: xin chào, cảm ơn bạn 😀👍")
+            await expect(messages.first).to_contain_text("Nguyễn Thị Hoa")
+            quote = page.locator(f'.message[data-msg-id="{WALK}-9"] .quote')
+            await expect(quote).to_contain_text("Tin nhắn số 8: xin chào")
+            await watched.screenshot("inbox-first-message")
+
+            await page.get_by_role("button", name="Mark read").click()
+            await expect(badge).to_have_attribute("data-count", "0")
+            await expect(badge).not_to_have_class(re.compile("pending"))
+            await expect(badge).to_be_hidden()
+            await expect(page.locator(".thread-unread")).to_have_text("All read")
+            watched.assert_clean()
+        unread = await api.get(f"/api/zalo-accounts/1/conversations/{WALK}/unread")
+        assert unread.json()["data"]["unread"] == 0
+
+
+async def scroll_to_the_first_message(page: Page) -> int:
+    """Scroll the timeline to its top until the page says it reached the beginning; returns how
+    many older pages that loaded."""
+    timeline = page.locator(".timeline")
+    for loads in range(20):
+        if await page.locator("#timeline-start").get_attribute("data-state") == "start":
+            return loads
+        loaded = int(await timeline.get_attribute("data-loaded") or 0)
+        await timeline.evaluate("el => { el.scrollTop = 0; }")
+        await page.wait_for_function(
+            """n => Number(document.querySelector('.timeline').dataset.loaded) > n
+                   || document.querySelector('#timeline-start').dataset.state === 'start'""",
+            arg=loaded,
+        )
+    raise AssertionError("the beginning of the conversation was never reached")
+
+
+# --- course forum -------------------------------------------------------------------------------
+
+
+async def test_forum_likes_replies_and_a_course_you_are_not_in(
+    stack: str, browser: Browser, env: Env
+) -> None:
+    teacher = bearer(mint_token(env.jwt_secret, sub=1, accounts=[]))
+    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
+    student7 = bearer(mint_token(env.jwt_secret, sub=7, accounts=[]))
+    async with httpx.AsyncClient(base_url=stack) as api:
+        # The lab has comments 1 and 2 on post 1; the teacher answers comment 1.
+        answer = await api.post(
+            "/api/courses/42/posts/1/comments",
+            json={"body": "Được mang một tờ A4 viết tay nhé 📄", "parent_id": 1},
+            headers=teacher,
+        )
+        assert answer.status_code == 201, answer.text
+        answer_id = answer.json()["data"]["id"]
+        doomed = await api.post(
+            "/api/courses/42/posts",
+            json={"title": "Bài sẽ bị xoá", "body": "Ai thích bài này thì nhanh tay 🏃"},
+            headers=student8,
+        )
+        doomed_id = doomed.json()["data"]["id"]
+
+        async def post_state(post: int) -> tuple[int, bool]:
+            data = (await api.get(f"/api/courses/42/posts/{post}", headers=student7)).json()
+            return data["data"]["like_count"], data["data"]["liked_by_me"]
+
+        async with watched_page(browser) as watched:
+            page = watched.page
+            await sign_in(watched, stack, 7)
+            await page.get_by_role("link", name="Course forum").click()
+            await page.get_by_role("link", name="Course 42").click()
+            posts = page.locator(".post")
+            await expect(posts).to_have_count(3)
+            assert await posts.evaluate_all("els => els.map(e => Number(e.dataset.id))") == [
+                doomed_id,
+                2,
+                1,
+            ]
+            like = page.locator('.post[data-id="1"] .like')
+            await expect(like).to_have_attribute("data-count", "0")
+            await expect(like).to_have_attribute("data-liked", "false")
+
+            # Immediate: the heart and the count move before the server has answered.
+            answered = asyncio.Event()
+
+            async def slow(route: Route) -> None:
+                await answered.wait()
+                await route.continue_()
+
+            await page.route("**/posts/1/like", slow)
+            await like.click()
+            await expect(like).to_have_attribute("data-liked", "true")
+            await expect(like).to_have_attribute("data-count", "1")
+            await expect(like).to_have_attribute("aria-busy", "true")
+            answered.set()
+            await expect(like).not_to_have_attribute("aria-busy", "true")
+            await page.unroute("**/posts/1/like")
+            await expect(like).to_have_attribute("data-count", "1")
+            await until("the like to be counted", lambda: same(post_state(1), (1, True)))
+            await watched.screenshot("forum-feed")
+            # The count follows the server: reloaded, the feed shows what the database has.
+            await page.reload()
+            await expect(like).to_have_attribute("data-count", "1")
+            await expect(like).to_have_attribute("data-liked", "true")
+            await like.click()
+            await expect(like).to_have_attribute("data-liked", "false")
+            await expect(like).to_have_attribute("data-count", "0")
+            await until("the unlike to be counted", lambda: same(post_state(1), (0, False)))
+            await page.reload()
+            await expect(like).to_have_attribute("data-count", "0")
+
+            # A refused toggle rolls back and says why: the post went away under the page.
+            gone = await api.delete(f"/api/courses/42/posts/{doomed_id}", headers=student8)
+            assert gone.status_code == 200, gone.text
+            doomed_like = page.locator(f'.post[data-id="{doomed_id}"] .like')
+            await doomed_like.click()
+            await expect(page.locator("#notice")).to_contain_text("no longer exists")
+            await expect(page.locator("#notice")).to_contain_text("undone")
+            await expect(doomed_like).to_have_attribute("data-liked", "false")
+            await expect(doomed_like).to_have_attribute("data-count", "0")
+
+            # A reply to a reply lands under the root comment.
+            await page.locator('.post[data-id="1"] .post-title a').click()
+            root = page.locator('.comment.root[data-id="1"]')
+            await expect(root).to_contain_text("Thi có được mang tài liệu không ạ?")
+            await root.get_by_role("button", name="Show 1 reply").click()
+            teacher_reply = root.locator(f'.comment.reply[data-id="{answer_id}"]')
+            await expect(teacher_reply).to_contain_text("Được mang một tờ A4 viết tay nhé 📄")
+            await teacher_reply.get_by_role("button", name="Reply").click()
+            await teacher_reply.locator("textarea").fill("Dạ em cảm ơn thầy ạ 🙏")
+            await teacher_reply.get_by_role("button", name="Reply").last.click()
+            mine = root.locator(".replies > .comment.reply").last
+            await expect(mine).to_contain_text("Dạ em cảm ơn thầy ạ 🙏")
+            await expect(mine).to_contain_text("replying to user 1")
+            await expect(root.locator(".replies > .comment.reply")).to_have_count(2)
+            await expect(page.locator(".post.full .comment-count")).to_have_text("💬 4 comments")
+            mine_id = int(await mine.get_attribute("data-id") or 0)
+            stored = await api.get("/api/courses/42/comments/1/replies", headers=student7)
+            [stored_mine] = [c for c in stored.json()["data"] if c["id"] == mine_id]
+            assert (stored_mine["parent_id"], stored_mine["reply_to_comment_id"]) == (1, answer_id)
+            await expect(mine).not_to_have_class(re.compile("flash"))  # the highlight is over
+            await watched.screenshot("forum-post")
+            # Your own reply can go (asked twice); others' offer no delete.
+            assert await teacher_reply.get_by_role("button", name="Delete").count() == 0
+            await mine.get_by_role("button", name="Delete").click()
+            await mine.get_by_role("button", name="Really delete?").click()
+            await expect(root.locator(".replies > .comment.reply")).to_have_count(1)
+
+            # Write a post, see it on top of the feed, delete it.
+            await page.locator(".back").click()
+            await page.get_by_text("Write a post").click()
+            await page.locator("#post-title").fill("Hỏi về bài tập tuần 3 🤔")
+            await page.locator("#post-body").fill("Bài 2 có cần dùng chỉ mục không ạ?")
+            await page.get_by_role("button", name="Post", exact=True).click()
+            newest = posts.first
+            await expect(newest).to_contain_text("Hỏi về bài tập tuần 3 🤔")
+            await expect(newest).to_contain_text("by you")
+            await expect(posts).to_have_count(3)  # post 4 went, this one came
+            await newest.get_by_role("button", name="Delete").click()
+            await newest.get_by_role("button", name="Really delete?").click()
+            await expect(posts).to_have_count(2)
+            await expect(page.locator("#notice")).to_contain_text("Post deleted")
+
+            # A course user 7 is not enrolled in.
+            await page.locator("#course").fill("99")
+            await page.get_by_role("button", name="Open").click()
+            error = page.locator('.error-panel[data-status="403"]')
+            await expect(error).to_contain_text("You are not enrolled in course 99")
+            await watched.screenshot("forum-403")
+            watched.assert_clean()
+
+
+async def same(state: Awaitable[tuple[int, bool]], expected: tuple[int, bool]) -> bool:
+    return await state == expected
+
+
+# --- API documentation --------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def docs_gateway() -> AsyncIterator[str]:
+    """The gateway app under uvicorn on a free loopback port, its upstreams nowhere (the
+    documentation calls none), with production token settings (no JWT_DEV_MODE)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings()), host="127.0.0.1", port=port, log_config=None, lifespan="on"
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    await until("uvicorn to start", lambda: asyncio.sleep(0, server.started), 10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_pasted_token_signs_in_and_a_gateway_without_dev_mode_offers_no_demo(
+    docs_gateway: str, browser: Browser
+) -> None:
+    async with watched_page(browser) as watched:
+        page = watched.page
+        await page.goto(f"{docs_gateway}/")
+        await expect(page.locator("#demo-title + p")).to_contain_text("Not offered here")
+        assert await page.locator(".demo-user").count() == 0
+        await page.locator("#token").fill("not-a-token")
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator(".form-error")).to_contain_text("That token cannot be used")
+        token = mint(SECRET, 9, [], 600, kid="web", audience=AUD, issuer=ISS)
+        await page.locator("#token").fill(token)
+        await page.get_by_role("button", name="Sign in").click()
+        # No Zalo account in the token: the forum; its services are not running here.
+        await expect(page).to_have_url(re.compile(r"#/forum$"))
+        await expect(page.locator("#who")).to_contain_text("User 9 · no Zalo account")
+        await page.locator("#course").fill("42")
+        await page.get_by_role("button", name="Open").click()
+        await expect(page.locator(".error-panel")).to_contain_text(
+            "The service is busy or briefly unavailable"
+        )
+        await page.get_by_role("button", name="Sign out").click()
+        await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+        watched.assert_clean()
+
+
+async def test_the_api_documentation_renders_with_nothing_from_outside(
+    docs_gateway: str, browser: Browser
+) -> None:
+    async with watched_page(browser) as watched:
+        page = watched.page
+        await page.goto(f"{docs_gateway}/docs")
+        await expect(page.locator(".swagger-ui .info .title")).to_contain_text("agora gateway")
+        await expect(page.locator(".opblock").first).to_be_visible()
+        assert await page.locator(".opblock").count() >= 15
+        await watched.screenshot("api-docs")
+        await page.goto(f"{docs_gateway}/redoc")
+        await expect(page.locator("h1").first).to_contain_text("agora gateway")
+        await expect(page.get_by_text("The course feed, newest first").first).to_be_attached()
+        await watched.screenshot("api-redoc")
+        # ReDoc's sidebar shows Redocly's logo from their CDN, unconditionally: the page's CSP
+        # refuses it (the request is never made) and ReDoc drops the image.
+        watched.assert_clean(blocked_by_csp=("https://cdn.redoc.ly/redoc/logo-mini.svg",))
+        assert any(url.endswith("/openapi.json") for url in watched.requests)
+        assert any("/web/vendor/" in url for url in watched.requests)
