@@ -17,6 +17,8 @@ help:
 	@echo "make token       print a dev bearer token (SUB=7 ACCOUNTS=1,2)"
 	@echo "make test        lint, type-check, validate k8s, run every test against real servers"
 	@echo "make bench       benchmarks against the local stack (make up first)"
+	@echo "make stubs       the gRPC stubs as a wheel (packaging/stubs/dist; docs/grpc.md)"
+	@echo "make proto-check buf lint, buf breaking against earlier protos, the VERSION rule"
 	@echo "make chaos       every fault under load + the negative control; updates docs/reliability.md"
 	@echo "make capacity    table sizes, bytes per row, 50M-row projection, growth per day"
 	@echo "make dead-letters  list dead letters; REPLAY=<id> or REPLAY=all puts them back"
@@ -49,12 +51,13 @@ lint: setup
 k8s-validate: setup
 	@$(STACK) run $(PY) -m tools.k8s_validate
 
-test: lint
+test: lint proto-check
 	@$(STACK) datastores
 	@$(STACK) migrate agora_test
 	@$(STACK) run $(PY) -m pytest $(PYTEST_ARGS)
 
 bench:
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-bench.txt
 	@$(STACK) run $(PY) -m bench $(BENCH_ARGS)
 
 capacity:
@@ -77,3 +80,13 @@ backup:
 restore:
 	@test -n "$(BACKUP)" || { echo "usage: make restore BACKUP=var/backups/<timestamp>"; exit 2; }
 	@$(STACK) run $(PY) -m tools.backup restore "$(BACKUP)"
+
+# The gRPC contract for other teams (docs/grpc.md; tools/protos.py). buf is pinned in tools/buf
+# (npm ci --prefix tools/buf, run by the tool when missing).
+.PHONY: proto-check stubs
+
+proto-check: setup
+	@$(PY) -m tools.protos check
+
+stubs: setup
+	@$(PY) -m tools.protos stubs

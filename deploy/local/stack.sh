@@ -45,6 +45,14 @@ install_packages() {
   # promtool unit-tests the alerting rules; PgBouncer pools PostgreSQL connections (transaction mode).
   command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
   command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+  # buf (npm, pinned in tools/buf) lints the protos; Chromium runs the browser tests (Playwright
+  # drives it, never downloading a browser of its own).
+  command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  # wrk saturates the gateway in `make bench`.
+  command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+  # Colour emoji in the web client (Vietnamese chats are full of them).
+  [ -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf ] || missing+=(fonts-noto-color-emoji)
   [ ${#missing[@]} -eq 0 ] && return 0
   is_root || die "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)"
   log "installing Debian packages: ${missing[*]}"
@@ -75,6 +83,11 @@ setup_venv() {
     python3 -m venv "$tools"
     "$tools/bin/python" -m pip install -q --disable-pip-version-check -r "$root/requirements-tools.txt"
     echo "$tools_want" >"$tools/.requirements.sha256"
+  fi
+  # buf, pinned by tools/buf/package-lock.json.
+  if [ ! -x "$root/tools/buf/node_modules/.bin/buf" ]; then
+    log "installing buf (npm)"
+    npm ci --prefix "$root/tools/buf" --no-audit --no-fund --loglevel=error >/dev/null
   fi
   # The repository root and the generated stubs are importable without installing a package.
   local site
@@ -150,13 +163,20 @@ write_redis_acl() {
   local no_consume="-xack -xautoclaim -xclaim -xgroup -xreadgroup -xdel -xtrim -del -unlink"
   local tail="-@dangerous -script|flush -script|kill +info +select"
   mkdir -p "$var/redis"
-  (umask 077 && cat >"$var/redis/users.acl") <<EOF
+  (umask 077 && cat >"$var/redis/users.acl.new") <<EOF
 user default on >$REDIS_PASSWORD ~* &* +@all
 user agora-ingest $base $no_consume $tail >$REDIS_INGEST_PASSWORD ~agora:msg:[0-9]* ~agora:msg:backlog*
 user agora-likes $base $no_consume $tail >$REDIS_LIKES_PASSWORD ~forum:{*
 user agora-flusher $base +@stream $tail >$REDIS_FLUSHER_PASSWORD ~agora:msg:* ~agora:prune* ~agora:jobs* ~forum:*
 user agora-gateway $base -@stream $tail >$REDIS_GATEWAY_PASSWORD ~agora:ratelimit:*
 EOF
+  # ACL LOAD drops the connections of every user it redefines: only when the users changed.
+  if cmp -s "$var/redis/users.acl.new" "$var/redis/users.acl"; then
+    rm -f "$var/redis/users.acl.new"
+  else
+    mv "$var/redis/users.acl.new" "$var/redis/users.acl"
+    redis_acl_changed=1
+  fi
 }
 
 # PgBouncer in transaction mode in front of PostgreSQL, as in the dev overlay: the services and
@@ -268,7 +288,7 @@ EOF
   cat >>"$var/supervisord.conf" <<EOF
 
 [program:tracesink]
-command=$venv/bin/python -m tools.trace_sink --port 4317 --db $var/traces.sqlite
+command=$venv/bin/python -m tools.trace_sink --port 4317 --db $var/traces.sqlite --http-port 16686
 directory=$root
 priority=15
 autostart=false
@@ -394,8 +414,10 @@ datastores() {
   wait_for "PgBouncer" 30 "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PGBOUNCER_PORT"
   # PING answers LOADING (exit 0) while a large AOF is replayed; only PONG means ready.
   wait_for "Redis" 120 redis_ready
-  # The users file was just rewritten: a Redis that kept running applies it now.
-  redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ACL LOAD >/dev/null
+  # The users file changed: a Redis that kept running applies it now.
+  if [ "${redis_acl_changed:-0}" = 1 ]; then
+    redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ACL LOAD >/dev/null
+  fi
   bootstrap_mysql
   bootstrap_postgres
 }
@@ -469,6 +491,7 @@ agora is up.
   health    plaintext gRPC :$INGEST_HEALTH_PORT :$TIMELINE_HEALTH_PORT :$LIKES_HEALTH_PORT, flusher :$FLUSHER_PORT
   metrics   http://127.0.0.1:{$INGEST_METRICS_PORT,$TIMELINE_METRICS_PORT,$LIKES_METRICS_PORT,$FLUSHER_METRICS_PORT,$GATEWAY_METRICS_PORT}/metrics
   logs      make logs        stop: make down
+  traces    with make up TRACES=1: http://127.0.0.1:16686/ (terminal: make traces)
 
 Try (user 7, Zalo accounts 1 and 2; a fresh token: make token SUB=7 ACCOUNTS=1,2):
   curl -s -H "Authorization: Bearer $token" \\
