@@ -1,5 +1,7 @@
 """`make traces [N=5] [TRACE=<id>]`: the most recent traces as readable waterfalls.
 
+In a browser: the trace sink serves the same traces on http://127.0.0.1:16686/ (tools/trace_view).
+
 Each line: offset from the trace start, the span tree, service, span name, duration, kind and the
 attributes that say what happened (HTTP route and status, RPC, messaging destination, DB statement).
 """
@@ -107,8 +109,12 @@ def main() -> None:
             )
         ]
     for trace_id in traces:
-        print(waterfall(trace_id, load(db, trace_id)))
+        spans = load(db, trace_id)
+        if not spans:
+            raise SystemExit(f"no trace {trace_id} in {args.db}")
+        print(waterfall(trace_id, spans))
         print()
+    print("in a browser: http://127.0.0.1:16686/ (the trace sink's view, `make up TRACES=1`)")
 
 
 if __name__ == "__main__":

@@ -8,16 +8,18 @@ OTLP endpoint). One deliberate difference from the SDK default: OTEL_TRACES_EXPO
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
 from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Decision, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.util.types import Attributes
 
 
 def setup(service_name: str) -> Callable[[], None]:
@@ -28,7 +30,8 @@ def setup(service_name: str) -> Callable[[], None]:
     # nothing unless a sampler is asked for. Context still propagates, and logs keep trace ids.
     recording = bool(exporters) or "OTEL_TRACES_SAMPLER" in os.environ
     provider = TracerProvider(
-        resource=Resource.create({SERVICE_NAME: name}), sampler=None if recording else ALWAYS_OFF
+        resource=Resource.create({SERVICE_NAME: name}),
+        sampler=NoBackgroundRoots(_configured_sampler()) if recording else ALWAYS_OFF,
     )
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
@@ -38,6 +41,41 @@ def setup(service_name: str) -> Callable[[], None]:
     if recording:
         instrument_libraries()
     return provider.shutdown
+
+
+class NoBackgroundRoots(Sampler):
+    """The configured sampler, except that a datastore call nothing started — a lease renewal,
+    a poll of an empty queue — does not become a trace of its own. Work that carries data opens
+    its own span first (a request, a stream batch, a prune), and its datastore calls are children
+    of it; without this the recent traces fill with one-span Redis noise."""
+
+    def __init__(self, delegate: Sampler) -> None:
+        self._delegate = delegate
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: trace.TraceState | None = None,
+    ) -> SamplingResult:
+        parent = trace.get_current_span(parent_context).get_span_context()
+        if kind is SpanKind.CLIENT and not parent.is_valid:
+            return SamplingResult(Decision.DROP)
+        return self._delegate.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"NoBackgroundRoots{{{self._delegate.get_description()}}}"
+
+
+def _configured_sampler() -> Sampler:
+    """OTEL_TRACES_SAMPLER / _ARG as the SDK reads them (parentbased_always_on by default)."""
+    return sampling._get_from_env_or_default()
 
 
 def instrument_libraries() -> None:

@@ -9,6 +9,7 @@ from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 from prometheus_client import REGISTRY
 
+from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
 from services.streams.entries import FIELD_ERROR
 from services.streams.messages import GROUP, MessageStreams
@@ -89,8 +90,12 @@ async def test_pool_saturation_is_exported(timeline_db: object) -> None:
     assert value("agora_db_pool_connections", pool="mysql:agora_timeline", state="in_use") >= 0
 
 
-async def test_ingest_exports_its_backlog_bound(
-    ingest_settings: IngestSettings, ingest: object
-) -> None:
-    """What MessageBacklogNearBound compares against (deploy/k8s/base/alerts.yaml)."""
-    assert value("agora_message_backlog_bound") == ingest_settings.message_queue_max
+async def test_ingest_exports_its_backlog_bound(ingest_settings: IngestSettings) -> None:
+    """What MessageBacklogNearBound compares against (components/monitoring/alerts.yaml)."""
+    service = await ingest_service.build(
+        ingest_settings.model_copy(update={"message_queue_max": 123_456})
+    )
+    try:
+        assert value("agora_message_backlog_bound") == 123_456
+    finally:
+        await service.close()
