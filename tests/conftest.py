@@ -33,6 +33,7 @@ from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
 from services.likes.config import LikesSettings
 from services.runtime import postgres, telemetry
+from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.service import Service
@@ -53,6 +54,35 @@ TABLES = [
     "stream_fences",
 ]
 PG_TABLES = "comment_likes, post_likes, comments, posts, course_members, courses, stream_fences"
+
+
+# `make test` runs the stream, likes and messaging tests a second time on a Redis Cluster
+# (TEST_REDIS_CLUSTER=1, deploy/local/env/test-cluster.env). Every settings object a test builds
+# reads REDIS_CLUSTER from the environment, as the services do, and acknowledges writes after
+# WAIT 1 (each master has a replica).
+ON_CLUSTER = os.environ.get("TEST_REDIS_CLUSTER", "") == "1"
+if ON_CLUSTER:
+    os.environ["REDIS_CLUSTER"] = "true"
+    os.environ["REDIS_WAIT_REPLICAS"] = "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "single_redis: starts or breaks a single Redis of its own (not run on the cluster pass)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On the cluster pass, leave out the tests that are about a single Redis process; they ran
+    on the first pass."""
+    if not ON_CLUSTER:
+        return
+    kept = [i for i in items if i.get_closest_marker("single_redis") is None]
+    deselected = [i for i in items if i.get_closest_marker("single_redis") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def _env(name: str) -> str:
@@ -186,7 +216,7 @@ async def pg_flusher(env: Env) -> AsyncIterator[asyncpg.Pool]:
 
 @pytest_asyncio.fixture(scope="session")
 async def redis_client(env: Env) -> AsyncIterator[redis.Redis]:
-    client = redis.Redis.from_url(env.redis_url)
+    client = redis_client_module.connect(env.redis_url, cluster=ON_CLUSTER)
     yield client
     await client.aclose()
 
@@ -206,7 +236,7 @@ async def clean(admin_db: MysqlDatabase, pg_admin: asyncpg.Pool, redis_client: r
     async with pg_admin.acquire() as conn:
         await conn.execute(f"TRUNCATE {PG_TABLES} RESTART IDENTITY")
         await load_lab(conn)
-    await redis_client.flushdb()
+    await redis_client_module.flush_all(redis_client)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,11 @@ from services.flusher.maintenance import builder as maintenance
 from services.flusher.maintenance.prune import Pruner
 from services.flusher.messages import builder as messages
 from services.flusher.messages.repository import MessageRepository
+from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
+from services.streams.likes import LikeStreams
+from services.streams.messages import MessageStreams
+from services.streams.monitor import counters_sum
 from tools import callers
 from tools.jwt_token import mint
 from tools.ports import free_port
@@ -163,7 +167,9 @@ async def run_flusher(
     try:
         if until_drained is None:
             return await asyncio.to_thread(proc.wait, 60)
-        client = redis.Redis.from_url(env.redis_url)
+        client = redis_client.connect(
+            env.redis_url, cluster=os.environ.get("REDIS_CLUSTER") == "true"
+        )
         try:
             for _ in range(300):
                 lengths = [await client.xlen(s) for s in until_drained]
@@ -211,3 +217,22 @@ async def redis_server(*options: str) -> AsyncIterator[str]:
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 10)
+
+
+async def message_backlog(client: redis.Redis, streams: MessageStreams) -> int:
+    """Messages appended and not flushed, over every shard's counter."""
+    return int(await counters_sum(client, [streams.backlog_key(s) for s in range(streams.shards)]))
+
+
+async def dead_letter_count(client: redis.Redis, streams: MessageStreams | LikeStreams) -> int:
+    """Dead letters waiting, over every shard's dead-letter stream."""
+    return sum([int(await client.xlen(s)) for s in streams.all_dead_letters()])
+
+
+async def all_dead(client: redis.Redis, streams: MessageStreams | LikeStreams) -> list[Any]:
+    """Every dead letter (id, fields) of a stream family, shard after shard."""
+    out: list[Any] = []
+    for stream in streams.all_dead_letters():
+        rows: Any = await client.xrange(stream)
+        out += rows
+    return out

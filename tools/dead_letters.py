@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
 
+from services.runtime import redis_client
 from services.streams import entries
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import MessageStreams, MessageStreamSettings
 from services.streams.replay import Replayed, Replayer
+from tools.ports import stack_redis
 
 MESSAGES = MessageStreams.from_settings(MessageStreamSettings())
 LIKES = LikeStreams.from_settings(LikeStreamSettings())
@@ -69,12 +70,16 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--replay", default="", help="a dead-letter id, or 'all'")
     args = parser.parse_args()
-    url = f"redis://:{os.environ['REDIS_PASSWORD']}@127.0.0.1:{os.environ['REDIS_PORT']}/0"
-    client = redis.Redis.from_url(url)
+    url, cluster = stack_redis()
+    client = redis_client.connect(url, cluster=cluster)
     try:
-        for stream in (MESSAGES.dead_letters, LIKES.dead_letters):
+        streams = MESSAGES.all_dead_letters() + LIKES.all_dead_letters()
+        total = 0
+        for stream in streams:
             letters = await list_dead(client, stream)
-            print(f"{stream}: {len(letters)} dead letter(s)")
+            total += len(letters)
+            if letters:
+                print(f"{stream}: {len(letters)} dead letter(s)")
             for letter in letters:
                 if args.replay in ("all", letter.id):
                     result = await replay(client, letter)
@@ -89,6 +94,7 @@ async def main() -> None:
                         f"  {letter.id} from {letter.source_stream} {letter.source_id}"
                         f" after {letter.deliveries} deliveries: {letter.error}"
                     )
+        print(f"{total} dead letter(s) in {len(streams)} dead-letter streams")
     finally:
         await client.aclose()
 

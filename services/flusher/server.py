@@ -32,10 +32,12 @@ def monitor(settings: FlusherSettings, client: Redis) -> StreamMonitor:
         client,
         [(s, messages.consumer_config(settings).group) for s in message_streams.all_streams()]
         + [(s, likes.consumer_config(settings).group) for s in like_streams.all_streams()],
-        [message_streams.dead_letters, like_streams.dead_letters],
-        message_streams.backlog_key,
+        message_streams.all_dead_letters() + like_streams.all_dead_letters(),
+        [message_streams.backlog_key(s) for s in range(message_streams.shards)],
         {
-            "messages": [message_streams.backlog_bytes_key],
+            "messages": [
+                message_streams.backlog_bytes_key(s) for s in range(message_streams.shards)
+            ],
             "likes": [like_streams.backlog_bytes(s) for s in range(like_streams.shards)],
         },
     )
@@ -44,7 +46,11 @@ def monitor(settings: FlusherSettings, client: Redis) -> StreamMonitor:
 async def build(settings: FlusherSettings) -> service.Service:
     """The flusher, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
+        redis = redis_client.connect(
+            settings.redis_url,
+            timeout=settings.redis_timeout_seconds,
+            cluster=settings.redis_cluster,
+        )
         resources.push_async_callback(redis.aclose)
         mysql = await MysqlDatabase.connect(
             settings.mysql_url,

@@ -69,7 +69,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 connections=settings.gateway_upstream_connections,
             )
             resources.push_async_callback(app.state.clients.close)
-            redis = redis_client.connect(settings.redis_url, max_connections=32)
+            redis = redis_client.connect(
+                settings.redis_url, max_connections=32, cluster=settings.redis_cluster
+            )
             resources.push_async_callback(redis.aclose)
             app.state.like_limiter = RateLimiter(
                 redis, "agora:ratelimit:like", settings.like_toggles_per_minute, 60

@@ -10,7 +10,7 @@ import redis.asyncio as redis
 from fastapi import Depends, Request
 
 # Count this call in the current window; the key expires with the window.
-_HIT = """
+_HIT = """#!lua flags=allow-oom
 local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return n

@@ -14,6 +14,7 @@ from services.ingest.repository import MessageStreamRepository
 from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
+from services.runtime.redis_client import DurableScripts
 from services.streams.messages import MessageStreams
 from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
@@ -24,7 +25,11 @@ FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"]
 async def build(settings: IngestSettings) -> service.Service:
     """The ingest service, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
+        redis = redis_client.connect(
+            settings.redis_url,
+            timeout=settings.redis_timeout_seconds,
+            cluster=settings.redis_cluster,
+        )
         resources.push_async_callback(redis.aclose)
         pool = await postgres.connect(
             settings.postgres_url,
@@ -35,12 +40,20 @@ async def build(settings: IngestSettings) -> service.Service:
         )
         resources.push_async_callback(pool.close)
         streams = MessageStreams.from_settings(settings)
+        durable = DurableScripts(
+            redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+        resources.push_async_callback(durable.aclose)
         MESSAGE_BACKLOG_BOUND.set(settings.message_queue_max)
         messages = IngestHandlers(
             settings,
             streams,
             MessageStreamRepository(
-                redis, streams, settings.message_queue_max, settings.message_queue_max_bytes
+                redis,
+                streams,
+                settings.message_queue_max,
+                settings.message_queue_max_bytes,
+                durable,
             ),
         )
         forum = ForumWriteHandlers(ForumWriteRepository(pool))

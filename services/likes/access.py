@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis
-from redis.exceptions import RedisError
 
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
+from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class AccessCache:
             return None
         try:
             seen = cast(bytes | None, await self._redis.get(self.version_key(course_id)))
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             if self._redis_answers:
                 log.warning("Redis does not answer, checking likes in PostgreSQL: %s", exc)
             self._redis_answers = False
@@ -162,7 +162,7 @@ class AccessCache:
             if await self._redis.set(key, token, nx=True, ex=VERSION_TTL_SECONDS):
                 return token
             current = cast(bytes | None, await self._redis.get(key))
-        except RedisError as exc:  # at maxmemory, say: this request asks the database
+        except REDIS_ERRORS as exc:  # at maxmemory, say: this request asks the database
             log.warning("no access version for course %d, not caching: %s", course_id, exc)
             return None
         return current

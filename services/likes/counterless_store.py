@@ -28,11 +28,11 @@ from collections.abc import Sequence
 import asyncpg
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2
-from redis.exceptions import RedisError
 
 from services.domain.forum import LIVE_COMMENT_IN_COURSE, LIVE_POST_IN_COURSE
 from services.likes.access import AccessCache
 from services.likes.sync_store import liked_flags
+from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import COMMENT, MARK_DIRTY, POST, LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class DirtyMarks:
         comments = sorted(i for k, i in marks if k == COMMENT)
         try:
             await self._script(keys=self._keys, args=[len(posts), *posts, *comments])
-        except RedisError as exc:
+        except REDIS_ERRORS as exc:
             if len(self._pending) + len(marks) <= self._limit:
                 self._pending |= marks
             log.warning(

@@ -25,6 +25,7 @@ from redis.exceptions import OutOfMemoryError
 
 from services.likes.access import AccessCache
 from services.likes.errors import BacklogFull, ColdSetError
+from services.runtime.redis_client import DurableScripts
 from services.streams.likes import LikeStreams, TargetKind, member
 from services.streams.producer import LUA_APPEND, publishing
 
@@ -127,8 +128,11 @@ class BufferedLikes:
         access: AccessCache,
         ttl_seconds: int,
         bound: BacklogBound,
+        durable: DurableScripts | None = None,
     ) -> None:
         self._redis = client
+        # REDIS_WAIT_REPLICAS: a toggle is acknowledged once that many replicas have it.
+        self._durable = durable or DurableScripts(client, 0, 1)
         self._streams = streams
         self._access = access
         self._ttl = ttl_seconds
@@ -181,14 +185,15 @@ class BufferedLikes:
         with publishing(stream) as publication:
             warm_args = ["1", *warm_with] if warm_with is not None else ["0"]
             try:
-                result = await self._toggle(
-                    keys=[
+                result = await self._durable(
+                    self._toggle,
+                    [
                         self._streams.liked_set(user_id, course_id),
                         stream,
                         self._streams.last_ops(user_id, course_id),
                         self._streams.backlog_bytes(shard),
                     ],
-                    args=[
+                    [
                         member(event.target.kind, event.target.id),
                         "like" if event.liked else "unlike",
                         self._ttl,

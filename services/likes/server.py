@@ -16,6 +16,7 @@ from services.likes.sync_store import SyncLikes
 from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
+from services.runtime.redis_client import DurableScripts
 from services.streams.likes import LikeStreams
 
 LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
@@ -38,7 +39,11 @@ async def build(settings: LikesSettings) -> service.Service:
         # LikesSettings guarantees the URLs each mode needs.
         redis = None
         if settings.likes_mode in ("buffered", "counterless") and settings.redis_url:
-            redis = redis_client.connect(settings.redis_url, timeout=settings.redis_timeout_seconds)
+            redis = redis_client.connect(
+                settings.redis_url,
+                timeout=settings.redis_timeout_seconds,
+                cluster=settings.redis_cluster,
+            )
             resources.push_async_callback(redis.aclose)
         # Buffered likes live in Redis. Counterless ones do not: while Redis is away they are
         # checked in PostgreSQL and their dirty marks wait in the process.
@@ -71,7 +76,13 @@ async def build(settings: LikesSettings) -> service.Service:
                 settings.like_queue_max, settings.like_queue_max_bytes, streams.shards
             )
             cache = AccessCache(checks, redis, streams, limits)
-            store = BufferedLikes(redis, streams, cache, settings.liked_set_ttl_seconds, bound)
+            durable = DurableScripts(
+                redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+            )
+            resources.push_async_callback(durable.aclose)
+            store = BufferedLikes(
+                redis, streams, cache, settings.liked_set_ttl_seconds, bound, durable
+            )
         elif settings.likes_mode == "counterless" and redis is not None and write_pool is not None:
             cache = AccessCache(checks, redis, streams, limits)
             store = CounterlessLikes(cache, write_pool, redis, streams)

@@ -47,6 +47,14 @@ class ServiceSettings(BaseSettings):
     # server lets us read it; trusted as declared on managed Redis that refuses (CONFIG and INFO
     # are often disabled or not granted to a service's ACL user).
     redis_maxmemory_policy: str = "noeviction"
+    # REDIS_URL names one node of a Redis Cluster (redis-py's cluster client finds the others and
+    # follows MOVED/ASK); false: a single Redis (or a primary behind a failover proxy).
+    redis_cluster: bool = False
+    # Acknowledge a stream write only once this many replicas have it (WAIT after the write, on
+    # its connection): with 1, a master killed right after the acknowledgement loses nothing its
+    # promoted replica does not have. 0: acknowledged once the master has it (its AOF).
+    redis_wait_replicas: int = Field(default=0, ge=0)
+    redis_wait_timeout_ms: int = Field(default=1000, ge=1)
 
 
 def load(cls: type[S]) -> S:

@@ -109,7 +109,7 @@ return redis.error_reply(tostring(err))
 # entry after it with a plain XREAD.
 # KEYS: stream, lease, lease epoch. ARGV: group, consumer, count, holder, epoch.
 # Returns {0} lease lost, {1, entries}, or {2, last id}.
-_READ_NEW = """
+_READ_NEW = """#!lua flags=allow-oom
 if redis.call('GET', KEYS[2]) ~= ARGV[4] or redis.call('GET', KEYS[3]) ~= ARGV[5] then
   return {0}
 end

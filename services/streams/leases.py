@@ -24,7 +24,8 @@ class ShardedLayout(Protocol):
     @property
     def shards(self) -> int: ...
 
-    def lease_prefix(self) -> str: ...
+    @property
+    def lease_members_key(self) -> str: ...
 
     def lease_key(self, shard: int) -> str: ...
 
@@ -32,20 +33,20 @@ class ShardedLayout(Protocol):
 
 
 # KEYS: lease, epoch counter. ARGV: holder, ttl ms. A free lease is taken with the next epoch.
-_ACQUIRE = """
+_ACQUIRE = """#!lua flags=allow-oom
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end
 return 0
 """
 # KEYS: lease. ARGV: holder, ttl ms. Only the holder extends (or gives back) its lease.
-_RENEW = """
+_RENEW = """#!lua flags=allow-oom
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 """
-_RELEASE = """
+_RELEASE = """#!lua flags=allow-oom
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
@@ -53,7 +54,7 @@ return 0
 """
 # KEYS: epoch counter. ARGV: an epoch the datastore holds. The counter never goes backwards, and
 # after this the next lease is newer than anything the datastore has seen.
-_RAISE_EPOCH = """
+_RAISE_EPOCH = """#!lua flags=allow-oom
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 if current < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])
@@ -70,7 +71,6 @@ class ShardLeases:
     ) -> None:
         self._redis = client
         self._layout = layout
-        self._prefix = layout.lease_prefix()
         self.shards = layout.shards
         self.member = member
         self.ttl_ms = ttl_ms
@@ -87,7 +87,7 @@ class ShardLeases:
 
     @property
     def _members_key(self) -> str:
-        return f"{self._prefix}:members"
+        return self._layout.lease_members_key
 
     async def heartbeat(self) -> tuple[int, list[int]]:
         """Say this replica is alive; returns its fair share and the shards nobody holds."""
@@ -96,8 +96,10 @@ class ShardLeases:
             pipe.zadd(self._members_key, {self.member: now_ms})
             pipe.zremrangebyscore(self._members_key, "-inf", now_ms - self.ttl_ms)
             pipe.zcard(self._members_key)
-            pipe.mget([self._key(s) for s in range(self.shards)])
-            _, _, live, holders = await pipe.execute()
+            # One GET per lease (not MGET): the leases live in their shards' hash slots.
+            for s in range(self.shards):
+                pipe.get(self._key(s))
+            _, _, live, *holders = await pipe.execute()
         fair = math.ceil(self.shards / max(int(live), 1))
         # Look from a member-specific offset so replicas do not all race for shard 0.
         offset = zlib.crc32(self.member.encode()) % self.shards

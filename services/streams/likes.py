@@ -77,20 +77,24 @@ class LikeStreams:
         """The user's last operation per target in the course, kept as long as the SET."""
         return f"{self._tagged(user_id)}:u:{user_id}:c:{course_id}:ops"
 
-    @property
-    def dead_letters(self) -> str:
-        return f"{self.prefix}:like-events:dead"
+    def dead_letters(self, shard: int) -> str:
+        return f"{self.prefix}:{{ls{shard}}}:like-events:dead"
 
-    def lease_prefix(self) -> str:
-        return f"{self.prefix}:like-lease"
+    def all_dead_letters(self) -> list[str]:
+        return [self.dead_letters(s) for s in range(self.shards)]
 
     def lease_key(self, shard: int) -> str:
         """Who consumes the shard (SET NX PX, the holder's name)."""
-        return f"{self.lease_prefix()}:{shard}"
+        return f"{self.prefix}:{{ls{shard}}}:lease"
 
     def lease_epoch_key(self, shard: int) -> str:
         """The shard's lease counter: every acquisition takes the next epoch."""
         return f"{self.lease_key(shard)}:epoch"
+
+    @property
+    def lease_members_key(self) -> str:
+        """The flusher replicas alive (a heartbeat ZSET)."""
+        return f"{self.prefix}:like-lease-members"
 
     def access_version(self, course_id: int) -> str:
         """The version of what the likes service may cache about a course (its members, its

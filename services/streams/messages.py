@@ -32,7 +32,9 @@ class MessageStreamSettings(BaseSettings):
 
 @dataclass(frozen=True)
 class MessageStreams:
-    """Key names of the message stream shards, their backlog counter and dead letters."""
+    """Key names of the message stream shards: the stream, its backlog counters, its dead
+    letters and its lease. Every key of shard s carries the hash tag {m<s>}, so each script and
+    multi-key command touches one hash slot and the layout holds on Redis Cluster unchanged."""
 
     prefix: str
     shards: int
@@ -45,36 +47,49 @@ class MessageStreams:
         """Stable shard of a conversation (crc32, identical in every process and language)."""
         return zlib.crc32(f"{account_id}:{thread_id}".encode()) % self.shards
 
+    def _tagged(self, shard: int) -> str:
+        return f"{self.prefix}:{{m{shard}}}"
+
     def stream(self, shard: int) -> str:
-        return f"{self.prefix}:{shard}"
+        return f"{self._tagged(shard)}:events"
 
     def all_streams(self) -> list[str]:
         return [self.stream(s) for s in range(self.shards)]
 
-    @property
-    def backlog_key(self) -> str:
-        """Messages appended and not yet flushed, across all shards (the ingest bound)."""
-        return f"{self.prefix}:backlog"
+    def backlog_key(self, shard: int) -> str:
+        """Messages appended to the shard and not yet flushed (the ingest bound, per shard)."""
+        return f"{self._tagged(shard)}:backlog"
 
-    @property
-    def backlog_bytes_key(self) -> str:
-        """Bytes of the entries appended and not yet flushed, across all shards."""
-        return f"{self.prefix}:backlog-bytes"
+    def backlog_bytes_key(self, shard: int) -> str:
+        """Bytes of the shard's entries appended and not yet flushed."""
+        return f"{self._tagged(shard)}:backlog-bytes"
 
-    @property
-    def dead_letters(self) -> str:
-        return f"{self.prefix}:dead"
+    def reserved_key(self, shard: int) -> str:
+        """Room held for calls that span shards on a cluster (ingest's two-step append)."""
+        return f"{self._tagged(shard)}:backlog-reserved"
 
-    def lease_prefix(self) -> str:
-        return f"{self.prefix}:lease"
+    def dead_letters(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:dead"
+
+    def all_dead_letters(self) -> list[str]:
+        return [self.dead_letters(s) for s in range(self.shards)]
 
     def lease_key(self, shard: int) -> str:
         """Who consumes the shard (SET NX PX, the holder's name)."""
-        return f"{self.lease_prefix()}:{shard}"
+        return f"{self._tagged(shard)}:lease"
 
     def lease_epoch_key(self, shard: int) -> str:
         """The shard's lease counter: every acquisition takes the next epoch."""
         return f"{self.lease_key(shard)}:epoch"
+
+    @property
+    def lease_members_key(self) -> str:
+        """The flusher replicas alive (a heartbeat ZSET)."""
+        return f"{self.prefix}:lease-members"
+
+    def bound_per_shard(self, total: int) -> int:
+        """A total bound (MESSAGE_QUEUE_MAX, …) split over the shards, rounded up."""
+        return -(-total // self.shards)
 
 
 def units(event: message_events_pb2.MessageStreamEntry) -> int:

@@ -24,14 +24,14 @@ class StreamMonitor:
         client: redis.Redis,
         streams: Sequence[tuple[str, str]],
         dead_letters: Sequence[str],
-        backlog_key: str,
+        backlog_keys: Sequence[str],
         backlog_bytes: Mapping[str, Sequence[str]] | None = None,
         interval: float = 10.0,
     ) -> None:
         self._redis = client
         self._streams = list(streams)  # (stream, group)
         self._dead = list(dead_letters)
-        self._backlog_key = backlog_key
+        self._backlog_keys = list(backlog_keys)
         # family → the counters of unflushed bytes its shards keep
         self._backlog_bytes = dict(backlog_bytes or {})
         self._interval = interval
@@ -57,10 +57,9 @@ class StreamMonitor:
             first: Any = await self._redis.xrange(stream, count=1)
             age = (now_ms - int(_text(first[0][0]).split("-")[0])) / 1000 if first else 0.0
             metrics.DEAD_LETTER_OLDEST.labels(stream).set(max(age, 0.0))
-        metrics.MESSAGE_BACKLOG.set(float(await self._redis.get(self._backlog_key) or 0))
+        metrics.MESSAGE_BACKLOG.set(await counters_sum(self._redis, self._backlog_keys))
         for family, keys in self._backlog_bytes.items():
-            values = await self._redis.mget(list(keys)) if keys else []
-            metrics.BACKLOG_BYTES.labels(family).set(sum(float(v or 0) for v in values))
+            metrics.BACKLOG_BYTES.labels(family).set(await counters_sum(self._redis, keys))
         stats: Any = await self._redis.info("stats")
         memory: Any = await self._redis.info("memory")
         metrics.REDIS_EVICTED_KEYS.set(float(stats.get("evicted_keys", 0)))
@@ -73,6 +72,18 @@ class StreamMonitor:
     async def _quiet_sample(self) -> None:
         with suppress_instrumentation():  # housekeeping, not a request
             await self.sample()
+
+
+async def counters_sum(client: redis.Redis, keys: Sequence[str]) -> float:
+    """The sum of counters kept per shard (one GET each: on a cluster they live in different
+    hash slots, where one MGET would be refused)."""
+    if not keys:
+        return 0.0
+    async with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.get(key)
+        values = await pipe.execute()
+    return sum(float(v or 0) for v in values)
 
 
 def _text(value: object) -> str:

@@ -78,15 +78,16 @@ class Replayer:
     ) -> Replayed:
         """Append the letter's entry to `source` again (or refuse), then drop the dead letter."""
         original = Entry(fields.get(FIELD_SOURCE_ID, b"0-0"), _entry_fields(fields))
-        if dead_stream == self._messages.dead_letters:
+        if dead_stream in self._messages.all_dead_letters():
             result = await self._message(original)
-        elif dead_stream == self._likes.dead_letters:
+        elif dead_stream in self._likes.all_dead_letters():
             result = await self._like(original)
         else:
             raise ValueError(f"not a dead-letter stream: {dead_stream}")
         if result.new_id is not None:
-            # A second step (the dead-letter stream is not in the entry's hash slot): a crash in
-            # between leaves the letter to be replayed again, which the two rules above make safe.
+            # A second step (the entry may go back to another shard than the one that
+            # dead-lettered it, if the shard count changed): a crash in between leaves the letter
+            # to be replayed again, which the two rules above make safe.
             await self._redis.xdel(dead_stream, letter_id)
         return result
 
@@ -96,8 +97,8 @@ class Replayer:
         new_id = await self._replay_message(
             keys=[
                 self._messages.stream(shard),
-                self._messages.backlog_key,
-                self._messages.backlog_bytes_key,
+                self._messages.backlog_key(shard),
+                self._messages.backlog_bytes_key(shard),
             ],
             args=[entry.units, *encode(event, entry.units, entry.trace_carrier())],
         )

@@ -50,7 +50,16 @@ from services.streams.entries import Entry
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import GROUP, MessageStreams, MessageStreamSettings, decode
 from tests.conftest import Env, serving
-from tests.helpers import ROOT, SHARDS, as_gateway, as_service, at, message, run_flusher
+from tests.helpers import (
+    ROOT,
+    SHARDS,
+    as_gateway,
+    as_service,
+    at,
+    message,
+    message_backlog,
+    run_flusher,
+)
 from tools import backup as tool
 from tools.ports import free_port
 
@@ -566,7 +575,7 @@ async def test_a_backup_taken_during_ingest_restores_every_acknowledged_message_
         try:
             assert [int(await client.xlen(s)) for s in ALL_STREAMS] == lengths
             assert sum(lengths) > 0
-            backlog = int(await client.get(MESSAGE_STREAMS.backlog_key) or 0)
+            backlog = await message_backlog(client, MESSAGE_STREAMS)
         finally:
             await client.aclose()
         assert backlog > 0

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.asyncio
 
 Call = Callable[[redis.Redis], Awaitable[Any]]
 
-STREAM = "agora:msg:0"
+STREAM = "agora:msg:{m0}:events"
 LIKE_STREAM = "forum:{ls0}:like-events"
 
 
@@ -48,7 +48,7 @@ async def users(env: Env) -> AsyncIterator[dict[str, redis.Redis]]:
 REFUSED: dict[str, list[tuple[str, Call]]] = {
     "gateway": [
         ("read a message stream", lambda r: r.xrange(STREAM)),
-        ("read the backlog bound", lambda r: r.get("agora:msg:backlog")),
+        ("read the backlog bound", lambda r: r.get("agora:msg:{m0}:backlog")),
         ("read a user's likes", lambda r: r.smembers("forum:{ls0}:u:7:c:42:liked")),
         ("a stream command on its own keys", lambda r: r.xadd("agora:ratelimit:x", {"a": "1"})),
     ],
@@ -56,8 +56,9 @@ REFUSED: dict[str, list[tuple[str, Call]]] = {
         ("acknowledge", lambda r: r.xack(STREAM, "flusher", "0-1")),
         ("consume", lambda r: r.xreadgroup("flusher", "x", {STREAM: ">"}, count=1)),
         ("delete its stream", lambda r: r.delete(STREAM)),
-        ("take a shard lease", lambda r: r.set("agora:msg:lease:0", "me")),
-        ("write a dead letter", lambda r: r.xadd("agora:msg:dead", {"a": "1"})),
+        ("take a shard lease", lambda r: r.set("agora:msg:{m0}:lease", "me")),
+        ("write a dead letter", lambda r: r.xadd("agora:msg:{m0}:dead", {"a": "1"})),
+        ("reach another family's keys", lambda r: r.get("agora:prune:{prune}:due")),
         ("touch the likes", lambda r: r.xadd(LIKE_STREAM, {"a": "1"})),
         ("flush the database", lambda r: r.flushdb()),
         ("read the config", lambda r: r.config_get("requirepass")),
@@ -65,7 +66,8 @@ REFUSED: dict[str, list[tuple[str, Call]]] = {
     "likes": [
         ("append a message", lambda r: r.xadd(STREAM, {"a": "1"})),
         ("acknowledge its own stream", lambda r: r.xack(LIKE_STREAM, "flusher", "0-1")),
-        ("take a like lease", lambda r: r.set("forum:like-lease:0", "me")),
+        ("take a like lease", lambda r: r.set("forum:{ls0}:lease", "me")),
+        ("write a like dead letter", lambda r: r.xadd("forum:{ls0}:like-events:dead", {"a": "1"})),
         ("list keys", lambda r: r.keys("*")),
     ],
     "flusher": [
@@ -80,17 +82,22 @@ ALLOWED: dict[str, list[tuple[str, Call]]] = {
     "gateway": [("count a rate limit", lambda r: r.incr("agora:ratelimit:like:7"))],
     "ingest": [
         ("append a message", lambda r: r.xadd(STREAM, {"a": "1"})),
-        ("count the backlog", lambda r: r.incrby("agora:msg:backlog", 1)),
+        ("count the backlog", lambda r: r.incrby("agora:msg:{m0}:backlog", 1)),
+        ("hold room", lambda r: r.hset("agora:msg:{m0}:backlog-reserved", "call", "1:1:1")),
+        ("wait for a replica", lambda r: r.execute_command("WAIT", 0, 10)),
     ],
     "likes": [
         ("append a like", lambda r: r.xadd(LIKE_STREAM, {"a": "1"})),
         ("record a like", lambda r: r.sadd("forum:{ls0}:u:7:c:42:liked", "p:1")),
+        ("count a like's bytes", lambda r: r.incrby("forum:{ls0}:like-events:bytes", 10)),
+        ("read an access version", lambda r: r.get("forum:{c42}:access-version")),
+        ("mark a post dirty", lambda r: r.sadd("forum:{dirty}:posts", "1")),
     ],
     "flusher": [
         ("consume", lambda r: r.xreadgroup("flusher", "f", {STREAM: ">"}, count=1)),
         ("acknowledge", lambda r: r.xack(STREAM, "flusher", "0-1")),
         ("acknowledge a like", lambda r: r.xack(LIKE_STREAM, "flusher", "0-1")),
-        ("take a lease", lambda r: r.set("agora:msg:lease:0", "f", nx=True, px=1000)),
+        ("take a lease", lambda r: r.set("agora:msg:{m0}:lease", "f", nx=True, px=1000)),
         ("read the eviction policy", lambda r: r.info("memory")),
     ],
 }

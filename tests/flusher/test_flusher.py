@@ -24,7 +24,7 @@ from services.streams.entries import (
 )
 from services.streams.messages import GROUP, MessageStreams
 from tests.conftest import Env
-from tests.helpers import Flusher, at, message, run_flusher
+from tests.helpers import Flusher, at, message, message_backlog, run_flusher
 
 pytestmark = pytest.mark.asyncio
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ async def test_poison_entry_is_dead_lettered_while_the_rest_of_its_batch_lands(
     await redis_client.xadd(
         streams.stream(shard), {FIELD_UNITS: 1, FIELD_EVENT: b"not a protobuf \xff\xff"}
     )
-    await redis_client.incrby(streams.backlog_key, 2)
+    await redis_client.incrby(streams.backlog_key(shard), 2)
     await ingest.IngestMessages(
         pb.IngestMessagesRequest(account_id=1, messages=[message("after", sent_at=at(2))])
     )
@@ -84,7 +84,7 @@ async def test_poison_entry_is_dead_lettered_while_the_rest_of_its_batch_lands(
     await flusher.drain()
 
     assert set(await count_by_msg_id(admin_db)) == {"before", "after"}
-    dead: Any = await redis_client.xrange(streams.dead_letters)
+    dead: Any = await redis_client.xrange(streams.dead_letters(shard))
     assert len(dead) == 2
     errors = sorted(fields[FIELD_ERROR].decode() for _, fields in dead)
     assert "foreign key" in errors[0].lower() or "foreign key" in errors[1].lower()
@@ -92,7 +92,7 @@ async def test_poison_entry_is_dead_lettered_while_the_rest_of_its_batch_lands(
     assert all(int(fields[FIELD_DELIVERIES]) >= 5 for _, fields in dead)
     # Nothing is left pending or counted in the backlog.
     assert (await redis_client.xpending(streams.stream(shard), GROUP))["pending"] == 0
-    assert int(await redis_client.get(streams.backlog_key) or 0) == 0
+    assert await message_backlog(redis_client, streams) == 0
 
 
 async def test_entries_of_a_dead_consumer_are_claimed(
@@ -149,4 +149,4 @@ async def test_killed_between_commit_and_ack_then_restarted_loses_and_duplicates
     stored = await count_by_msg_id(admin_db)
     assert sorted(stored) == sorted(sent)
     assert set(stored.values()) == {1}
-    assert int(await redis_client.get(streams.backlog_key) or 0) == 0
+    assert await message_backlog(redis_client, streams) == 0

@@ -25,10 +25,20 @@ from services.likes import server as likes_service
 from services.likes.config import LikesSettings
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
+from services.streams.monitor import counters_sum
 from tests.conftest import Env, serving
-from tests.helpers import SHARDS, Flusher, as_gateway, as_service, message, redis_server
+from tests.helpers import (
+    SHARDS,
+    Flusher,
+    as_gateway,
+    as_service,
+    message,
+    message_backlog,
+    redis_server,
+)
 
-pytestmark = pytest.mark.asyncio
+# Starts a Redis of its own with a tiny maxmemory.
+pytestmark = [pytest.mark.asyncio, pytest.mark.single_redis]
 
 
 async def used_memory(client: redis.Redis) -> int:
@@ -131,6 +141,11 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
             layout = Flusher(flusher_settings, client, flusher_db, pg_flusher)
             assert all([await client.xlen(c.stream) == 0 for c in layout.like_consumers])
             streams = MessageStreams.from_settings(ingest_settings)
-            assert int(await client.get(streams.backlog_key) or 0) == 0
-            assert int(await client.get(streams.backlog_bytes_key) or 0) == 0
+            assert await message_backlog(client, streams) == 0
+            assert (
+                await counters_sum(
+                    client, [streams.backlog_bytes_key(s) for s in range(streams.shards)]
+                )
+                == 0
+            )
         await client.aclose()

@@ -29,7 +29,7 @@ from services.streams.likes import LikeStreams
 from services.streams.messages import GROUP, MessageStreamEntry, MessageStreams
 from services.streams.monitor import StreamMonitor
 from tests.conftest import Env
-from tests.helpers import SHARDS, Flusher, message
+from tests.helpers import SHARDS, Flusher, dead_letter_count, message, message_backlog
 
 pytestmark = pytest.mark.asyncio
 
@@ -49,10 +49,6 @@ async def run_for(consumer: ShardConsumer[Any], seconds: float) -> list[float]:
     stop.set()
     await asyncio.wait_for(task, 10)
     return samples
-
-
-async def dead_letters(client: redis.Redis, stream: str) -> int:
-    return int(await client.xlen(stream))
 
 
 async def test_a_revoked_mysql_grant_stalls_the_shard_and_dead_letters_nothing(
@@ -80,7 +76,7 @@ async def test_a_revoked_mysql_grant_stalls_the_shard_and_dead_letters_nothing(
         await admin_db.execute("GRANT INSERT ON agora_test.* TO 'agora_flusher'@'127.0.0.1'")
 
     assert max(samples) == 1, "the stall was not visible"
-    assert await dead_letters(redis_client, streams.dead_letters) == 0
+    assert await dead_letter_count(redis_client, streams) == 0
     assert (await redis_client.xpending(streams.stream(shard), GROUP))["pending"] > 0
     assert consumer.stats.transient_failures > 3  # retried, never counted as a delivery
 
@@ -123,7 +119,7 @@ async def test_a_revoked_postgres_grant_stalls_the_likes_and_dead_letters_nothin
         await pg_admin.execute("GRANT INSERT ON post_likes TO agora_flusher")
 
     assert max(samples) == 1
-    assert await dead_letters(redis_client, LikeStreams("forum", SHARDS).dead_letters) == 0
+    assert await dead_letter_count(redis_client, LikeStreams("forum", SHARDS)) == 0
     assert all(c.stats.dead_lettered == 0 for c in flusher.like_consumers)
     await flusher.drain()
     liked = await pg_admin.fetch("SELECT user_id FROM post_likes WHERE post_id = 1 ORDER BY 1")
@@ -146,19 +142,20 @@ async def test_one_refused_message_goes_to_the_dead_letters_alone(
             messages=[message("m1", thread="t1"), bad, message("m3", thread="t1")]
         ),
     )
-    await redis_client.xadd(streams.stream(streams.shard_of(1, "t1")), as_mapping(entry, 3))
-    await redis_client.incrby(streams.backlog_key, 3)
+    shard = streams.shard_of(1, "t1")
+    await redis_client.xadd(streams.stream(shard), as_mapping(entry, 3))
+    await redis_client.incrby(streams.backlog_key(shard), 3)
 
     await flusher.drain()
 
     rows = await admin_db.fetchall("SELECT msg_id FROM zalo_messages ORDER BY msg_id")
     assert [r[0] for r in rows] == ["m1", "m3"]
-    dead: Any = await redis_client.xrange(streams.dead_letters)
+    dead: Any = await redis_client.xrange(streams.dead_letters(shard))
     assert len(dead) == 1
     [(_, fields)] = dead
     letter = Entry(b"0-0", fields).event(MessageStreamEntry)
     assert [m.msg_id for m in letter.messages.messages] == ["m2"]
-    assert int(await redis_client.get(streams.backlog_key) or 0) == 0
+    assert await message_backlog(redis_client, streams) == 0
 
 
 async def test_dead_letters_are_capped_and_their_age_is_a_metric(
@@ -173,13 +170,13 @@ async def test_dead_letters_are_capped_and_their_age_is_a_metric(
         await redis_client.xadd(stream, {FIELD_EVENT: b"\xff not a protobuf"})
     while await capped.run_once():
         pass
-    assert 100 <= await redis_client.xlen(streams.dead_letters) < 300
+    assert 100 <= await redis_client.xlen(streams.dead_letters(0)) < 300
 
-    monitor = StreamMonitor(redis_client, [], [streams.dead_letters], streams.backlog_key)
+    monitor = StreamMonitor(redis_client, [], [streams.dead_letters(0)], [])
     await asyncio.sleep(1.1)
     await monitor.sample()
     age = REGISTRY.get_sample_value(
-        "agora_dead_letter_oldest_seconds", {"stream": streams.dead_letters}
+        "agora_dead_letter_oldest_seconds", {"stream": streams.dead_letters(0)}
     )
     assert age is not None
     assert age >= 1

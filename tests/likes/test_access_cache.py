@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind
 from services.likes.access import AccessCache, AccessLimits
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import Check, ForumChecks, TargetFact
+from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from tests.conftest import Env
@@ -154,7 +155,7 @@ async def test_a_redis_that_lost_its_data_drops_everything(
     cached: Cached, redis_client: redis.Redis
 ) -> None:
     await cached.authorize(7, (POST, 1))
-    await redis_client.flushdb()
+    await redis_client_module.flush_all(redis_client)
     await cached.authorize(7, (POST, 1))
     assert cached.checks.taken() == {"members": 2, "target": 2}
 

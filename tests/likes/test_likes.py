@@ -42,6 +42,15 @@ from tests.helpers import (
 from tools import callers
 from tools.dead_letters import DeadLetter, list_dead, replay
 
+
+async def list_all_dead(client: redis.Redis) -> list[DeadLetter]:
+    """The like dead letters of every shard."""
+    found: list[DeadLetter] = []
+    for stream in STREAMS.all_dead_letters():
+        found += await list_dead(client, stream)
+    return found
+
+
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
@@ -305,7 +314,7 @@ async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_r
     assert state["posts"][1] == 1
     assert state["comments"][1] == 1
     assert (2, 7) in state["post_likes"]  # the poison unlike did not land
-    dead = await list_dead(redis_client, STREAMS.dead_letters)
+    dead = await list_all_dead(redis_client)
     assert sorted(target_of(d) for d in dead) == [(POST, 0), (POST, 2)]
     assert all(d.deliveries >= 5 and d.source_stream == stream for d in dead)
     assert any("like_count" in d.error or "check" in d.error.lower() for d in dead)
@@ -319,9 +328,7 @@ async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_r
     state = await counts(pg_admin)
     assert (2, 7) not in state["post_likes"]
     assert state["posts"][2] == 0
-    assert [target_of(d) for d in await list_dead(redis_client, STREAMS.dead_letters)] == [
-        (POST, 0)
-    ]
+    assert [target_of(d) for d in await list_all_dead(redis_client)] == [(POST, 0)]
     # The replay made it the user's last operation again, until it was flushed.
     assert not await redis_client.hgetall(STREAMS.last_ops(7, 42))
 
@@ -333,7 +340,7 @@ async def test_a_dead_letter_never_overrides_a_newer_toggle(
     pg_admin: asyncpg.Pool,
 ) -> None:
     await poison_unlike_of_post_2(likes, flusher, pg_admin)
-    [unlike] = await list_dead(redis_client, STREAMS.dead_letters)
+    [unlike] = await list_all_dead(redis_client)
     await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
     # Meanwhile the user likes post 2 again (the SET says unliked: this is a change).
     assert (await set_like(likes, 7, post(2), True)).changed
@@ -348,7 +355,7 @@ async def test_a_dead_letter_never_overrides_a_newer_toggle(
     assert (2, 7) in state["post_likes"]  # the newer like stands
     assert state["posts"][2] == 1
     # Refused letters stay for the operator to read (and drop).
-    assert len(await list_dead(redis_client, STREAMS.dead_letters)) == 1
+    assert len(await list_all_dead(redis_client)) == 1
 
 
 async def test_deleting_a_users_sets_recovers_after_a_dead_letter_and_after_a_flush(
@@ -365,7 +372,7 @@ async def test_deleting_a_users_sets_recovers_after_a_dead_letter_and_after_a_fl
     assert not await redis_client.hexists(STREAMS.last_ops(8, 42), "p:1")
     # A dead-lettered unlike: Redis says unliked, the database still has the like.
     await poison_unlike_of_post_2(likes, flusher, pg_admin)
-    assert len(await list_dead(redis_client, STREAMS.dead_letters)) == 1
+    assert len(await list_all_dead(redis_client)) == 1
     assert not (await set_like(likes, 7, post(2), False)).changed  # Redis: already unliked
 
     await redis_client.delete(STREAMS.liked_set(7, 42), STREAMS.liked_set(8, 42))
@@ -418,6 +425,7 @@ async def evicting_redis() -> AsyncIterator[str]:
         yield url
 
 
+@pytest.mark.single_redis
 @pytest.mark.parametrize("service", ["likes", "flusher"])
 async def test_a_redis_that_may_evict_streams_is_refused_at_start_up(
     service: str, env: Env, evicting_redis: str

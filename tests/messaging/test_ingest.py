@@ -14,7 +14,7 @@ from services.runtime.grpc_errors import field_violations
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from tests.conftest import serving
-from tests.helpers import Flusher, as_listener, at, message
+from tests.helpers import Flusher, as_listener, at, message, message_backlog
 
 pytestmark = pytest.mark.asyncio
 
@@ -79,11 +79,11 @@ async def test_backlog_bound_refuses_whole_batch_and_stores_nothing(
             await stub.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=second))
         assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert await stream_entries(redis_client, streams) == entries_before
-        assert int(await redis_client.get(streams.backlog_key) or 0) == 8
+        assert await message_backlog(redis_client, streams) == 8
 
         # Once flushed, the backlog is released and the caller's retry goes through.
         await flusher.drain()
-        assert int(await redis_client.get(streams.backlog_key) or 0) == 0
+        assert await message_backlog(redis_client, streams) == 0
         await stub.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=second))
         await flusher.drain()
     stored = await stored_msg_ids(admin_db)

@@ -18,7 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from services.runtime.grpc_errors import FieldViolation, field_violations
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
-from tests.helpers import Flusher, at, message
+from tests.helpers import Flusher, at, dead_letter_count, message
 
 pytestmark = pytest.mark.asyncio
 
@@ -93,7 +93,7 @@ async def test_exactly_2012_01_01_is_accepted_and_lands(
     assert await admin_db.fetchall("SELECT sent_at FROM zalo_messages") == [(expected,)]
     assert await admin_db.fetchall("SELECT last_read_at FROM zalo_conversations") == [(expected,)]
     assert await admin_db.fetchall("SELECT sent_at FROM zalo_agent_sent_messages") == [(expected,)]
-    assert await redis_client.xlen(streams.dead_letters) == 0
+    assert await dead_letter_count(redis_client, streams) == 0
 
 
 async def test_json_mysql_would_refuse_is_rejected_by_item_and_the_rest_lands(
@@ -124,4 +124,4 @@ async def test_json_mysql_would_refuse_is_rejected_by_item_and_the_rest_lands(
     rows = await admin_db.fetchall("SELECT msg_id, attachments FROM zalo_messages ORDER BY msg_id")
     assert [r[0] for r in rows] == ["m0", "m5", "m6", "m7"]
     assert json.loads(rows[1][1]) == [{"size": 1e308, "emoji": "😀"}]
-    assert await redis_client.xlen(streams.dead_letters) == 0
+    assert await dead_letter_count(redis_client, streams) == 0

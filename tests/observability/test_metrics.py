@@ -70,16 +70,19 @@ async def test_stream_monitor_reports_length_lag_pending_age_and_dead_letters(
             pb.IngestMessagesRequest(account_id=1, messages=[message(f"m{i}")])
         )
     await redis_client.xreadgroup(GROUP, "c1", {stream: ">"}, count=1)  # one delivered, unacked
-    await redis_client.xadd(streams.dead_letters, {FIELD_ERROR: "x"})
+    await redis_client.xadd(streams.dead_letters(shard), {FIELD_ERROR: "x"})
     monitor = StreamMonitor(
-        redis_client, [(stream, GROUP)], [streams.dead_letters], streams.backlog_key
+        redis_client,
+        [(stream, GROUP)],
+        [streams.dead_letters(shard)],
+        [streams.backlog_key(s) for s in range(streams.shards)],
     )
     await monitor.sample()
     assert value("agora_stream_length", stream=stream) == 3
     assert value("agora_stream_lag", stream=stream) == 2
     assert value("agora_stream_pending", stream=stream) == 1
     assert value("agora_stream_oldest_pending_seconds", stream=stream) >= 0
-    assert value("agora_dead_letters_waiting", stream=streams.dead_letters) == 1
+    assert value("agora_dead_letters_waiting", stream=streams.dead_letters(shard)) == 1
     assert value("agora_message_backlog") == 3
     assert value("agora_redis_evicted_keys") == 0
     assert value("agora_redis_used_memory_bytes") > 0

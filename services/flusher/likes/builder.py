@@ -39,7 +39,7 @@ def consumer(
     return ShardConsumer(
         client,
         stream=layout.stream(shard),
-        dead_letters=layout.dead_letters,
+        dead_letters=layout.dead_letters(shard),
         # The stream's length counts its unflushed events; only the bytes need a counter.
         backlog=Backlog(bytes_key=layout.backlog_bytes(shard)),
         handler=LikeEntryHandler(repo, client, layout),

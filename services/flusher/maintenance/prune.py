@@ -30,7 +30,7 @@ _tracer = trace.get_tracer(__name__)
 
 # Move expired leases back to due, then claim up to ARGV[2] due conversations with a lease.
 # KEYS: due, running. ARGV: now ms, limit, lease ms.
-_CLAIM = """
+_CLAIM = """#!lua flags=allow-oom
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 for _, member in ipairs(expired) do
   redis.call('ZREM', KEYS[2], member)
@@ -63,8 +63,9 @@ class PruneQueue:
 
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self._redis = client
-        self.due_key = f"{prefix}:due"
-        self.running_key = f"{prefix}:running"
+        # One hash tag: the claim script moves members between the two (one slot on a cluster).
+        self.due_key = f"{prefix}:{{prune}}:due"
+        self.running_key = f"{prefix}:{{prune}}:running"
         self._claim = client.register_script(_CLAIM)
         self._schedule = client.register_script(_SCHEDULE)
 

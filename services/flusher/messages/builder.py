@@ -38,8 +38,8 @@ def consumer(
     return ShardConsumer(
         client,
         stream=layout.stream(shard),
-        dead_letters=layout.dead_letters,
-        backlog=Backlog(layout.backlog_key, layout.backlog_bytes_key),
+        dead_letters=layout.dead_letters(shard),
+        backlog=Backlog(layout.backlog_key(shard), layout.backlog_bytes_key(shard)),
         handler=handler,
         config=consumer_config(settings),
         family="messages",
