@@ -5,17 +5,26 @@ PY := .venv/bin/python
 SUB ?= 7
 ACCOUNTS ?= 1
 TRACES ?= 0
+# The Redis the services use: single (the default) or cluster (3 masters + 3 replicas, local).
+REDIS ?= single
+# make test's second run, on the test Redis Cluster: the suites that touch Redis streams, and
+# tests/redis_cluster; only the directories that exist (pytest stops at a missing path).
+PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/messaging tests/redis_cluster
+PYTEST_CLUSTER_ARGS ?= -q $(wildcard $(PYTEST_CLUSTER_PATHS))
 N ?= 5
 
 .PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos traces backup restore
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
+	@echo "                 REDIS=cluster: on a local Redis Cluster, 3 masters + 3 replicas on"
+	@echo "                 127.0.0.1:17001-17006 (default REDIS=single: one Redis on :16379)"
 	@echo "make down        stop everything (make up TRACES=1 also runs a local trace sink)"
 	@echo "make traces      the N most recent traces as waterfalls (N=5, TRACE=<id>)"
 	@echo "make logs        follow every log"
 	@echo "make token       print a dev bearer token (SUB=7 ACCOUNTS=1,2)"
-	@echo "make test        lint, type-check, validate k8s, run every test against real servers"
+	@echo "make test        lint, type-check, validate k8s, run every test against real servers,"
+	@echo "                 then PYTEST_CLUSTER_ARGS against a test Redis Cluster (17101-17106)"
 	@echo "make bench       benchmarks against the local stack (make up first)"
 	@echo "make stubs       the gRPC stubs as a wheel (packaging/stubs/dist; docs/grpc.md)"
 	@echo "make proto-check buf lint, buf breaking against earlier protos, the VERSION rule"
@@ -32,7 +41,7 @@ protos:
 	@$(STACK) setup
 
 up:
-	@TRACES=$(TRACES) $(STACK) up
+	@TRACES=$(TRACES) REDIS=$(REDIS) $(STACK) up
 
 down:
 	@$(STACK) down
@@ -55,6 +64,7 @@ test: lint proto-check
 	@$(STACK) datastores
 	@$(STACK) migrate agora_test
 	@$(STACK) run $(PY) -m pytest $(PYTEST_ARGS)
+	@$(STACK) run-cluster $(PY) -m pytest $(PYTEST_CLUSTER_ARGS)
 
 bench:
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-bench.txt

@@ -3,18 +3,24 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+var=${AGORA_VAR:-$root/var}
 name=$1
 # Variables the caller set win over the files (the bench and the tests override single settings).
 overrides=$(export -p)
 set -a
 # shellcheck source=/dev/null
 source "$here/stack.env"
+# `make up REDIS=cluster` (stack.sh keeps the choice in var/redis-mode): the local Redis Cluster.
+if [ "$(cat "$var/redis-mode" 2>/dev/null || true)" = cluster ]; then
+  # shellcheck source=/dev/null
+  source "$here/env/redis-cluster.env"
+fi
 # shellcheck source=/dev/null
 source "$here/env/$name.env"
 # Written by `make up TRACES=1`: export spans to the local trace sink.
-if [ -f "$root/var/otel.env" ]; then
+if [ -f "$var/otel.env" ]; then
   # shellcheck source=/dev/null
-  source "$root/var/otel.env"
+  source "$var/otel.env"
 fi
 OTEL_SERVICE_NAME=${OTEL_SERVICE_NAME:-$name}
 set +a

@@ -6,10 +6,16 @@
 #   stack.sh datastores   setup + the local CA and certificates (var/tls) + start the datastores,
 #                         create databases and users
 #   stack.sh migrate DB   apply migrations to database DB (agora, agora_test)
-#   stack.sh up           datastores + migrate + services + demo data, returns once healthy
+#   stack.sh up           datastores + migrate + services + demo data, returns once healthy;
+#                         REDIS=cluster: the services on a local Redis Cluster (3 masters, 1 replica
+#                         each, 127.0.0.1:17001-17006) instead of the single Redis (REDIS=single,
+#                         the default). The choice is kept in var/redis-mode for later commands.
 #   stack.sh down         stop everything
 #   stack.sh logs         follow every log
 #   stack.sh run CMD...   run CMD with the stack's variables (and env/test.env) exported
+#   stack.sh test-cluster the tests' own Redis Cluster (127.0.0.1:17101-17106), formed and ready
+#   stack.sh run-cluster CMD...
+#                         test-cluster, then CMD as with run plus env/test-cluster.env (make test)
 #   stack.sh redis-stop | redis-start | services-stop | services-start
 #                         one part of a running stack, for a restore (tools/backup.py)
 set -euo pipefail
@@ -157,18 +163,30 @@ init_datastores() {
 # One Redis user per service, each limited to its own keys and the commands it runs (least
 # privilege, as in any deployment): ingest and likes may append to their streams but not consume
 # or acknowledge them; only the flusher XACKs; the gateway sees its rate-limit counters and no
-# stream. `default` is the operator's (tools, tests, backups). Rewritten on every start.
+# stream. `default` is the operator's (tools, tests, backups). Rewritten on every start; the
+# single Redis and every cluster node read the same file.
+# Every key of a stream shard carries the shard's hash tag (one slot: its scripts and MULTIs stay
+# on one node): agora:msg:{m<s>}:events|backlog|backlog-bytes|backlog-reserved|dead|lease...,
+# forum:{ls<s>}:..., forum:{c<course>}:access-version, forum:{dirty}:..., agora:prune:{prune}:...
+# In an ACL key pattern `{` is an ordinary character: ingest gets the events and backlog counters
+# (and reservations) of every message shard, not their dead letters or leases; likes gets its
+# users' SETs, its streams and their byte counters, the access versions and the dirty sets, not
+# the like leases or dead letters that share their hash tags.
 write_redis_acl() {
   local base="on resetchannels -@all +@connection +@read +@write +@scripting +@transaction"
   local no_consume="-xack -xautoclaim -xclaim -xgroup -xreadgroup -xdel -xtrim -del -unlink"
   local tail="-@dangerous -script|flush -script|kill +info +select"
+  # redis-py's cluster client reads the topology (CLUSTER SLOTS/SHARDS/NODES/INFO/MYID) and follows
+  # redirections (ASKING, READONLY, READWRITE); WAIT holds an acknowledgement until replicas have
+  # the write (REDIS_WAIT_REPLICAS). None is @dangerous; on the single Redis they are harmless.
+  local cluster="+cluster|slots +cluster|shards +cluster|nodes +cluster|info +cluster|myid +readonly +readwrite +asking +wait"
   mkdir -p "$var/redis"
   (umask 077 && cat >"$var/redis/users.acl.new") <<EOF
 user default on >$REDIS_PASSWORD ~* &* +@all
-user agora-ingest $base $no_consume $tail >$REDIS_INGEST_PASSWORD ~agora:msg:[0-9]* ~agora:msg:backlog*
-user agora-likes $base $no_consume $tail >$REDIS_LIKES_PASSWORD ~forum:{*
-user agora-flusher $base +@stream $tail >$REDIS_FLUSHER_PASSWORD ~agora:msg:* ~agora:prune* ~agora:jobs* ~forum:*
-user agora-gateway $base -@stream $tail >$REDIS_GATEWAY_PASSWORD ~agora:ratelimit:*
+user agora-ingest $base $no_consume $tail $cluster >$REDIS_INGEST_PASSWORD ~agora:msg:{m*}:events ~agora:msg:{m*}:backlog*
+user agora-likes $base $no_consume $tail $cluster >$REDIS_LIKES_PASSWORD ~forum:{ls*}:u:* ~forum:{ls*}:like-events ~forum:{ls*}:like-events:bytes ~forum:{c*}:access-version ~forum:{dirty}:*
+user agora-flusher $base +@stream $tail $cluster >$REDIS_FLUSHER_PASSWORD ~agora:msg:* ~agora:prune* ~agora:jobs* ~forum:*
+user agora-gateway $base -@stream $tail $cluster >$REDIS_GATEWAY_PASSWORD ~agora:ratelimit:*
 EOF
   # ACL LOAD drops the connections of every user it redefines: only when the users changed.
   if cmp -s "$var/redis/users.acl.new" "$var/redis/users.acl"; then
@@ -211,6 +229,36 @@ logfile =
 pidfile =
 EOF
   if is_root; then chown -R postgres:postgres "$var/pgbouncer"; fi
+}
+
+# The local Redis Clusters, one supervisord group each: the stack's (redis-cluster, with
+# `make up REDIS=cluster`) and the tests' (redis-cluster-test, `make test`), the same settings
+# (redis-cluster.conf) and users on their own ports, data in var/<group>/<port>.
+cluster_size() { echo $((REDIS_CLUSTER_MASTERS * (1 + REDIS_CLUSTER_REPLICAS))); }
+cluster_ports() { seq "$1" $(($1 + $(cluster_size) - 1)); }
+
+write_cluster_conf() {
+  local group=$1 first=$2 port
+  # Replicas authenticate to their masters as `default`; its password stays out of the command
+  # line (ps, supervisord.conf), like the users file.
+  (umask 077 && printf 'masterauth %s\n' "$REDIS_PASSWORD" >"$var/redis/masterauth.conf")
+  printf '\n[group:%s]\nprograms=%s\n' "$group" \
+    "$(cluster_ports "$first" | sed 's/^/redis-/' | paste -sd, -)" >>"$var/supervisord.conf"
+  for port in $(cluster_ports "$first"); do
+    mkdir -p "$var/$group/$port"
+    cat >>"$var/supervisord.conf" <<EOF
+
+[program:redis-$port]
+command=$(command -v redis-server) $here/redis-cluster.conf --port $port --dir $var/$group/$port
+  --aclfile $var/redis/users.acl --include $var/redis/masterauth.conf
+priority=11
+autostart=false
+stopsignal=TERM
+stopwaitsecs=60
+redirect_stderr=true
+stdout_logfile=$var/log/redis-$port.log
+EOF
+  done
 }
 
 write_supervisor_conf() {
@@ -285,6 +333,8 @@ stopwaitsecs=60
 redirect_stderr=true
 stdout_logfile=$var/log/redis.log
 EOF
+  write_cluster_conf redis-cluster "$REDIS_CLUSTER_PORT"
+  write_cluster_conf redis-cluster-test "$REDIS_CLUSTER_TEST_PORT"
   cat >>"$var/supervisord.conf" <<EOF
 
 [program:tracesink]
@@ -347,6 +397,99 @@ wait_for() {
 
 redis_ready() {
   [ "$(redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ping)" = PONG ]
+}
+
+# Which Redis the services use: single (the default) or cluster, as the last `up` chose
+# (REDIS=...). Kept in var/redis-mode so that run-service.sh, `run` and the banner agree.
+redis_mode() {
+  local mode
+  mode=$(cat "$var/redis-mode" 2>/dev/null || true)
+  echo "${mode:-single}"
+}
+
+redis_admin() {
+  local port=$1
+  shift
+  redis-cli -p "$port" -a "$REDIS_PASSWORD" --no-auth-warning "$@"
+}
+
+redis_node_ready() { [ "$(redis_admin "$1" ping)" = PONG ]; }
+
+# A field of CLUSTER INFO / INFO replication (lines `name:value\r`).
+info_field() { tr -d '\r' | sed -n "s/^$1://p"; }
+
+# The users file changed: every Redis that kept running applies it now (one that starts later
+# reads it itself). ACL LOAD is per server: a cluster does not pass it on.
+reload_redis_acl() {
+  [ "${redis_acl_changed:-0}" = 1 ] || return 0
+  local port reply
+  for port in "$REDIS_PORT" $(cluster_ports "$REDIS_CLUSTER_PORT") \
+              $(cluster_ports "$REDIS_CLUSTER_TEST_PORT"); do
+    redis_node_ready "$port" 2>/dev/null || continue
+    reply=$(redis_admin "$port" ACL LOAD)
+    [ "$reply" = OK ] || die "ACL LOAD on :$port: $reply"
+  done
+  redis_acl_changed=0
+}
+
+# Ready for the services: every node sees the whole cluster with every slot served
+# (cluster_state:ok), and every master has its replicas linked, since ingest and likes WAIT for one.
+cluster_ready() {
+  local first=$1 port info role masters=0
+  for port in $(cluster_ports "$first"); do
+    info=$(redis_admin "$port" cluster info) || return 1
+    [ "$(info_field cluster_state <<<"$info")" = ok ] || return 1
+    [ "$(info_field cluster_known_nodes <<<"$info")" = "$(cluster_size)" ] || return 1
+    info=$(redis_admin "$port" info replication) || return 1
+    role=$(info_field role <<<"$info")
+    if [ "$role" = master ]; then
+      masters=$((masters + 1))
+      [ "$(info_field connected_slaves <<<"$info")" -ge "$REDIS_CLUSTER_REPLICAS" ] || return 1
+    else
+      [ "$(info_field master_link_status <<<"$info")" = up ] || return 1
+    fi
+  done
+  [ "$masters" = "$REDIS_CLUSTER_MASTERS" ]
+}
+
+# Formed once, by redis-cli --cluster create; a restart finds its cluster again in each node's
+# nodes.conf (roles may have swapped after a failover: that is fine).
+cluster_form() {
+  local group=$1 first=$2 port info addresses=()
+  info=$(redis_admin "$first" cluster info)
+  [ "$(info_field cluster_known_nodes <<<"$info")" = "$(cluster_size)" ] && return 0
+  # Only a fresh cluster is created: every node alone, no slot assigned. Anything else is a
+  # creation that stopped halfway or a node that lost its files; starting over is the way out.
+  for port in $(cluster_ports "$first"); do
+    info=$(redis_admin "$port" cluster info)
+    if [ "$(info_field cluster_known_nodes <<<"$info")" != 1 ] \
+       || [ "$(info_field cluster_slots_assigned <<<"$info")" != 0 ]; then
+      die "$group is half-formed (:$port); start it afresh: make down && rm -rf $var/$group"
+    fi
+    addresses+=("127.0.0.1:$port")
+  done
+  log "creating $group: $REDIS_CLUSTER_MASTERS masters with $REDIS_CLUSTER_REPLICAS replica(s) each on 127.0.0.1:$first-$port"
+  redis-cli -a "$REDIS_PASSWORD" --no-auth-warning --cluster create "${addresses[@]}" \
+    --cluster-replicas "$REDIS_CLUSTER_REPLICAS" --cluster-yes >"$var/log/$group-create.log" 2>&1 \
+    || { cat "$var/log/$group-create.log" >&2; die "redis-cli --cluster create failed"; }
+}
+
+cluster_up() {
+  local group=$1 first=$2 port
+  supervisorctl start "$group:*" >/dev/null || true
+  # PING answers LOADING while a node replays its AOF; only PONG means it serves.
+  for port in $(cluster_ports "$first"); do
+    wait_for "Redis :$port ($group)" 120 redis_node_ready "$port"
+  done
+  reload_redis_acl
+  cluster_form "$group" "$first"
+  wait_for "$group (cluster_state:ok, replicas linked)" 60 cluster_ready "$first"
+}
+
+# The tests' cluster (make test; tests flush it): cheap to keep running, six small servers.
+test_cluster() {
+  start_supervisord
+  cluster_up redis-cluster-test "$REDIS_CLUSTER_TEST_PORT"
 }
 
 # Administration goes through the unix sockets with OS-user authentication: no admin password.
@@ -415,8 +558,13 @@ datastores() {
   # PING answers LOADING (exit 0) while a large AOF is replayed; only PONG means ready.
   wait_for "Redis" 120 redis_ready
   # The users file changed: a Redis that kept running applies it now.
-  if [ "${redis_acl_changed:-0}" = 1 ]; then
-    redis-cli -p "$REDIS_PORT" -a "$REDIS_PASSWORD" --no-auth-warning ACL LOAD >/dev/null
+  reload_redis_acl
+  # The single Redis runs in either mode (the tests and tools use it); the stack's cluster only
+  # when `up` chose it.
+  if [ "$(redis_mode)" = cluster ]; then
+    cluster_up redis-cluster "$REDIS_CLUSTER_PORT"
+  else
+    supervisorctl stop 'redis-cluster:*' >/dev/null 2>&1 || true
   fi
   bootstrap_mysql
   bootstrap_postgres
@@ -459,6 +607,13 @@ jwt_secret() {
 }
 
 up() {
+  local mode=${REDIS:-single}
+  case "$mode" in
+    single | cluster) ;;
+    *) die "REDIS=$mode: expected single (the default) or cluster" ;;
+  esac
+  mkdir -p "$var"
+  echo "$mode" >"$var/redis-mode"
   datastores
   migrate agora
   jwt_secret
@@ -480,12 +635,19 @@ up() {
     || { supervisorctl status || true; die "services are not healthy (make logs)"; }
   log "loading demo data"
   run "$py" -m tools.demo_data
-  local token
+  local token redis_line
   token=$(run "$py" -m tools.jwt_token --sub 7 --accounts 1,2)
+  if [ "$mode" = cluster ]; then
+    redis_line="cluster 127.0.0.1:$REDIS_CLUSTER_PORT-$(cluster_ports "$REDIS_CLUSTER_PORT" | tail -n 1): $REDIS_CLUSTER_MASTERS masters, $REDIS_CLUSTER_REPLICAS replica each, AOF fsync always;
+            ingest and likes WAIT for $REDIS_CLUSTER_REPLICAS replica (the single :$REDIS_PORT: tests only)"
+  else
+    redis_line="single 127.0.0.1:$REDIS_PORT, AOF fsync always   (a cluster: make up REDIS=cluster)"
+  fi
   cat <<EOF
 
 agora is up.
   gateway   http://127.0.0.1:$GATEWAY_PORT   (OpenAPI: http://127.0.0.1:$GATEWAY_PORT/docs)
+  redis     $redis_line
   gRPC      ingest :$INGEST_PORT (forum writes :$INGEST_FORUM_PORT)  timeline :$TIMELINE_PORT  likes :$LIKES_PORT
             mTLS: CA var/tls/ca.pem, client certificates var/tls/{gateway,listener}.pem/.key
   health    plaintext gRPC :$INGEST_HEALTH_PORT :$TIMELINE_HEALTH_PORT :$LIKES_HEALTH_PORT, flusher :$FLUSHER_PORT
@@ -504,6 +666,7 @@ down() {
   if supervisord_running; then
     log "stopping services and datastores"
     supervisorctl stop services:* tracesink >/dev/null 2>&1 || true
+    supervisorctl stop 'redis-cluster:*' 'redis-cluster-test:*' >/dev/null 2>&1 || true
     supervisorctl stop datastores:* >/dev/null 2>&1 || true
     supervisorctl shutdown >/dev/null
   else
@@ -541,13 +704,35 @@ services_start() {
   supervisorctl start 'services:*' >/dev/null || true
 }
 
-run() {
+# CMD with the stack's variables and the test suite's (env/test.env), plus which Redis the
+# services use, for the tools that reach it themselves: AGORA_REDIS_MODE (single|cluster) and, with
+# a cluster, REDIS_CLUSTER_URL (the administrator on a node; the client finds the rest).
+# REDIS_CLUSTER itself is not exported: the tests and the service processes they start inherit
+# this environment and talk to the single Redis whatever the stack runs on.
+run() { run_with "$here/env/test.env" -- "$@"; }
+
+# make test's second run: the tests' Redis variables point at the test cluster.
+run_cluster() {
+  test_cluster
+  run_with "$here/env/test.env" "$here/env/test-cluster.env" -- "$@"
+}
+
+run_with() {
+  local files=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do files+=("$1"); shift; done
+  shift
   set -a
   local f
-  for f in "$here"/env/test.env; do
+  for f in "${files[@]}"; do
     # shellcheck source=/dev/null
     source "$f"
   done
+  AGORA_REDIS_MODE=$(redis_mode)
+  if [ "$AGORA_REDIS_MODE" = cluster ]; then
+    export REDIS_CLUSTER_URL=redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_CLUSTER_PORT/0
+  else
+    unset REDIS_CLUSTER_URL
+  fi
   set +a
   (cd "$root" && "$@")
 }
@@ -562,9 +747,11 @@ case "$cmd" in
   down) down ;;
   logs) logs ;;
   run) run "$@" ;;
+  test-cluster) test_cluster ;;
+  run-cluster) run_cluster "$@" ;;
   redis-stop) redis_stop ;;
   redis-start) redis_start ;;
   services-stop) services_stop ;;
   services-start) services_start ;;
-  *) die "usage: stack.sh setup|datastores|migrate DB|up|down|logs|run CMD...|redis-stop|redis-start|services-stop|services-start" ;;
+  *) die "usage: stack.sh setup|datastores|migrate DB|[REDIS=cluster] up|down|logs|run CMD...|test-cluster|run-cluster CMD...|redis-stop|redis-start|services-stop|services-start" ;;
 esac
