@@ -1,11 +1,14 @@
 """make bench: measure the local stack against baselines taken in the same run.
 
-  python -m bench [--rows 1000000] [--only timeline,forum] [--scaling] ...
+  python -m bench [--rows 1000000] [--only timeline,forum] [--skip cluster] [--scaling] ...
 
-Sections: ingest, prune, timeline, forum, likes, gateway (all by default) and, opt-in, scaling
-(--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG plots). Progress
-goes to stderr; at the end the table, the targets of issue 14 and a comparison with the previous
-run are printed and written to bench/results/<date>.md and bench/results/latest.json.
+Sections: ingest, prune, timeline, forum, likes, gateway, cluster (all by default) and, opt-in,
+scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG plots).
+cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started for the run
+(WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py).
+
+Progress goes to stderr; at the end the table, the targets of issue 14 and a comparison with the
+previous run are printed and written to bench/results/<date>.md and bench/results/latest.json.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from bench import progress, report
 from bench.common import Result, Stack
 from bench.sections import (
     Options,
+    cluster_section,
     forum_section,
     gateway_section,
     ingest_section,
@@ -35,7 +39,7 @@ from bench.sections import (
 from bench.timeline_latency import TimelineRun
 
 RESULTS = Path(__file__).parent / "results"
-SECTIONS = ("ingest", "prune", "timeline", "forum", "likes", "gateway")
+SECTIONS = ("ingest", "prune", "timeline", "forum", "likes", "gateway", "cluster")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -54,6 +58,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}"
     )
     parser.add_argument(
+        "--skip", default="", help="sections not to run, of those --only names (e.g. cluster)"
+    )
+    parser.add_argument(
         "--samples", type=int, default=2000, help="sequential calls per latency measure"
     )
     parser.add_argument("--warmup", type=int, default=200, help="calls not kept, before those")
@@ -62,6 +69,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=30.0,
         help="open-loop likes run per mode (seconds)",
+    )
+    parser.add_argument(
+        "--cluster-rounds",
+        type=int,
+        default=3,
+        help="cluster: interleaved rounds of ingest (--ingest-messages) and likes per setup",
     )
     parser.add_argument(
         "--wrk-seconds", type=float, default=10.0, help="wrk run per connection count"
@@ -82,9 +95,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="leave the data set at --scaling-rows after --scaling (default: back to --rows)",
     )
     args = parser.parse_args(argv)
-    unknown = set(args.only.split(",")) - set(SECTIONS) - {"scaling"}
-    if unknown:
-        parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}")
+    for option in ("only", "skip"):
+        named = {s for s in getattr(args, option).split(",") if s}
+        unknown = named - set(SECTIONS) - {"scaling"}
+        if unknown:
+            parser.error(f"--{option}: unknown section(s) {', '.join(sorted(unknown))}")
     scaling = args.scaling or "scaling" in args.only.split(",")
     if scaling and importlib.util.find_spec("matplotlib") is None:
         parser.error("--scaling draws plots: .venv/bin/pip install -r requirements-bench.txt")
@@ -106,11 +121,13 @@ async def run(args: argparse.Namespace, command: str) -> int:
         scaling_concurrency=[int(c) for c in args.scaling_concurrency.split(",")],
         scaling_seconds=args.scaling_seconds,
         keep_rows=args.keep_rows,
+        cluster_rounds=args.cluster_rounds,
     )
     stack = Stack.from_env()
     wanted = set(args.only.split(","))
     if args.scaling:
         wanted.add("scaling")
+    wanted -= set(args.skip.split(","))
     # Read before this run overwrites it.
     previous = report.load_previous(RESULTS / "latest.json")
     results: list[Result] = []
@@ -129,6 +146,7 @@ async def run(args: argparse.Namespace, command: str) -> int:
         ("forum", lambda: forum_section(stack, options)),
         ("likes", lambda: likes_section(stack, options)),
         ("gateway", lambda: gateway_section(stack, options)),
+        ("cluster", lambda: cluster_section(stack, options)),
         ("scaling", lambda: scaling_section(stack, options, known, RESULTS)),
     ]
     for name, plan in plans:

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
-import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
 from bench import progress
 from bench.common import E2E_ACCOUNT, Stack, as_listener
+from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams, MessageStreamSettings
+from services.streams.monitor import counters_sum
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class IngestRun:
     acknowledged_per_s: float
     committed_per_s: float
     stored: int
+    # Batches refused with RESOURCE_EXHAUSTED or UNAVAILABLE and sent again.
+    retries: int = 0
 
 
 def requests(
@@ -90,10 +93,19 @@ async def run_ingest(
     shards: int = 8,
     conversations: int = 1000,
     section: str = "ingest",
+    ingest_addr: str | None = None,
+    redis_url: str | None = None,
+    redis_cluster: bool = False,
+    stream_prefix: str | None = None,
 ) -> IngestRun:
+    """`messages` through the stack's ingest and flusher, or through the ingest at
+    `ingest_addr` whose flusher drains the streams under `stream_prefix` on `redis_url` (a
+    Redis Cluster node when `redis_cluster`)."""
     admin = await MysqlDatabase.connect(stack.mysql_admin_url)
-    client = redis.Redis.from_url(stack.redis_url)
-    streams = MessageStreams(MessageStreamSettings().message_stream_prefix, shards)
+    client = redis_client.connect(redis_url or stack.redis_url, cluster=redis_cluster)
+    prefix = stream_prefix or MessageStreamSettings().message_stream_prefix
+    streams = MessageStreams(prefix, shards)
+    backlog_keys = [streams.backlog_key(s) for s in range(shards)]
     run = f"e2e{time.time_ns()}"
     try:
         await remove_earlier_runs(admin)
@@ -102,7 +114,8 @@ async def run_ingest(
             (E2E_ACCOUNT,),
         )
         payloads = requests(run, messages, batch, conversations=conversations)
-        async with as_listener(stack.ingest_addr) as channel:
+        retries = 0
+        async with as_listener(ingest_addr or stack.ingest_addr) as channel:
             stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
             queue: asyncio.Queue[pb.IngestMessagesRequest] = asyncio.Queue()
             for payload in payloads:
@@ -110,6 +123,7 @@ async def run_ingest(
             label = f"sending {messages:,} messages"
 
             async def sender() -> None:
+                nonlocal retries
                 while not queue.empty():
                     request = queue.get_nowait()
                     while True:
@@ -124,13 +138,14 @@ async def run_ingest(
                                 grpc.StatusCode.UNAVAILABLE,
                             ):
                                 raise
+                            retries += 1
                             await asyncio.sleep(0.05)
                     progress.percent(section, label, len(payloads) - queue.qsize(), len(payloads))
 
             started = time.perf_counter()
             await asyncio.gather(*(sender() for _ in range(concurrency)))
             acknowledged = time.perf_counter() - started
-            while (backlog := int(await client.get(streams.backlog_key) or 0)) > 0:
+            while (backlog := int(await counters_sum(client, backlog_keys))) > 0:
                 progress.percent(
                     section, "flusher draining the backlog", messages - backlog, messages
                 )
@@ -145,6 +160,7 @@ async def run_ingest(
             acknowledged_per_s=messages / acknowledged,
             committed_per_s=messages / committed,
             stored=int(row[0]) if row else 0,
+            retries=retries,
         )
     finally:
         await admin.close()

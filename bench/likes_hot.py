@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,7 +32,6 @@ from agora.forum.v1 import like_service_pb2_grpc
 
 from bench import progress
 from bench.common import (
-    ROOT,
     Latency,
     Stack,
     as_gateway,
@@ -43,11 +41,10 @@ from bench.common import (
 )
 from bench.measure import OpenLoopRun, closed_loop_count, open_loop
 from bench.pg_proxy import counting_proxy
+from bench.procs import service_process
 from bench.prune import supervisorctl
 from services.streams import entries
 from services.streams.likes import LikeChanged, LikeStreams, LikeStreamSettings
-from tools.ports import free_port
-from tools.wait_healthy import wait
 
 LAG = "agora_like_flush_lag_seconds"
 HOT_COURSE = 900
@@ -172,7 +169,7 @@ async def _exact(admin: asyncpg.Connection, post_id: int, expected: int) -> bool
     return row is not None and row["like_count"] == row["n"] == expected
 
 
-async def _all_exact(
+async def all_exact(
     admin: asyncpg.Connection, expected: dict[int, int], *, within: float = 0.0
 ) -> bool:
     """Every post's counter equals its COUNT(*) and the likes sent, waiting up to `within` s."""
@@ -227,33 +224,8 @@ def _pg_url(role: str, password_var: str, port: int) -> str:
 async def likes_process(env: dict[str, str]) -> AsyncIterator[str]:
     """A likes service process started by the bench (deploy/local/run-service.sh, the stack's
     settings for likes overridden by `env`, its own ports); yields its address."""
-    port, health_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "GRPC_PORT": str(port),
-        "GRPC_HEALTH_PORT": str(health_port),
-        # The stack's likes service holds the configured metrics port.
-        "METRICS_PORT": str(free_port()),
-        **env,
-    }
-    with tempfile.TemporaryFile() as log:
-        proc = await asyncio.create_subprocess_exec(
-            str(ROOT / "deploy/local/run-service.sh"),
-            "likes",
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=log,
-        )
-        try:
-            if await wait([f"grpc:127.0.0.1:{health_port}"], 30):
-                log.seek(0)
-                tail = log.read().decode(errors="replace")[-1500:]
-                raise SystemExit(f"the bench's likes service did not start:\n{tail}")
-            yield f"127.0.0.1:{port}"
-        finally:
-            if proc.returncode is None:
-                proc.terminate()
-                await asyncio.wait_for(proc.wait(), 30)
+    async with service_process("likes", env) as proc:
+        yield proc.addr
 
 
 def sync_service(concurrency: int) -> contextlib.AbstractAsyncContextManager[str]:
@@ -289,7 +261,7 @@ async def _open(
             section=SECTION,
             label=f"{mode}: open loop at {rate:,.0f} likes/s",
         )
-    exact = await _all_exact(admin, liker.applied, within=120.0)
+    exact = await all_exact(admin, liker.applied, within=120.0)
     return OpenRun(mode, run, liker.errors, liker.retries, exact)
 
 
@@ -337,7 +309,7 @@ async def run_buffered(
     async with as_gateway(stack.likes_addr) as channel:
         liker = Liker(channel, [post], users)
         load = await closed_loop_count(liker.like, concurrency=concurrency, count=len(users))
-    if not await _all_exact(admin, liker.applied, within=120.0):
+    if not await all_exact(admin, liker.applied, within=120.0):
         raise SystemExit("buffered likes were not all applied within 120 s")
     after = scrape(int(os.environ["FLUSHER_METRICS_PORT"]))
     transactions = await _xact_commits(admin) - xact
@@ -397,7 +369,7 @@ async def run_apply(
 ) -> float:
     """Likes per second a fresh flusher applies a backlog at: with the stack's flusher stopped
     (once `wait_for` posts are flushed), events appended straight to the streams."""
-    if not await _all_exact(admin, wait_for, within=120.0):
+    if not await all_exact(admin, wait_for, within=120.0):
         raise SystemExit("earlier buffered likes were not all applied within 120 s")
     [post] = await new_posts(admin, 1)
     streams = LikeStreams.from_settings(LikeStreamSettings())

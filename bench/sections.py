@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import progress
+from bench.cluster import SINGLE, run_cluster_bench
 from bench.common import Latency, Result, Stack
 from bench.dataset import ensure_timeline_rows, table_rows
 from bench.forum_latency import run_forum
@@ -21,6 +22,7 @@ from bench.timeline_latency import TimelineRun, run_timeline
 from services.runtime.mysql import MysqlDatabase
 
 TIMELINE_P99_LIMIT_MS = 5.0
+SECTION_CLUSTER = "cluster"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Options:
     scaling_concurrency: list[int]
     scaling_seconds: float
     keep_rows: bool
+    cluster_rounds: int = 3
 
 
 def _ratio_note(value: float, base: float, what: str, target: str) -> str:
@@ -369,6 +372,64 @@ async def likes_section(stack: Stack, o: Options) -> list[Result]:
             _ratio_note(run.apply_per_s, sync.per_second, "sync saturated", ">= 30x"),
         ),
     ]
+    return results
+
+
+async def cluster_section(stack: Stack, o: Options) -> list[Result]:
+    """Ingest and buffered likes on one Redis vs the local Redis Cluster, interleaved rounds
+    (bench/cluster.py); ratios against the one-Redis rows of this run."""
+    measured = await run_cluster_bench(stack, messages=o.ingest_messages, rounds=o.cluster_rounds)
+    single = next(m for m in measured if m.setup == SINGLE)
+    results = []
+    for m in measured:
+        ingest = m.ingest
+        spread = ", ".join(f"{r.committed_per_s:,.0f}" for r in ingest.rounds)
+        ratio = (
+            f"baseline, the bench's own processes as on the cluster; {ingest.messages:,} messages"
+            if m.setup == SINGLE
+            else f"{ingest.committed_per_s / single.ingest.committed_per_s:.2f}x one Redis"
+        )
+        retried = f"; {ingest.retries} batches retried" if ingest.retries else ""
+        results.append(
+            Result(
+                f"cluster.ingest.{m.setup.key}.e2e_msgs_per_s",
+                SECTION_CLUSTER,
+                f"ingest end to end, {m.setup.label}",
+                ingest.committed_per_s,
+                "msg/s",
+                f"{ratio}; median of {len(ingest.rounds)} rounds ({spread}); acknowledged"
+                f" {ingest.acknowledged_per_s:,.0f} msg/s{retried}",
+            )
+        )
+    for m in measured:
+        liked = m.likes
+        spread = ", ".join(f"{r.per_second:,.0f}" for r in liked.rounds)
+        ratio = (
+            "baseline"
+            if m.setup == SINGLE
+            else f"{liked.per_second / single.likes.per_second:.2f}x one Redis"
+        )
+        exact = "counters exact" if liked.counter_exact else "COUNTERS WRONG"
+        if liked.retries or liked.errors:
+            exact += f", {liked.retries} UNAVAILABLE retried, {liked.errors} failed"
+        results += [
+            Result(
+                f"cluster.likes.{m.setup.key}.saturated_per_s",
+                SECTION_CLUSTER,
+                f"buffered likes, one hot post, 64 users, {m.setup.label}",
+                liked.per_second,
+                "likes/s",
+                f"{ratio}; median of {len(liked.rounds)} posts ({spread}); {exact}",
+            ),
+            Result(
+                f"cluster.likes.{m.setup.key}.saturated_p99_ms",
+                SECTION_CLUSTER,
+                f"buffered likes SetLike p99, {m.setup.label}",
+                liked.latency.p99,
+                "ms",
+                f"p50 {liked.latency.p50:.1f} ms, over every round's likes",
+            ),
+        ]
     return results
 
 
