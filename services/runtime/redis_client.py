@@ -7,7 +7,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import redis.asyncio as redis
 from redis import exceptions as redis_errors
@@ -59,6 +59,7 @@ def connect(
             socket_timeout=timeout,
             socket_connect_timeout=min(timeout, 5.0),
         )
+        _guard_connections(client)
         # RedisCluster is not a subclass of Redis but answers the same command methods.
         return cast(redis.Redis, client)
     pool = redis.BlockingConnectionPool.from_url(
@@ -72,6 +73,45 @@ def connect(
         socket_connect_timeout=min(timeout, 5.0),
     )
     return redis.Redis(connection_pool=pool)
+
+
+class _ClosedUnderUs:
+    """A connection that reports being closed under a command as a ConnectionError.
+
+    redis-py's asyncio cluster client closes every connection of a node on CLUSTERDOWN (a
+    failover) and on some MOVED replies (a resharding), also connections other tasks are using
+    (redis/redis-py#4287); the command then fails with AttributeError or RuntimeError from the
+    transport. As a ConnectionError it is what it is: transient, retried by the client, answered
+    UNAVAILABLE by a service, stalled-and-retried by a stream consumer."""
+
+    _BROKEN = (AttributeError, RuntimeError, TypeError)
+
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+        except self._BROKEN as exc:
+            await self._closed(exc)
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except self._BROKEN as exc:
+            await self._closed(exc)
+
+    async def _closed(self, exc: BaseException) -> NoReturn:
+        with contextlib.suppress(Exception):
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+        raise redis_errors.ConnectionError(f"connection closed under a command ({exc!r})") from exc
+
+
+def _guard_connections(client: RedisCluster) -> None:
+    """Every connection the cluster client opens from now on is a _ClosedUnderUs."""
+    base = client.connection_kwargs.get("connection_class", redis.Connection)
+    guarded = type(f"Guarded{base.__name__}", (_ClosedUnderUs, base), {})
+    client.connection_kwargs["connection_class"] = guarded
+    client.nodes_manager.connection_kwargs["connection_class"] = guarded
+    for node in client.startup_nodes:
+        node.connection_class = guarded
 
 
 def as_cluster(client: redis.Redis) -> RedisCluster | None:

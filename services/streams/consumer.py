@@ -107,12 +107,20 @@ return redis.error_reply(tostring(err))
 # (they would wait, pending on it, until a later takeover applied them out of order). A script
 # cannot block: with nothing new it returns the stream's last id, and the caller waits for an
 # entry after it with a plain XREAD.
-# KEYS: stream, lease, lease epoch. ARGV: group, consumer, count, holder, epoch.
+# A read may run twice: the client re-sends a command whose reply was lost with its connection
+# (a cluster client closing connections during a failover or a resharding, a timeout). The first
+# run's entries are then pending on this consumer, unseen; the second must return them, not newer
+# ones, or they would be applied after their successors. So entries pending on this consumer after
+# the last one the caller holds (ARGV[6]) come first.
+# KEYS: stream, lease, lease epoch. ARGV: group, consumer, count, holder, epoch, last held id.
 # Returns {0} lease lost, {1, entries}, or {2, last id}.
 _READ_NEW = """#!lua flags=allow-oom
 if redis.call('GET', KEYS[2]) ~= ARGV[4] or redis.call('GET', KEYS[3]) ~= ARGV[5] then
   return {0}
 end
+local unseen = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
+                          'STREAMS', KEYS[1], ARGV[6])
+if unseen and unseen[1] and #unseen[1][2] > 0 then return {1, unseen[1][2]} end
 local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
                          'STREAMS', KEYS[1], '>')
 if reply then return {1, reply[1][2]} end
@@ -342,7 +350,10 @@ class ShardConsumer(Generic[T]):
             if remaining_ms <= 0:
                 break
             entries += await self._read(
-                ">", block_ms=remaining_ms, count=self._config.batch_max - len(entries)
+                ">",
+                block_ms=remaining_ms,
+                count=self._config.batch_max - len(entries),
+                after=entries[-1].id,
             )
         return entries
 
@@ -353,16 +364,29 @@ class ShardConsumer(Generic[T]):
         block: bool = True,
         block_ms: int | None = None,
         count: int | None = None,
+        after: bytes | str = "0",
     ) -> list[Entry]:
+        """`start` ">": new entries, or first any pending on this consumer after `after` (the
+        last id the caller holds) that a lost reply left unseen; "0": all of its pending."""
         wait_ms = min(block_ms or self._config.block_ms, int(self._beat_every * 1000))
         # Polling is not a request: without this every idle read would be a trace of its own.
         with suppress_instrumentation():
             if start == ">" and self.fence is not None:
                 rows = await self._read_new_fenced(
-                    self.fence, count or self._config.read_count, wait_ms if block else 0
+                    self.fence, count or self._config.read_count, wait_ms if block else 0, after
                 )
             else:
-                reply: Any = await self._redis.xreadgroup(
+                reply: Any = None
+                if start == ">":
+                    reply = await self._redis.xreadgroup(
+                        self._config.group,
+                        self._config.consumer,
+                        {self._stream: after},
+                        count=count or self._config.read_count,
+                    )
+                    if not (reply and reply[0][1]):
+                        reply = None
+                reply = reply or await self._redis.xreadgroup(
                     self._config.group,
                     self._config.consumer,
                     {self._stream: start},
@@ -378,17 +402,18 @@ class ShardConsumer(Generic[T]):
         return [Entry(entry_id, fields) for entry_id, fields in rows if fields]
 
     async def _read_new_fenced(
-        self, fence: Fence, count: int, wait_ms: int
+        self, fence: Fence, count: int, wait_ms: int, after: bytes | str = "0"
     ) -> list[tuple[bytes, dict[bytes, bytes]]]:
         """New entries, read only while the lease is ours (Fenced otherwise), waiting up to
         `wait_ms` for one."""
         keys = [self._stream, fence.lease_key, fence.lease_epoch_key]
-        args: list[str | int] = [
+        args: list[str | int | bytes] = [
             self._config.group,
             self._config.consumer,
             count,
             fence.holder,
             fence.epoch,
+            after,
         ]
         for attempt in range(2):
             reply: Any = await self._read_new(keys=keys, args=args)
