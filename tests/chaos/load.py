@@ -26,6 +26,12 @@ CONVERSATIONS_PER_SENDER = 5
 RPC_TIMEOUT = 3.0
 
 
+def thread_of(msg_id: str) -> str:
+    """The conversation of a message the load sent (`<prefix>-<sender>-<seq>`)."""
+    prefix, sender, seq = msg_id.rsplit("-", 2)
+    return f"{prefix}-s{sender}-t{int(seq) % CONVERSATIONS_PER_SENDER}"
+
+
 @dataclass
 class PairHistory:
     """What one user asked of one post, in order."""
@@ -145,7 +151,7 @@ class Load:
                 msg_id = f"{self.prefix}-{sender}-{seq}"
                 msg = request.messages.add(
                     msg_id=msg_id,
-                    thread_id=f"{self.prefix}-s{sender}-t{seq % CONVERSATIONS_PER_SENDER}",
+                    thread_id=thread_of(msg_id),
                     thread_type=message_pb2.THREAD_TYPE_USER,
                     direction=message_pb2.DIRECTION_IN,
                     content=f"chaos {seq}",

@@ -13,7 +13,13 @@ import asyncpg
 
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import POST, member
-from tests.chaos.faults import FAULTS, ensure_grants, mysql_admin_url, pg_admin_url
+from tests.chaos.faults import (
+    CLUSTER_FAILOVER,
+    FAULTS,
+    ensure_grants,
+    mysql_admin_url,
+    pg_admin_url,
+)
 from tests.chaos.load import CHAOS_ACCOUNT, CHAOS_COURSE, Ledger, Load, PairHistory
 from tests.chaos.stack import LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack
 
@@ -92,6 +98,8 @@ class Control:
     detects: Callable[[Outcome], bool]
     aof: bool = True
     fencing: bool = True
+    # REDIS_WAIT_REPLICAS of ingest and likes, instead of the fault's.
+    wait_replicas: int | None = None
 
 
 CONTROLS: dict[str, Control] = {
@@ -108,10 +116,19 @@ CONTROLS: dict[str, Control] = {
         lambda o: o.likes_reordered > 0 or o.extra.get("stale_likes_committed", 0) > 0,
         fencing=False,
     ),
+    # The same failover, writes acknowledged once the master alone has them: what was
+    # acknowledged while its replica was stopped dies with the master (messages the flusher had
+    # not stored yet; likes whose last acknowledged toggle the promoted replica never saw).
+    f"{CLUSTER_FAILOVER} — NEGATIVE CONTROL: no WAIT": Control(
+        CLUSTER_FAILOVER,
+        lambda o: o.lost > 0 or o.likes_reordered > 0 or o.likes_redis_mismatch > 0,
+        wait_replicas=0,
+    ),
 }
 QUICK_CONTROLS = (
     "kill -9 Redis + restart (AOF, fsync always) — NEGATIVE CONTROL: AOF off",
     "flusher SIGSTOPped past its lease — NEGATIVE CONTROL: fencing off",
+    f"{CLUSTER_FAILOVER} — NEGATIVE CONTROL: no WAIT",
 )
 
 
@@ -270,6 +287,12 @@ async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
         flusher_common_env={} if not control or control.fencing else {"FLUSHER_FENCING": "false"},
         proxied=scenario.proxied,
         own_pg_proxy=scenario.own_pg_proxy,
+        redis_cluster=scenario.redis_cluster,
+        wait_replicas=(
+            control.wait_replicas
+            if control and control.wait_replicas is not None
+            else scenario.wait_replicas
+        ),
     )
     marks = [time.monotonic()]
     try:

@@ -4,6 +4,9 @@ MariaDB and PostgreSQL are the local stack's (databases agora_test); everything 
 here on free ports, so a scenario can kill -9 any of it without touching the developer's stack.
 Optionally several flusher replicas (flusher-a, flusher-b, …: one consumer name and ports each),
 and each datastore behind a proxy of its own (tests/chaos/proxy.py) that a scenario can blackhole.
+Redis is one redis-server, or (redis_cluster=True) a Redis Cluster of three masters with a replica
+each (tools/redis_cluster.py) that a scenario can fail over or reshard; every harness read below
+works on both (one key per command, or pipelines the cluster client splits by slot).
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ import redis.asyncio as redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.runtime.mysql import MysqlDatabase
+from services.runtime.redis_client import REDIS_ERRORS, connect
 from services.streams import likes, messages
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import MessageStreams, MessageStreamSettings
 from tests.chaos.proxy import ProxyProcess
 from tools import callers
 from tools.ports import free_port
+from tools.redis_cluster import LocalCluster
 from tools.wait_healthy import wait
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,6 +186,12 @@ class ChaosStack:
     """Redis (AOF on or off) + ingest + likes + flusher replicas for one scenario."""
 
     aof: bool = True
+    # A local Redis Cluster (3 masters, 1 replica each, AOF fsync always on every node) instead of
+    # the single Redis; the services run with REDIS_CLUSTER=true.
+    redis_cluster: bool = False
+    # REDIS_WAIT_REPLICAS of ingest and likes: a write is acknowledged once this many replicas
+    # have it (0: once the master has it).
+    wait_replicas: int = 0
     queue_max: int = 50_000
     # Also timeline and the gateway (for the hostile-input tests, which go through HTTP).
     full: bool = False
@@ -198,6 +209,7 @@ class ChaosStack:
     redis_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="chaos-redis-"))
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="chaos-logs-")))
     redis_proc: asyncio.subprocess.Process | None = None
+    cluster: LocalCluster | None = None
     services: dict[str, Service] = field(default_factory=dict)
     proxies: dict[str, ProxyProcess] = field(default_factory=dict)
     # What the fault did, when (time.monotonic()): the timeline a report shows.
@@ -207,16 +219,34 @@ class ChaosStack:
 
     @property
     def redis_url(self) -> str:
-        """Redis as the harness reaches it: directly, never through the proxy."""
+        """Redis as the harness reaches it: directly, never through the proxy (on a cluster, a
+        node of it: the client finds the others)."""
+        if self.cluster is not None:
+            return self.cluster.url
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def client(self) -> redis.Redis:
+        """The harness's own client (on a cluster, redis-py's cluster client: it follows MOVED
+        and ASK, and splits a pipeline by slot)."""
+        if self.cluster is not None:
+            return connect(self.redis_url, cluster=True)
         return redis.Redis.from_url(self.redis_url)
+
+    def the_cluster(self) -> LocalCluster:
+        """The Redis Cluster of a redis_cluster stack."""
+        if self.cluster is None:
+            raise RuntimeError("this scenario runs on a single Redis, not a cluster")
+        return self.cluster
 
     def note(self, what: str) -> None:
         self.events.append((time.monotonic(), what))
 
     async def start_redis(self) -> None:
+        if self.redis_cluster:
+            if self.cluster is None:
+                self.cluster = LocalCluster(aof=self.aof, root=Path(self.redis_dir) / "cluster")
+                await self.cluster.start()
+            return
         self.redis_proc = await asyncio.create_subprocess_exec(
             "redis-server",
             "--port",
@@ -260,13 +290,24 @@ class ChaosStack:
 
     async def start(self) -> None:
         await self.start_redis()
+        # The fencing rows outlive every scenario's Redis: a first lease (epoch 1) is fenced off,
+        # the flusher raises its counter past the row and leases again, a lease refresh later.
+        fences = await _fence_epochs()
         e = os.environ
-        redis_at = await self._address("redis", self.redis_port)
+        if self.cluster is not None:
+            if self.proxied:
+                raise RuntimeError("a Redis Cluster cannot be proxied (clients find its nodes)")
+            redis_at = self.cluster.nodes[0].address
+        else:
+            redis_at = await self._address("redis", self.redis_port)
         mysql_at = await self._address("mysql", int(e["MYSQL_PORT"]))
         pg_at = await self._address("postgres", int(e["PG_PORT"]))
         common = {
             **e,
             "REDIS_URL": f"redis://{redis_at}/0",
+            "REDIS_CLUSTER": "true" if self.cluster is not None else "false",
+            # Ingest and likes only (below): nothing else acknowledges writes to a client.
+            "REDIS_WAIT_REPLICAS": "0",
             "MESSAGE_STREAM_SHARDS": str(SHARDS),
             "LIKE_STREAM_SHARDS": str(SHARDS),
             "MYSQL_TIMEOUT_SECONDS": DATASTORE_TIMEOUT,
@@ -300,6 +341,7 @@ class ChaosStack:
                     **common,
                     "POSTGRES_URL": f"postgresql://agora_ingest:{e['PG_INGEST_PASSWORD']}@{pg}",
                     "MESSAGE_QUEUE_MAX": str(self.queue_max),
+                    **self._wait_env(),
                 },
             ),
             "likes": self._service(
@@ -307,6 +349,7 @@ class ChaosStack:
                 {
                     **common,
                     "POSTGRES_URL": f"postgresql://agora_likes:{e['PG_LIKES_PASSWORD']}@{pg}",
+                    **self._wait_env(),
                 },
             ),
         }
@@ -333,6 +376,11 @@ class ChaosStack:
             await service.start()
         for service in self.services.values():
             await service.healthy()
+        if self.cluster is not None:
+            # The cluster scenarios run the flusher's default lease (10 s, renewed every 3.3 s):
+            # start the load once every shard is consumed at an epoch past its fencing row, not
+            # with the flusher idle for the first lease refresh.
+            await self._consuming_past(fences)
         if self.full:
             gateway = self._service(
                 "gateway",
@@ -349,6 +397,34 @@ class ChaosStack:
             if await wait([f"http://127.0.0.1:{gateway.port}/healthz"], 30):
                 raise RuntimeError("gateway did not become healthy")
             self.services["gateway"] = gateway
+
+    async def _consuming_past(self, fences: Mapping[str, int], seconds: float = 30) -> None:
+        """Until every shard's lease is held at an epoch newer than its fencing row had."""
+        counters = [
+            (MESSAGE_STREAMS.stream(s), MESSAGE_STREAMS.lease_epoch_key(s)) for s in range(SHARDS)
+        ]
+        counters += [
+            (LIKE_STREAMS.stream(s), LIKE_STREAMS.lease_epoch_key(s)) for s in range(SHARDS)
+        ]
+        client = self.client()
+        try:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                with contextlib.suppress(*REDIS_ERRORS):
+                    holders = await self.lease_holders(client)
+                    epochs = {stream: int(await client.get(key) or 0) for stream, key in counters}
+                    if all(
+                        holders[stream] is not None and epoch > fences.get(stream, 0)
+                        for stream, epoch in epochs.items()
+                    ):
+                        return
+                await asyncio.sleep(0.1)
+        finally:
+            await client.aclose()
+        raise RuntimeError("the flusher did not lease every shard past its fencing epoch")
+
+    def _wait_env(self) -> dict[str, str]:
+        return {"REDIS_WAIT_REPLICAS": str(self.wait_replicas), "REDIS_WAIT_TIMEOUT_MS": "1000"}
 
     def _service(self, module: str, env: dict[str, str], name: str | None = None) -> Service:
         return Service(name or module, module, free_port(), env, self.log_dir)
@@ -387,6 +463,8 @@ class ChaosStack:
         if self.redis_proc and self.redis_proc.returncode is None:
             self.redis_proc.terminate()
             await self.redis_proc.wait()
+        if self.cluster is not None:
+            self.cluster.stop()
         for proxy in self.proxies.values():
             await proxy.stop()
         if self._pg_watch is not None:
@@ -407,7 +485,7 @@ class ChaosStack:
         started = time.monotonic()
         try:
             while time.monotonic() - started < seconds:
-                with contextlib.suppress(redis.ConnectionError, redis.ResponseError):
+                with contextlib.suppress(*REDIS_ERRORS):
                     if await self.waiting(client) == 0:
                         return time.monotonic() - started
                 await asyncio.sleep(0.2)
@@ -431,9 +509,8 @@ class ChaosStack:
         return total
 
     async def dead_letters(self, client: redis.Redis) -> int:
-        return int(await client.xlen(MESSAGE_STREAMS.dead_letters)) + int(
-            await client.xlen(LIKE_STREAMS.dead_letters)
-        )
+        dead = MESSAGE_STREAMS.all_dead_letters() + LIKE_STREAMS.all_dead_letters()
+        return sum([int(await client.xlen(s)) for s in dead])
 
     async def held_by(self, client: redis.Redis, consumer: str, group: str = likes.GROUP) -> int:
         """Entries `consumer` has read and not acknowledged, over the shards of `group`."""
@@ -484,7 +561,7 @@ class ChaosStack:
                 pending = {_text(c["name"]): int(c["pending"]) for c in summary["consumers"] or []}
             layout = LIKE_STREAMS if group == likes.GROUP else MESSAGE_STREAMS
             shard = layout.all_streams().index(stream)
-            counter = await client.get(f"{layout.lease_prefix()}:{shard}:epoch")
+            counter = await client.get(layout.lease_epoch_key(shard))
             lines.append(
                 f"{stream}: {length} entries, pending {pending}, lease held by"
                 f" {holders.get(stream)} (lease epoch counter {_text(counter) if counter else 0},"
@@ -496,8 +573,9 @@ class ChaosStack:
         """Who holds each shard's lease, by stream (the key layout of streams/leases.py)."""
         keys: list[tuple[str, str]] = []
         for layout in (MESSAGE_STREAMS, LIKE_STREAMS):
-            keys += [(layout.stream(s), f"{layout.lease_prefix()}:{s}") for s in range(SHARDS)]
-        values = await client.mget([k for _, k in keys])
+            keys += [(layout.stream(s), layout.lease_key(s)) for s in range(SHARDS)]
+        # One GET each: the leases live in their shards' hash slots.
+        values = [await client.get(k) for _, k in keys]
         return {
             stream: (_text(v) if v is not None else None)
             for (stream, _), v in zip(keys, values, strict=True)
