@@ -17,6 +17,7 @@ import pytest_asyncio
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
 from services.runtime.grpc_server import GrpcServer
@@ -416,6 +417,28 @@ async def test_reconciliation_fixes_drifted_counters_and_leaves_correct_ones(
     assert drift_after == drift_before + 1
     nightly = await flusher.reconciler().recount_all()
     assert [(d.kind, d.target_id, d.counted) for d in nightly] == [(COMMENT, 1, 0)]
+
+
+async def test_a_recount_makes_a_trace_only_when_it_fixed_something(
+    flusher: Flusher,
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+    spans: InMemorySpanExporter,
+) -> None:
+    """Background work stays out of the recent traces unless it changed data (issue 15)."""
+    await redis_client.sadd(STREAMS.dirty(POST), "2")  # counter right: nothing to fix
+    spans.clear()
+    assert await flusher.reconciler().recount_dirty() == []
+    assert [s.name for s in spans.get_finished_spans() if "recount" in s.name] == []
+
+    await pg_admin.execute("UPDATE posts SET like_count = 9 WHERE id = 2")
+    await redis_client.sadd(STREAMS.dirty(POST), "2")
+    assert len(await flusher.reconciler().recount_dirty()) == 1
+    [span] = [s for s in spans.get_finished_spans() if "recount" in s.name]
+    assert span.name == "recount dirty like counters"
+    assert span.attributes is not None
+    assert span.attributes["agora.likes.counters_fixed"] == 1
+    assert list(span.attributes["agora.likes.targets"]) == ["post:2"]  # type: ignore[arg-type]
 
 
 @pytest_asyncio.fixture

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as redis
+from opentelemetry import trace
 
 from services.flusher.likes import metrics
 from services.flusher.likes.repository import Drift, LikeRepository
 from services.streams.likes import COMMENT, POST, LikeStreams
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
 
 
 class Reconciler:
@@ -26,6 +30,13 @@ class Reconciler:
 
     async def recount_dirty(self) -> list[Drift]:
         """Recount the targets flushes marked since the last run (SPOP in batches)."""
+        return await _traced_if_changed("recount dirty like counters", self._recount_dirty)
+
+    async def recount_all(self) -> list[Drift]:
+        """The nightly pass: every post and comment, in id order, a batch at a time."""
+        return await _traced_if_changed("recount every like counter", self._recount_all)
+
+    async def _recount_dirty(self) -> list[Drift]:
         drifts: list[Drift] = []
         for kind in (POST, COMMENT):
             while True:
@@ -35,8 +46,7 @@ class Reconciler:
                 drifts += self._record(await self._repo.reconcile(kind, [int(i) for i in popped]))
         return drifts
 
-    async def recount_all(self) -> list[Drift]:
-        """The nightly pass: every post and comment, in id order, a batch at a time."""
+    async def _recount_all(self) -> list[Drift]:
         drifts: list[Drift] = []
         for kind in (POST, COMMENT):
             after = 0
@@ -56,3 +66,24 @@ class Reconciler:
                 d.counted,
             )
         return drifts
+
+
+async def _traced_if_changed(
+    name: str, recount: Callable[[], Awaitable[list[Drift]]]
+) -> list[Drift]:
+    """Run a recount; a trace only when it fixed something. A recount runs every few seconds and
+    almost always finds nothing: a trace each time would bury the ones that carry data. So the
+    span is recorded afterwards, from the recount's start, with what it fixed."""
+    started = time.time_ns()
+    drifts = await recount()
+    if drifts:
+        span = _tracer.start_span(
+            name,
+            start_time=started,
+            attributes={
+                "agora.likes.counters_fixed": len(drifts),
+                "agora.likes.targets": [f"{d.kind_name}:{d.target_id}" for d in drifts[:20]],
+            },
+        )
+        span.end()
+    return drifts
