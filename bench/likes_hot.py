@@ -100,6 +100,7 @@ class RoundTrips:
 class LikesRun:
     sync: ClosedRun
     buffered: ClosedRun
+    counterless: ClosedRun
     open_rate: float
     open_seconds: float
     sync_open: OpenRun
@@ -239,6 +240,44 @@ def sync_service(concurrency: int) -> contextlib.AbstractAsyncContextManager[str
             # As many connections as callers, so the row lock, not the pool, is what they wait on.
             "POSTGRES_POOL_SIZE": str(concurrency),
         }
+    )
+
+
+def counterless_service(concurrency: int) -> contextlib.AbstractAsyncContextManager[str]:
+    """LIKES_MODE=counterless (seed 002 level 2): the like row inserted at once, no counter
+    UPDATE; the stack's flusher recounts the targets it marks dirty every few seconds."""
+    return likes_process(
+        {
+            "LIKES_MODE": "counterless",
+            "POSTGRES_WRITE_URL": _pg_url(
+                "agora_likes_writer", "PG_LIKES_WRITER_PASSWORD", int(os.environ["PG_PORT"])
+            ),
+            "POSTGRES_POOL_SIZE": str(concurrency),
+        }
+    )
+
+
+async def run_counterless(
+    admin: asyncpg.Connection, users: list[int], concurrency: int
+) -> ClosedRun:
+    """Closed loop on one hot post; the counter must reach COUNT(*) through reconciliation."""
+    [post] = await new_posts(admin, 1)
+    async with counterless_service(concurrency) as addr:
+        xact = await _xact_commits(admin)
+        async with as_gateway(addr) as channel:
+            liker = Liker(channel, [post], users)
+            load = await closed_loop_count(liker.like, concurrency=concurrency, count=len(users))
+        transactions = await _xact_commits(admin) - xact
+    return ClosedRun(
+        "counterless",
+        len(users),
+        load.per_second,
+        load.latency,
+        transactions,
+        len(users),
+        await all_exact(admin, liker.applied, within=60.0),
+        retries=liker.retries,
+        errors=liker.errors,
     )
 
 
@@ -425,6 +464,8 @@ async def run_likes(
         sync, rate, sync_open = await run_sync(
             admin, users[:likes], concurrency, open_fraction, open_seconds
         )
+        with progress.section(SECTION, f"counterless: closed loop, {likes:,} likes"):
+            counterless = await run_counterless(admin, users[:likes], concurrency)
         with progress.section(SECTION, f"buffered: closed loop, {likes:,} likes"):
             buffered = await run_buffered(stack, admin, users[:likes], concurrency)
         with progress.section(SECTION, f"buffered: open loop {open_seconds:.0f}s"):
@@ -451,6 +492,7 @@ async def run_likes(
         return LikesRun(
             sync=sync,
             buffered=buffered,
+            counterless=counterless,
             open_rate=rate,
             open_seconds=open_seconds,
             sync_open=sync_open,

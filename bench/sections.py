@@ -239,9 +239,15 @@ async def likes_section(stack: Stack, o: Options) -> list[Result]:
     run = await run_likes(stack, open_seconds=o.likes_open_seconds)
     sync, buffered = run.sync, run.buffered
     results = []
-    for closed in (sync, buffered):
+    for closed in (sync, buffered, run.counterless):
         mode = closed.mode
         exact = "counter exact" if closed.counter_exact else "COUNTER WRONG"
+        if mode == "counterless":
+            exact = (
+                "counter exact after the reconciliation"
+                if closed.counter_exact
+                else "COUNTER NOT RECONCILED within 60 s"
+            )
         if closed.retries or closed.errors:
             exact += f", {closed.retries} UNAVAILABLE retried, {closed.errors} failed"
         results += [
@@ -253,6 +259,8 @@ async def likes_section(stack: Stack, o: Options) -> list[Result]:
                 "likes/s",
                 f"baseline; {exact}"
                 if mode == "sync"
+                else f"{closed.per_second / sync.per_second:.2f}x sync (reported); {exact}"
+                if mode == "counterless"
                 else _ratio_note(closed.per_second, sync.per_second, "sync", ">= 2x")
                 + f"; {exact}",
             ),
