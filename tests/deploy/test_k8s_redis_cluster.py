@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from tests.deploy.test_k8s import (
     secret_values,
 )
 from tools import k8s_validate
+from tools.redis_cluster import free_port
 
 COMPONENT = k8s_validate.K8S / "components" / "redis-cluster"
 CLIENTS_COMPONENT = k8s_validate.K8S / "components" / "redis-cluster-clients"
@@ -424,9 +424,10 @@ DOMAIN = "test"  # the local nodes' names: node<n>.test, resolved by the getent 
 
 
 def require(*tools: str) -> None:
+    """`make test` installs these (deploy/local/stack.sh): their absence is a broken set-up,
+    not a reason to prove nothing."""
     missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"not installed: {', '.join(missing)}")
+    assert not missing, f"not installed: {', '.join(missing)} (run the tests with `make test`)"
 
 
 def write_shims(directory: Path, hosts: dict[str, str]) -> Path:
@@ -503,22 +504,6 @@ def test_start_points_nodes_conf_at_the_peers_current_addresses(tmp_path: Path) 
     conf.unlink()
     subprocess.run(["sh", str(COMPONENT / "start.sh")], env=env, timeout=30, check=True, text=True)
     assert not conf.exists()
-
-
-def free_port() -> int:
-    """A loopback port whose bus port (+10000) is free too."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port + 10_000 > 65_535:
-            continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10_000))
-            except OSError:
-                continue
-        return port
 
 
 @dataclass
