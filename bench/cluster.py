@@ -56,7 +56,7 @@ from bench.procs import service_process
 from services.flusher.maintenance.builder import JOBS_PREFIX
 from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
-from tools.redis_cluster import CONF, LocalCluster, free_port
+from tools.redis_cluster import LocalCluster, free_port, server_args
 
 SECTION = "cluster"
 PREFIX = "bench-redis"
@@ -150,24 +150,7 @@ async def single_redis() -> AsyncIterator[str]:
     """A throwaway redis-server with the settings of LocalCluster's nodes, not a cluster."""
     port = free_port()
     directory = Path(tempfile.mkdtemp(prefix="redis-single-"))
-    args = [
-        shutil.which("redis-server") or "redis-server",
-        *([str(CONF)] if CONF.exists() else []),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        str(directory),
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--save",
-        "",
-        "--maxmemory-policy",
-        "noeviction",
-    ]
+    args = server_args(port, directory)
     with (directory / "redis.log").open("ab") as log:
         proc = await asyncio.create_subprocess_exec(*args, stdout=log, stderr=log, cwd=directory)
     client = redis.Redis(port=port)

@@ -227,12 +227,3 @@ async def message_backlog(client: redis.Redis, streams: MessageStreams) -> int:
 async def dead_letter_count(client: redis.Redis, streams: MessageStreams | LikeStreams) -> int:
     """Dead letters waiting, over every shard's dead-letter stream."""
     return sum([int(await client.xlen(s)) for s in streams.all_dead_letters()])
-
-
-async def all_dead(client: redis.Redis, streams: MessageStreams | LikeStreams) -> list[Any]:
-    """Every dead letter (id, fields) of a stream family, shard after shard."""
-    out: list[Any] = []
-    for stream in streams.all_dead_letters():
-        rows: Any = await client.xrange(stream)
-        out += rows
-    return out

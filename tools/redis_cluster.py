@@ -44,6 +44,28 @@ def free_port() -> int:
         return port
 
 
+def server_args(port: int, directory: Path, *, aof: bool = True) -> list[str]:
+    """redis-server as the local stack runs it (noeviction, AOF with fsync always), on loopback."""
+    return [
+        shutil.which("redis-server") or "redis-server",
+        *([str(CONF)] if CONF.exists() else []),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(directory),
+        "--appendonly",
+        "yes" if aof else "no",
+        "--appendfsync",
+        "always",
+        "--save",
+        "",
+        "--maxmemory-policy",
+        "noeviction",
+    ]
+
+
 @dataclass
 class Node:
     port: int
@@ -85,28 +107,13 @@ class LocalCluster:
 
     def _args(self, node: Node) -> list[str]:
         args = [
-            shutil.which("redis-server") or "redis-server",
-            *([str(CONF)] if CONF.exists() else []),
-            "--port",
-            str(node.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(node.directory),
+            *server_args(node.port, node.directory, aof=self.aof),
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
             "nodes.conf",
             "--cluster-node-timeout",
             str(self.node_timeout_ms),
-            "--appendonly",
-            "yes" if self.aof else "no",
-            "--appendfsync",
-            "always",
-            "--save",
-            "",
-            "--maxmemory-policy",
-            "noeviction",
             # A replica syncs at once (the default waits 5 s for more replicas to share the
             # transfer): with WAIT 1, writes are refused until it has.
             "--repl-diskless-sync-delay",
@@ -247,13 +254,6 @@ class LocalCluster:
             node.process.send_signal(signal.SIGKILL)
             node.process.wait()
 
-    async def wait_promoted(self, dead: Node, seconds: float = 30) -> float:
-        """Seconds until the cluster serves every slot again without `dead` (a replica took
-        over its slots)."""
-        started = time.monotonic()
-        await self.wait_ok(seconds)
-        return time.monotonic() - started
-
     async def reshard(self, source: Node, target: Node, slots: int) -> None:
         """Move `slots` slots from `source` to `target` (redis-cli --cluster reshard), live."""
         ids = {}
@@ -286,10 +286,6 @@ class LocalCluster:
         out, _ = await proc.communicate()
         if proc.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster reshard failed: {out.decode()[-2000:]}")
-
-    async def masters_now(self) -> list[Node]:
-        roles = await self.roles()
-        return [n for n in self.nodes if roles.get(n.port) == "master"]
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -19,6 +19,11 @@ COMMENT_COLUMNS = (
 )
 
 
+# Enrolment as an SQL predicate over parameters {course} and {user}: the one spelling of the rule,
+# in every statement that checks it.
+ENROLLED_IN_COURSE = (
+    "EXISTS (SELECT 1 FROM course_members WHERE course_id = {course} AND user_id = {user})"
+)
 IS_MEMBER = "SELECT 1 FROM course_members WHERE course_id = $1 AND user_id = $2"
 NOT_ENROLLED = "you are not enrolled in this course"
 

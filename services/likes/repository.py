@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from services.domain.forum import LIVE_COMMENT_IN_COURSE, LIVE_POST_IN_COURSE
+from services.domain.forum import ENROLLED_IN_COURSE, LIVE_COMMENT_IN_COURSE, LIVE_POST_IN_COURSE
 from services.streams.likes import COMMENT, POST, TargetKind, member
 
 # What {user} has liked in {course} (SQL expressions).
@@ -29,7 +29,7 @@ WHERE l.user_id = {user} AND p.course_id = {course}"""
 # $1 course, $2 user, $3 target kind (0 for none), $4 target id, $5 include what is liked.
 CHECK = f"""
 SELECT
-  EXISTS (SELECT 1 FROM course_members WHERE course_id = $1 AND user_id = $2) AS member,
+  {ENROLLED_IN_COURSE.format(course="$1", user="$2")} AS member,
   CASE $3::int
     WHEN {POST} THEN {LIVE_POST_IN_COURSE.format(course="$1", target="$4")}
     WHEN {COMMENT} THEN {LIVE_COMMENT_IN_COURSE.format(course="$1", target="$4")}
@@ -43,7 +43,7 @@ SELECT
 # The course's members in user id order, at most $2 of them (an index-only scan of the primary key).
 MEMBERS = """
 SELECT ARRAY(SELECT user_id FROM course_members WHERE course_id = $1 ORDER BY user_id LIMIT $2)"""
-IS_MEMBER = "SELECT EXISTS (SELECT 1 FROM course_members WHERE course_id = $1 AND user_id = $2)"
+IS_MEMBER = f"SELECT {ENROLLED_IN_COURSE.format(course='$1', user='$2')}"
 
 # A target's course (fixed once it exists) and whether it is live, with the rules of
 # LIVE_POST_IN_COURSE / LIVE_COMMENT_IN_COURSE (services/domain/forum.py). No row: no such target.

@@ -24,7 +24,12 @@ from dataclasses import dataclass
 import asyncpg
 from asyncpg import Record
 
-from services.domain.forum import COMMENT_COLUMNS, POST_COLUMNS
+from services.domain.forum import (
+    COMMENT_COLUMNS,
+    ENROLLED_IN_COURSE,
+    LIVE_POST_IN_COURSE,
+    POST_COLUMNS,
+)
 from services.domain.paging import Page
 
 # Page queries; {gate} is empty in the bare statement and the checks' flags in the checked one.
@@ -58,11 +63,8 @@ GET_POST = _GET_POST.format(gate="")
 COMMENTS_PAGE = _COMMENTS_PAGE.format(gate="")
 REPLIES_PAGE = _REPLIES_PAGE.format(gate="")
 
-# The checks, as boolean expressions over the course ($C) and the user or target ($U, $T).
-_ENROLLED = "EXISTS (SELECT 1 FROM course_members WHERE course_id = {C} AND user_id = {U})"
-_LIVE_POST = (
-    "EXISTS (SELECT 1 FROM posts WHERE id = {T} AND course_id = {C} AND deleted_at IS NULL)"
-)
+# The checks beyond services/domain/forum.py's rules, as boolean expressions over the course
+# ({C}) and the target ({T}).
 # The top-level comment whose replies are asked for, visible and in the course.
 _VISIBLE_ROOT = """EXISTS (
     SELECT 1 FROM comments c JOIN posts p ON p.id = c.post_id
@@ -72,7 +74,7 @@ _VISIBLE_ROOT = """EXISTS (
 
 def _checked(page: str, order: str, *, course: str, user: str, found: str = "true") -> str:
     """One statement: the flags (enrolled, found) and, only when both hold, the page's rows."""
-    enrolled = _ENROLLED.format(C=course, U=user)
+    enrolled = ENROLLED_IN_COURSE.format(course=course, user=user)
     return f"""
 WITH checks AS MATERIALIZED (SELECT {enrolled} AS enrolled, {found} AS found)
 SELECT checks.enrolled, checks.found, page.*
@@ -89,7 +91,7 @@ COMMENTS_PAGE_CHECKED = _checked(
     "page.id",
     course="$4",
     user="$5",
-    found=_LIVE_POST.format(T="$1", C="$4"),
+    found=LIVE_POST_IN_COURSE.format(target="$1", course="$4"),
 )
 REPLIES_PAGE_CHECKED = _checked(
     _REPLIES_PAGE,
