@@ -113,6 +113,11 @@ def unsigned(claims: dict[str, object]) -> str:
     return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
 
 
+# Tokens that are right in everything but their algorithm: only the check that the algorithm is
+# the key's own refuses them.
+ALGORITHM_ATTACKS = ("alg none", "HS256 key confusion")
+
+
 async def test_auth_attacks_are_refused_and_change_nothing(
     live: ChaosStack, env: Env, clean: None
 ) -> None:
@@ -159,6 +164,10 @@ async def test_auth_attacks_are_refused_and_change_nothing(
             ):
                 response = await client.request(method, path, json=body, headers=headers)
                 assert response.status_code == 401, (name, path, response.text)
+                if name in ALGORITHM_ATTACKS:
+                    # Refused for its algorithm, not for something checked before it.
+                    message = response.json()["error"]["message"]
+                    assert "alg value is not allowed" in message, (name, message)
         other = {"Authorization": f"Bearer {mint_token(secret, sub=7, accounts=[2])}"}
         account = await client.post(
             "/api/zalo-accounts/1/messages", json={"messages": []}, headers=other
