@@ -103,6 +103,7 @@ class Env:
     mysql_admin_url: str
     mysql_flusher_url: str
     mysql_timeline_url: str
+    mysql_ingest_url: str
     pg_admin_url: str
     pg_ingest_url: str
     pg_timeline_url: str
@@ -123,6 +124,7 @@ def env() -> Env:
         mysql_admin_url=_env("TEST_MYSQL_ADMIN_URL"),
         mysql_flusher_url=_env("TEST_MYSQL_FLUSHER_URL"),
         mysql_timeline_url=_env("TEST_MYSQL_TIMELINE_URL"),
+        mysql_ingest_url=_env("TEST_MYSQL_INGEST_URL"),
         pg_admin_url=_env("TEST_PG_ADMIN_URL"),
         pg_ingest_url=_env("TEST_PG_INGEST_URL"),
         pg_timeline_url=_env("TEST_PG_TIMELINE_URL"),
@@ -249,6 +251,7 @@ def ingest_settings(env: Env) -> IngestSettings:
     return IngestSettings(
         redis_url=env.redis_ingest_url,
         postgres_url=env.pg_ingest_url,
+        mysql_url=env.mysql_ingest_url,
         message_stream_shards=SHARDS,
         grpc_forum_port=0,
         **as_service("ingest", env.jwt_secret),

@@ -509,14 +509,18 @@ CREATE DATABASE IF NOT EXISTS $db CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_
 EOF
   done
   # One user per service, each with only what it needs: timeline reads, flusher writes rows,
-  # only the migrator changes schemas and grants on them (the test suite uses it to reset tables).
+  # ingest reads zalo_accounts alone (a table-level grant: migrations/grants/mysql.sql, applied
+  # once the table exists), only the migrator changes schemas and grants on them (the test suite
+  # uses it to reset tables).
   mysql_root <<EOF
 CREATE USER IF NOT EXISTS 'agora_migrator'@'127.0.0.1' IDENTIFIED BY '$MYSQL_MIGRATOR_PASSWORD';
 CREATE USER IF NOT EXISTS 'agora_flusher'@'127.0.0.1' IDENTIFIED BY '$MYSQL_FLUSHER_PASSWORD';
 CREATE USER IF NOT EXISTS 'agora_timeline'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TIMELINE_PASSWORD';
+CREATE USER IF NOT EXISTS 'agora_ingest'@'127.0.0.1' IDENTIFIED BY '$MYSQL_INGEST_PASSWORD';
 ALTER USER 'agora_migrator'@'127.0.0.1' IDENTIFIED BY '$MYSQL_MIGRATOR_PASSWORD';
 ALTER USER 'agora_flusher'@'127.0.0.1' IDENTIFIED BY '$MYSQL_FLUSHER_PASSWORD';
 ALTER USER 'agora_timeline'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TIMELINE_PASSWORD';
+ALTER USER 'agora_ingest'@'127.0.0.1' IDENTIFIED BY '$MYSQL_INGEST_PASSWORD';
 GRANT ALL PRIVILEGES ON agora.* TO 'agora_migrator'@'127.0.0.1' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON agora_test.* TO 'agora_migrator'@'127.0.0.1' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON agora_bench.* TO 'agora_migrator'@'127.0.0.1';
