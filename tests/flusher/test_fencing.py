@@ -10,24 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import asyncpg
 import pytest
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
+from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
+from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.flusher.config import FlusherSettings
+from services.flusher.fencing import MysqlFences, PostgresFences
 from services.flusher.likes import builder as like_role
 from services.flusher.likes.handler import LikeEvent
 from services.flusher.likes.repository import LikeRepository
+from services.flusher.messages import builder as message_role
+from services.flusher.messages.repository import MessageRepository
+from services.runtime.mysql import MysqlDatabase
 from services.streams.consumer import ShardConsumer
 from services.streams.entries import Entry
-from services.streams.fencing import Fenced
-from services.streams.leases import ShardLeases
+from services.streams.fencing import Fence, Fenced
+from services.streams.leases import ShardedLayout, ShardLeases
 from services.streams.likes import LikeStreams
 from services.streams.supervisor import ShardSupervisor
-from tests.helpers import SHARDS
+from tests.helpers import SHARDS, message
 
 pytestmark = pytest.mark.asyncio
 LEASE_MS = 1000
@@ -205,3 +212,153 @@ async def test_a_consumer_that_makes_no_progress_loses_its_lease(
     assert epoch is not None
     assert epoch > max(c.fence.epoch for c in made if c.fence is not None)
     await other.release(0)
+
+
+async def lose_the_last_lease(client: redis.Redis, layout: ShardedLayout, shard: int) -> None:
+    """What a Redis Cluster failover leaves when the replica it promotes never got the shard's
+    last lease acquisition (leases are not WAITed): no lease, and the epoch counter one behind,
+    so the next acquisition hands out the epoch the previous owner already holds."""
+    await client.delete(layout.lease_key(shard))
+    await client.decr(layout.lease_epoch_key(shard))
+
+
+async def test_two_takeovers_at_the_same_lease_epoch_leave_only_the_newer_one_able_to_commit(
+    settings: FlusherSettings,
+    likes: like_service_pb2_grpc.LikeServiceStub,
+    redis_client: redis.Redis,
+    pg_flusher: asyncpg.Pool,
+    pg_admin: asyncpg.Pool,
+    clean: None,
+) -> None:
+    a = await leased(settings, redis_client, pg_flusher, "pod-a")
+    await toggle(likes, True)
+    entries = await stale_batch(a)
+    # A stalls past its lease, and a failover loses its acquisition.
+    await asyncio.sleep(LEASE_MS / 1000 + 0.2)
+    await lose_the_last_lease(redis_client, LAYOUT, SHARD)
+    b = await leased(settings, redis_client, pg_flusher, "pod-b")
+    assert a.fence is not None
+    assert b.fence is not None
+    # The lease counter handed B the epoch A took the shard over with.
+    assert b.fence.epoch <= a.fence.epoch
+    await b.take_over(asyncio.Event())
+    assert await b.run_once() == 1
+    await toggle(likes, False)
+    assert await b.run_once() == 1
+    assert not await liked_in_db(pg_admin)
+
+    with pytest.raises(Fenced):
+        await a._apply_with_retry(entries, [a._handler.decode(e) for e in entries], asyncio.Event())
+
+    assert not await liked_in_db(pg_admin), "a consumer at a reused epoch committed a stale like"
+    await toggle(likes, True)
+    assert await b.run_once() == 1  # the owner still commits
+    assert await liked_in_db(pg_admin)
+
+
+async def test_a_message_consumer_whose_shard_was_taken_over_cannot_commit(
+    flusher_settings: FlusherSettings,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    redis_client: redis.Redis,
+    flusher_db: MysqlDatabase,
+    admin_db: MysqlDatabase,
+    clean: None,
+) -> None:
+    """The message shards' fence (MySQL), driven to Fenced: by a takeover at a newer epoch, and by
+    one at the epoch a lost lease acquisition hands out again."""
+    settings = flusher_settings.model_copy(update={"flusher_lease_ttl_ms": LEASE_MS})
+    layout = message_role.streams(settings)
+    shard = layout.shard_of(1, "t1")
+    repo = MessageRepository(flusher_db)
+
+    async def leased_consumer(name: str) -> ShardConsumer[Any]:
+        named = settings.model_copy(update={"flusher_consumer_name": name})
+        epoch = await ShardLeases(redis_client, layout, member=name, ttl_ms=LEASE_MS).acquire(shard)
+        assert epoch is not None, f"{name} could not take the lease"
+        return message_role.consumer(named, redis_client, repo, shard, epoch)
+
+    async def send(msg_id: str) -> None:
+        batch = [message(msg_id, thread="t1")]
+        await ingest.IngestMessages(ingest_pb.IngestMessagesRequest(account_id=1, messages=batch))
+
+    async def stale(consumer: ShardConsumer[Any]) -> list[Entry]:
+        """What `consumer` has read and not committed when it stalls past its lease."""
+        entries = await consumer._read(">", block=False)
+        assert len(entries) == 1
+        await asyncio.sleep(LEASE_MS / 1000 + 0.2)
+        return entries
+
+    async def apply(consumer: ShardConsumer[Any], entries: list[Entry]) -> None:
+        items = [consumer._handler.decode(e) for e in entries]
+        await consumer._apply_with_retry(entries, items, asyncio.Event())
+
+    # Taken over at a newer epoch, after its lease lapsed.
+    a = await leased_consumer("pod-a")
+    await a.take_over(asyncio.Event())
+    await send("m1")
+    entries = await stale(a)
+    b = await leased_consumer("pod-b")
+    await b.take_over(asyncio.Event())
+    assert await b.run_once() == 1
+    with pytest.raises(Fenced):
+        await apply(a, entries)
+
+    # Taken over at the same lease epoch, a failover having lost the last acquisition.
+    await send("m2")
+    entries = await stale(b)
+    await lose_the_last_lease(redis_client, layout, shard)
+    c = await leased_consumer("pod-c")
+    assert c.fence is not None
+    assert b.fence is not None
+    assert c.fence.epoch <= b.fence.epoch
+    await c.take_over(asyncio.Event())
+    assert await c.run_once() == 1
+    with pytest.raises(Fenced):
+        await apply(b, entries)
+    with pytest.raises(Fenced):
+        await b._read(">", block=False)
+
+    rows = await admin_db.fetchall("SELECT msg_id FROM zalo_messages ORDER BY msg_id")
+    assert [r[0] for r in rows] == ["m1", "m2"]
+
+
+@pytest.mark.parametrize("database", ["mysql", "postgres"])
+async def test_every_takeover_gets_a_newer_epoch_and_the_row_names_its_holder(
+    database: str,
+    flusher_db: MysqlDatabase,
+    admin_db: MysqlDatabase,
+    pg_flusher: asyncpg.Pool,
+    pg_admin: asyncpg.Pool,
+    clean: None,
+) -> None:
+    """Two takeovers presenting the same lease epoch (a lease counter that went back): the
+    database, not Redis, decides, and the first can no longer commit."""
+    stream = "fencing-test"
+    first, second = Fence(stream, 7, holder="pod-a"), Fence(stream, 7, holder="pod-b")
+    if database == "mysql":
+        fences: Any = MysqlFences(flusher_db)
+        await fences.take_over(first)
+        granted = await fences.take_over(second)
+        async with flusher_db.transaction() as tx:
+            with pytest.raises(Fenced):
+                await MysqlFences.check(tx, first)
+        async with flusher_db.transaction() as tx:
+            await MysqlFences.check(tx, granted)
+        row = await admin_db.fetchone(
+            "SELECT epoch, holder FROM stream_fences WHERE stream = %s", (stream,)
+        )
+    else:
+        fences = PostgresFences(pg_flusher)
+        await fences.take_over(first)
+        granted = await fences.take_over(second)
+        async with pg_flusher.acquire() as conn, conn.transaction():
+            with pytest.raises(Fenced):
+                await PostgresFences.check(conn, first)
+        async with pg_flusher.acquire() as conn, conn.transaction():
+            await PostgresFences.check(conn, granted)
+        row = await pg_admin.fetchrow(
+            "SELECT epoch, holder FROM stream_fences WHERE stream = $1", stream
+        )
+    assert granted.epoch > first.epoch
+    assert row is not None
+    assert (int(row[0]), row[1]) == (granted.epoch, "pod-b")
