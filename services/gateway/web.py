@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import logging
 import re
 import time
@@ -31,6 +30,7 @@ from starlette.types import Scope
 
 from services.gateway.config import GatewaySettings
 from services.gateway.errors import ApiError
+from services.runtime.loopback import is_local_request
 from services.runtime.tokens import MAX_ID
 
 log = logging.getLogger(__name__)
@@ -184,19 +184,18 @@ class DevTokenResponse(BaseModel):
 
 def dev_router(settings: GatewaySettings, kid: str, secret: str) -> APIRouter:
     """GET /dev/token: the demo users; POST /dev/token: a token for one, valid an hour at most.
-    Answered to loopback callers only: a development gateway reachable from a network (the k8s
-    dev overlay also sets JWT_DEV_MODE) must not hand tokens to whoever asks."""
+    Answered to loopback callers that name a loopback host only (services/runtime/loopback.py):
+    a development gateway reachable from a network (the k8s dev overlay also sets JWT_DEV_MODE)
+    must not hand tokens to whoever asks, nor to a page elsewhere through DNS rebinding."""
     router = APIRouter(prefix="/dev", include_in_schema=False)
     ttl = min(DEV_TOKEN_TTL_SECONDS, settings.jwt_max_lifetime_seconds)
 
     def loopback_only(request: Request) -> None:
-        host = request.client.host if request.client else ""
-        try:
-            local = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            local = False
-        if not local:
-            raise ApiError.forbidden("the development sign-in answers loopback callers only")
+        peer = request.client.host if request.client else None
+        if not is_local_request(peer, request.headers.get("host")):
+            raise ApiError.forbidden(
+                "the development sign-in answers loopback callers naming a loopback host only"
+            )
 
     @router.get("/token")
     async def demo_users(request: Request) -> JSONResponse:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.asyncio
 @asynccontextmanager
 async def client(app: FastAPI, peer: str = "127.0.0.1") -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, client=(peer, 50000))
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost:8080") as c:
         yield c
 
 

@@ -2,7 +2,8 @@
 
 Same-origin only: no CORS headers, a Content-Security-Policy that allows scripts, styles and
 fetches from this origin alone, and a Host check so a page elsewhere cannot read the traces
-through DNS rebinding. GET and HEAD only.
+through DNS rebinding (services/runtime/loopback.py: the rule of the gateway's /dev/token too).
+GET and HEAD only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from services.runtime.loopback import is_local_request
 from tools.trace_view.queries import recent_traces, trace_detail
 
 DEFAULT_PORT = 16686
@@ -29,7 +31,6 @@ FILES = {
     "/static/favicon.svg": ("favicon.svg", "image/svg+xml"),
 }
 TRACE = re.compile(r"/api/traces/([0-9a-f]{32})")
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
@@ -69,8 +70,7 @@ class Handler(BaseHTTPRequestHandler):
         """Quiet: the sink's log is for the sink (errors still go through log_error)."""
 
     def _respond(self, head: bool) -> None:
-        host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
-        if host not in LOCAL_HOSTS:
+        if not is_local_request(self.client_address[0], self.headers.get("Host")):
             self._send(HTTPStatus.MISDIRECTED_REQUEST, b"unknown host\n", "text/plain", head)
             return
         url = urlsplit(self.path)
