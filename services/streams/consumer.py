@@ -2,8 +2,8 @@
 
 The loop every flusher consumer shares: wait until what a previous owner left pending is safe to
 take (idle longer than a lease) and claim it, read this consumer's own pending entries before new
-ones, hand a batch to the handler (one transaction, fenced by the lease's epoch), then XACK + XDEL
-and give the batch's units and bytes back to the backlog bound.
+ones, hand a batch to the handler (one transaction, fenced by the takeover's epoch), then XACK +
+XDEL and give the batch's units and bytes back to the backlog bound.
 
 What a failure means decides what happens (services/runtime/errors.py):
 - the data is refused (DATA): the batch is split, so each entry lands or fails alone, and an entry
@@ -129,6 +129,20 @@ return {2, last[1] and last[1][1] or '0-0'}
 """
 
 
+# After the database granted a takeover its epoch: set the lease counter to it, while the lease
+# is still this holder's at the epoch it was taken with. From then on reads are fenced by the
+# database's epoch (_READ_NEW); another acquisition meanwhile (the counter moved) means the lease
+# is someone else's: Fenced.
+# KEYS: lease, lease epoch. ARGV: holder, the lease's epoch, the epoch the database granted.
+_PIN_EPOCH = """#!lua flags=allow-oom
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[3])
+return 1
+"""
+
+
 class BatchHandler(Protocol[T]):
     """What a consumer needs from the code that knows the entries' meaning."""
 
@@ -144,8 +158,9 @@ class BatchHandler(Protocol[T]):
     def event(self, item: T) -> Message:
         """The event of an item, to dead-letter a part of an entry on its own."""
 
-    async def take_over(self, fence: Fence) -> None:
-        """Raise the shard's fence to this epoch before consuming; Fenced when already newer."""
+    async def take_over(self, fence: Fence) -> Fence:
+        """Move the shard's fence to a new epoch for this holder before consuming; the fence
+        (with the database's epoch) to read and commit under."""
 
     async def apply(self, items: Sequence[T], fence: Fence | None) -> None:
         """Apply items in one transaction, idempotently, fenced; raise on failure."""
@@ -219,6 +234,7 @@ class ShardConsumer(Generic[T]):
         self._dead_letter = client.register_script(_DEAD_LETTER)
         self._ensure_group = client.register_script(_ENSURE_GROUP)
         self._read_new = client.register_script(_READ_NEW)
+        self._pin_epoch = client.register_script(_PIN_EPOCH)
         self.stats = ConsumerStats()
         # When the loop last showed it is alive; the supervisor renews the lease only while it is.
         self.heartbeat = time.monotonic()
@@ -274,7 +290,7 @@ class ShardConsumer(Generic[T]):
         )
 
     async def take_over(self, stop: asyncio.Event) -> None:
-        """Fence the shard at this lease's epoch, then claim what the previous owner left.
+        """Fence the shard at a new epoch, then claim what the previous owner left.
 
         Entries read by another consumer are taken only when idle longer than a lease (that
         consumer's lease has lapsed by then), and new entries wait until all are taken: a newer
@@ -284,7 +300,7 @@ class ShardConsumer(Generic[T]):
         if self.fence is None:  # negative control: no fencing, claim at once
             await self.claim_abandoned(min_idle_ms=0)
             return
-        await self._handler.take_over(self.fence)
+        self.fence = await self._fence_at_new_epoch(self.fence)
         while not stop.is_set():
             self._beat()
             claimed = await self.claim_abandoned()
@@ -294,6 +310,21 @@ class ShardConsumer(Generic[T]):
                 return
             await asyncio.sleep(min(self._beat_every, 0.5))
         raise _Stopped()
+
+    async def _fence_at_new_epoch(self, fence: Fence) -> Fence:
+        """The database's takeover, then the lease counter pinned to its epoch (Fenced when the
+        lease is no longer this holder's)."""
+        granted = await self._handler.take_over(fence)
+        if fence.lease_key:
+            pinned = await self._pin_epoch(
+                keys=[fence.lease_key, fence.lease_epoch_key],
+                args=[fence.holder, fence.epoch, granted.epoch],
+            )
+            if not int(pinned):
+                raise Fenced(granted)
+        if granted.epoch != fence.epoch:
+            log.info("%s: lease epoch %d, fenced at %d", self._stream, fence.epoch, granted.epoch)
+        return granted
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set or the shard is fenced off; a batch finishes first."""

@@ -2,10 +2,14 @@
 
 Each replica heartbeats into a member set and holds a lease key per shard it owns (SET NX PX, the
 value naming the holder). Taking a lease also takes the next epoch of that shard (an INCR in the
-same script): the fencing token its consumer carries to the database (streams/fencing.py). A
-replica owns at most ceil(shards / live replicas) shards; the supervisor gives extras back (after
-stopping their consumers), renews only the leases whose consumers are making progress, and takes
-free shards up to its share.
+same script), which the consumer presents to the database when it takes the shard over; the
+database grants the epoch it fences with (streams/fencing.py), and the consumer sets the counter
+to it. Neither the lease nor the counter is replicated before it is used (a failover may lose
+them): the lease keeps two replicas from consuming a shard at once most of the time, the
+database's fencing makes it harmless when they do. A replica owns at most
+ceil(shards / live replicas) shards; the supervisor gives extras back (after stopping their
+consumers), renews only the leases whose consumers are making progress, and takes free shards up
+to its share.
 """
 
 from __future__ import annotations
@@ -52,15 +56,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-# KEYS: epoch counter. ARGV: an epoch the datastore holds. The counter never goes backwards, and
-# after this the next lease is newer than anything the datastore has seen.
-_RAISE_EPOCH = """#!lua flags=allow-oom
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-if current < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-return 1
-"""
 
 
 class ShardLeases:
@@ -77,7 +72,6 @@ class ShardLeases:
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
-        self._raise_epoch = client.register_script(_RAISE_EPOCH)
 
     def _key(self, shard: int) -> str:
         return self._layout.lease_key(shard)
@@ -122,10 +116,6 @@ class ShardLeases:
     async def release(self, shard: int) -> None:
         """Give a lease back (after its consumer stopped) so another replica takes it at once."""
         await self._release(keys=[self._key(shard)], args=[self.member])
-
-    async def raise_epoch(self, shard: int, epoch: int) -> None:
-        """Make the next lease of `shard` newer than `epoch` (the counter fell behind)."""
-        await self._raise_epoch(keys=[self._epoch_key(shard)], args=[epoch])
 
     async def leave(self) -> None:
         """Leave the member set at shutdown, so the others' fair share grows at once."""

@@ -121,14 +121,9 @@ class ShardSupervisor:
     async def _ended(self, shard: int, run: _Running) -> None:
         """A consumer that stopped on its own: fenced off (give the shard back), or crashed."""
         self._running.pop(shard)
-        fenced = run.consumer.fenced
-        if fenced is None:
+        if run.consumer.fenced is None:
             run.task.result()  # a consumer that crashed: surface it, fail the process
             return
-        if fenced.current is not None:
-            # The datastore holds a newer epoch than this lease: the lease counter fell behind
-            # (Redis restored from an older snapshot). Move it past, then lease again.
-            await self._leases.raise_epoch(shard, fenced.current)
         await self._leases.release(shard)
 
     def _give_back(self, shard: int) -> None:

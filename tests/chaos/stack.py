@@ -290,8 +290,8 @@ class ChaosStack:
 
     async def start(self) -> None:
         await self.start_redis()
-        # The fencing rows outlive every scenario's Redis: a first lease (epoch 1) is fenced off,
-        # the flusher raises its counter past the row and leases again, a lease refresh later.
+        # The fencing rows outlive every scenario's Redis: a first lease (epoch 1) takes a shard
+        # over at the row's epoch plus one, and sets the lease counter to it.
         fences = await _fence_epochs()
         e = os.environ
         if self.cluster is not None:

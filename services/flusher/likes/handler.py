@@ -73,8 +73,8 @@ class LikeEntryHandler:
             liked=op.liked,
         )
 
-    async def take_over(self, fence: Fence) -> None:
-        await self._repo.fences.take_over(fence)
+    async def take_over(self, fence: Fence) -> Fence:
+        return await self._repo.fences.take_over(fence)
 
     async def apply(self, items: Sequence[LikeEvent], fence: Fence | None) -> None:
         last = collapse(items)

@@ -45,8 +45,8 @@ class MessageEntryHandler:
     def event(self, item: events.MessageStreamEntry) -> events.MessageStreamEntry:
         return item
 
-    async def take_over(self, fence: Fence) -> None:
-        await self._repo.fences.take_over(fence)
+    async def take_over(self, fence: Fence) -> Fence:
+        return await self._repo.fences.take_over(fence)
 
     async def apply(self, items: Sequence[events.MessageStreamEntry], fence: Fence | None) -> None:
         touched = await self._repo.apply(items, fence)
