@@ -55,6 +55,7 @@ async def list_all_dead(client: redis.Redis) -> list[DeadLetter]:
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+INT_MAX = 2**31 - 1  # the largest like_count (an int column)
 
 
 def like_event(
@@ -286,13 +287,14 @@ async def set_like(
     return reply
 
 
-async def poison_unlike_of_post_2(
+async def poison_like_of_post_1(
     likes: like_service_pb2_grpc.LikeServiceStub, flusher: Flusher, pg_admin: asyncpg.Pool
 ) -> None:
-    """User 7 unlikes post 2 while its counter drifted to 0: the unlike would take like_count
-    below zero, which the CHECK refuses on every delivery (seed case 3) — a dead letter."""
-    await pg_admin.execute("UPDATE posts SET like_count = 0 WHERE id = 2")
-    assert (await set_like(likes, 7, post(2), False)).changed
+    """User 7 likes post 1 while its counter drifted to the largest int: the like would take
+    like_count out of range, which PostgreSQL refuses on every delivery (seed case 3) — a dead
+    letter."""
+    await pg_admin.execute(f"UPDATE posts SET like_count = {INT_MAX} WHERE id = 1")
+    assert (await set_like(likes, 7, post(1), True)).changed
     await flusher.drain()
 
 
@@ -304,31 +306,31 @@ async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_r
 ) -> None:
     stream = STREAMS.stream_of(7)
     await set_like(likes, 7, pb.Target(kind=pb.TARGET_KIND_COMMENT, id=1), True)
-    await pg_admin.execute("UPDATE posts SET like_count = 0 WHERE id = 2")
-    await set_like(likes, 7, post(2), False)
-    await redis_client.xadd(stream, like_event(7, POST, 0))  # no target id: never applicable
+    await pg_admin.execute(f"UPDATE posts SET like_count = {INT_MAX} WHERE id = 1")
     await set_like(likes, 7, post(1), True)
+    await redis_client.xadd(stream, like_event(7, POST, 0))  # no target id: never applicable
+    await set_like(likes, 7, post(2), False)
 
     await flusher.drain()
 
     state = await counts(pg_admin)
-    assert state["posts"][1] == 1
-    assert state["comments"][1] == 1
-    assert (2, 7) in state["post_likes"]  # the poison unlike did not land
-    dead = await list_all_dead(redis_client)
-    assert sorted(target_of(d) for d in dead) == [(POST, 0), (POST, 2)]
-    assert all(d.deliveries >= 5 and d.source_stream == stream for d in dead)
-    assert any("like_count" in d.error or "check" in d.error.lower() for d in dead)
-
-    # Fix the cause (reconcile the counter), replay, and the unlike lands.
-    await flusher.reconciler().recount_dirty()
-    await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
-    unlike = next(d for d in dead if target_of(d) == (POST, 2))
-    assert (await replay(redis_client, unlike, like_streams=STREAMS)).new_id is not None
-    await flusher.drain()
-    state = await counts(pg_admin)
-    assert (2, 7) not in state["post_likes"]
     assert state["posts"][2] == 0
+    assert state["comments"][1] == 1
+    assert (1, 7) not in state["post_likes"]  # the poison like did not land
+    assert (2, 7) not in state["post_likes"]
+    dead = await list_all_dead(redis_client)
+    assert sorted(target_of(d) for d in dead) == [(POST, 0), (POST, 1)]
+    assert all(d.deliveries >= 5 and d.source_stream == stream for d in dead)
+    assert any("out of range" in d.error for d in dead)
+
+    # Fix the cause (the full recount, forced), replay, and the like lands.
+    await flusher.reconciler().recount_all()
+    like = next(d for d in dead if target_of(d) == (POST, 1))
+    assert (await replay(redis_client, like, like_streams=STREAMS)).new_id is not None
+    await flusher.drain()
+    state = await counts(pg_admin)
+    assert (1, 7) in state["post_likes"]
+    assert state["posts"][1] == 1
     assert [target_of(d) for d in await list_all_dead(redis_client)] == [(POST, 0)]
     # The replay made it the user's last operation again, until it was flushed.
     assert not await redis_client.hgetall(STREAMS.last_ops(7, 42))
@@ -340,21 +342,21 @@ async def test_a_dead_letter_never_overrides_a_newer_toggle(
     redis_client: redis.Redis,
     pg_admin: asyncpg.Pool,
 ) -> None:
-    await poison_unlike_of_post_2(likes, flusher, pg_admin)
-    [unlike] = await list_all_dead(redis_client)
-    await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
-    # Meanwhile the user likes post 2 again (the SET says unliked: this is a change).
-    assert (await set_like(likes, 7, post(2), True)).changed
+    await poison_like_of_post_1(likes, flusher, pg_admin)
+    [like] = await list_all_dead(redis_client)
+    await pg_admin.execute("UPDATE posts SET like_count = 0 WHERE id = 1")
+    # Meanwhile the user unlikes post 1 (the SET says liked: this is a change).
+    assert (await set_like(likes, 7, post(1), False)).changed
     await flusher.drain()
 
-    result = await replay(redis_client, unlike, like_streams=STREAMS)
+    result = await replay(redis_client, like, like_streams=STREAMS)
 
     assert result.new_id is None
     assert "obsolete" in result.reason
     await flusher.drain()
     state = await counts(pg_admin)
-    assert (2, 7) in state["post_likes"]  # the newer like stands
-    assert state["posts"][2] == 1
+    assert (1, 7) not in state["post_likes"]  # the newer unlike stands
+    assert state["posts"][1] == 0
     # Refused letters stay for the operator to read (and drop).
     assert len(await list_all_dead(redis_client)) == 1
 
@@ -368,28 +370,28 @@ async def test_deleting_a_users_sets_recovers_after_a_dead_letter_and_after_a_fl
     """Seed 002 case 2: when Redis and the database disagree, deleting the user's liked SET
     makes the next request warm it from the database (docs/runbooks/like-drift.md)."""
     # A flushed like: its last-operation record is forgotten once it is in the database.
-    assert (await set_like(likes, 8, post(1), True)).changed
+    assert (await set_like(likes, 8, post(2), True)).changed
     await flusher.drain()
-    assert not await redis_client.hexists(STREAMS.last_ops(8, 42), "p:1")
-    # A dead-lettered unlike: Redis says unliked, the database still has the like.
-    await poison_unlike_of_post_2(likes, flusher, pg_admin)
+    assert not await redis_client.hexists(STREAMS.last_ops(8, 42), "p:2")
+    # A dead-lettered like: Redis says liked, the database has no like.
+    await poison_like_of_post_1(likes, flusher, pg_admin)
     assert len(await list_all_dead(redis_client)) == 1
-    assert not (await set_like(likes, 7, post(2), False)).changed  # Redis: already unliked
+    assert not (await set_like(likes, 7, post(1), True)).changed  # Redis: already liked
 
     await redis_client.delete(STREAMS.liked_set(7, 42), STREAMS.liked_set(8, 42))
 
-    # Warmed from the database: user 7's like of post 2 is back, and 8's flushed like too.
+    # Warmed from the database: user 7's like of post 1 is gone, 8's flushed like is there.
     flags = await likes.LikedMap(
         pb.LikedMapRequest(user_id=7, course_id=42, targets=[post(1), post(2)])
     )
     assert list(flags.liked) == [False, True]
-    flags = await likes.LikedMap(pb.LikedMapRequest(user_id=8, course_id=42, targets=[post(1)]))
+    flags = await likes.LikedMap(pb.LikedMapRequest(user_id=8, course_id=42, targets=[post(2)]))
     assert list(flags.liked) == [True]
-    # And the user can act on the state they see: unliking works (once the counter is right).
-    await pg_admin.execute("UPDATE posts SET like_count = 1 WHERE id = 2")
-    assert (await set_like(likes, 7, post(2), False)).changed
+    # And the user can act on the state they see: liking works (once the counter is right).
+    await pg_admin.execute("UPDATE posts SET like_count = 0 WHERE id = 1")
+    assert (await set_like(likes, 7, post(1), True)).changed
     await flusher.drain()
-    assert (2, 7) not in (await counts(pg_admin))["post_likes"]
+    assert (1, 7) in (await counts(pg_admin))["post_likes"]
 
 
 def target_of(letter: DeadLetter) -> tuple[int, int]:
