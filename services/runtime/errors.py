@@ -6,6 +6,10 @@ this module needs none of them and nothing imports upwards. Callers ask `classif
 - DATA: the data itself is refused and retrying it can never help (a constraint, a bad value);
 - OTHER: anything else, e.g. infrastructure that is wrong until an operator acts (a missing
   table, a revoked grant, out of memory).
+
+Code that finds a value it can never use (an enum value it does not know, a time beyond what a
+column holds) raises DataError: DATA, like a constraint the database enforces, so a consumer
+dead-letters it with its reason instead of stalling a shard on it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ class ErrorKind(enum.Enum):
     TRANSIENT = "transient"
     DATA = "data"
     OTHER = "other"
+
+
+class DataError(Exception):
+    """The data itself cannot be used, whoever retries it and whenever (the message says why)."""
 
 
 Classifier = Callable[[BaseException], ErrorKind | None]
@@ -33,6 +41,8 @@ def register(classifier: Classifier) -> None:
 
 def classify(exc: BaseException) -> ErrorKind:
     """The kind of `exc` according to the first registered classifier that knows it."""
+    if isinstance(exc, DataError):
+        return ErrorKind.DATA
     for classifier in _classifiers:
         kind = classifier(exc)
         if kind is not None:

@@ -16,7 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.runtime.mysql import MysqlDatabase
 from services.streams.entries import FIELD_ERROR, as_mapping
-from services.streams.messages import GROUP, MessageStreams
+from services.streams.messages import GROUP, MessageStreams, units
 from tests.helpers import Flusher, at, message, message_backlog
 
 pytestmark = pytest.mark.asyncio
@@ -67,9 +67,9 @@ async def test_an_unconvertible_entry_is_dead_lettered_with_its_reason_and_the_s
         received(message("after", sent_at=at(3))),
     ]
     for entry in entries:
-        await redis_client.xadd(stream, as_mapping(entry))
-    units = sum(len(e.messages.messages) or 1 for e in entries)
-    await redis_client.incrby(streams.backlog_key(streams.shard_of(1, "t1")), units)
+        await redis_client.xadd(stream, as_mapping(entry, units(entry)))
+    total = sum(units(e) for e in entries)
+    await redis_client.incrby(streams.backlog_key(streams.shard_of(1, "t1")), total)
 
     # A stalled shard retries forever: bounded here, so a stall fails instead of hanging.
     await asyncio.wait_for(flusher.drain(), 60)

@@ -15,10 +15,9 @@ from typing import Any
 from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import message_pb2
 
-from services.domain.messaging import DIRECTION_NAMES, THREAD_TYPE_NAMES
 from services.flusher.fencing import MysqlFences
+from services.flusher.messages import conversions
 from services.runtime.mysql import Connection, MysqlDatabase, placeholders
-from services.runtime.timeutil import to_datetime
 from services.streams.faults import fault
 from services.streams.fencing import Fence
 
@@ -56,6 +55,8 @@ ARCHIVED_MSG_IDS = """
 SELECT msg_id FROM zalo_messages_archive WHERE zalo_account_id = %s AND msg_id IN"""
 
 ConversationKey = tuple[int, str]
+# A message's row without its conversation id (known only inside the transaction).
+PendingRow = tuple[ConversationKey, str, tuple[Any, ...]]
 
 
 class MessageRepository:
@@ -77,9 +78,10 @@ class MessageRepository:
         self, entries: Sequence[events.MessageStreamEntry], fence: Fence | None = None
     ) -> set[int]:
         """Apply a batch in one transaction, fenced; returns the ids of conversations that got
-        messages."""
+        messages. Every value is converted before the transaction starts: one that cannot be
+        (conversions.UnstorableValue) refuses the batch as data, so the consumer isolates it."""
         conversations: dict[ConversationKey, tuple[str, datetime]] = {}
-        messages: list[tuple[ConversationKey, message_pb2.Message]] = []
+        messages: list[PendingRow] = []
         reads: dict[ConversationKey, datetime] = {}
         agent_sent: list[tuple[Any, ...]] = []
         for entry in entries:
@@ -88,14 +90,15 @@ class MessageRepository:
             if kind == "messages":
                 for msg in entry.messages.messages:
                     key = (account, msg.thread_id)
-                    sent_at = to_datetime(msg.sent_at)
+                    row = _message_row(msg)
+                    sent_at = row[-1]
                     known = conversations.get(key)
                     if known is None or sent_at > known[1]:
-                        conversations[key] = (THREAD_TYPE_NAMES[msg.thread_type], sent_at)
-                    messages.append((key, msg))
+                        conversations[key] = (row[3], sent_at)
+                    messages.append((key, msg.msg_id, row))
             elif kind == "read":
                 key = (account, entry.read.thread_id)
-                read_at = to_datetime(entry.read.read_at)
+                read_at = conversions.stored_time(entry.read.read_at, "read.read_at")
                 reads[key] = max(read_at, reads.get(key, read_at))
             elif kind == "agent_sent":
                 a = entry.agent_sent
@@ -107,7 +110,7 @@ class MessageRepository:
                         a.msg_id or None,
                         a.agent_user_id or None,
                         a.content or None,
-                        to_datetime(a.sent_at),
+                        conversions.stored_time(a.sent_at, "agent_sent.sent_at"),
                     )
                 )
 
@@ -126,7 +129,7 @@ class MessageRepository:
                 messages = await self._not_archived(tx, messages)
             if messages:
                 await tx.executemany(
-                    INSERT_MESSAGES, [_message_row(key, ids[key], msg) for key, msg in messages]
+                    INSERT_MESSAGES, [(key[0], ids[key], *row) for key, _, row in messages]
                 )
             for (account, thread), read_at in sorted(reads.items()):
                 await tx.execute(MARK_READ, (read_at, read_at, account, thread))
@@ -137,9 +140,7 @@ class MessageRepository:
         return set(ids.values())
 
     @staticmethod
-    async def _not_archived(
-        tx: Connection, messages: list[tuple[ConversationKey, message_pb2.Message]]
-    ) -> list[tuple[ConversationKey, message_pb2.Message]]:
+    async def _not_archived(tx: Connection, messages: list[PendingRow]) -> list[PendingRow]:
         """The messages whose (account, msg_id) is not in the archive already.
 
         The shared lock on the index range keeps a prune from archiving one of them between
@@ -147,8 +148,8 @@ class MessageRepository:
         zalo_messages then finds the row it is about to move, so it exists once either way).
         """
         by_account: dict[int, list[str]] = defaultdict(list)
-        for (account, _), msg in messages:
-            by_account[account].append(msg.msg_id)
+        for (account, _), msg_id, _ in messages:
+            by_account[account].append(msg_id)
         archived: set[tuple[int, str]] = set()
         for account, msg_ids in sorted(by_account.items()):
             rows = await tx.fetchall(
@@ -156,7 +157,7 @@ class MessageRepository:
                 [account, *msg_ids],
             )
             archived |= {(account, str(r[0])) for r in rows}
-        return [(key, m) for key, m in messages if (key[0], m.msg_id) not in archived]
+        return [m for m in messages if (m[0][0], m[1]) not in archived]
 
     async def _conversation_ids(
         self, tx: Connection, keys: Iterable[ConversationKey]
@@ -187,17 +188,14 @@ class MessageRepository:
         self._ids.update(ids)
 
 
-def _message_row(
-    key: ConversationKey, conversation_id: int, m: message_pb2.Message
-) -> tuple[Any, ...]:
+def _message_row(m: message_pb2.Message) -> tuple[Any, ...]:
+    """INSERT_MESSAGES' values after the account and conversation ids (sent_at last)."""
     return (
-        key[0],
-        conversation_id,
         m.msg_id,
         m.cli_msg_id or None,
         m.thread_id,
-        THREAD_TYPE_NAMES[m.thread_type],
-        DIRECTION_NAMES[m.direction],
+        conversions.thread_type(m.thread_type, "messages.thread_type"),
+        conversions.direction(m.direction, "messages.direction"),
         m.sender_id or None,
         m.sender_name or None,
         m.content or None,
@@ -207,5 +205,5 @@ def _message_row(
         m.quote.msg_id or None,
         m.quote.payload or None,
         m.quote.preview or None,
-        to_datetime(m.sent_at),
+        conversions.stored_time(m.sent_at, "messages.sent_at"),
     )
