@@ -3,6 +3,11 @@
 INSERT … ON CONFLICT DO NOTHING RETURNING adds to like_count only when a row was really inserted;
 DELETE … RETURNING subtracts only what was really deleted (seed §2.1). Right for forums without hot
 posts; a hot post serializes every like on its row lock.
+
+A counter never goes below zero here: a counterless pod (LIKES_MODE=counterless, during a switch)
+inserts like rows without counting them, so an unlike of such a row may find like_count lower than
+the rows. It stops at zero instead of failing the CHECK; that pod marked the target for the
+recount, which sets the exact value.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ UPDATE posts SET like_count = like_count + 1 WHERE id IN (SELECT post_id FROM in
 
 UNLIKE_POST = """
 WITH del AS (DELETE FROM post_likes WHERE post_id = $1 AND user_id = $2 RETURNING post_id)
-UPDATE posts SET like_count = like_count - 1
+UPDATE posts SET like_count = GREATEST(like_count - 1, 0)
 WHERE id IN (SELECT post_id FROM del) AND course_id = $3 RETURNING id"""
 
 LIKE_COMMENT = """
@@ -42,7 +47,7 @@ WHERE id IN (SELECT comment_id FROM ins) RETURNING id"""
 UNLIKE_COMMENT = """
 WITH del AS (
   DELETE FROM comment_likes WHERE comment_id = $1 AND user_id = $2 RETURNING comment_id)
-UPDATE comments SET like_count = like_count - 1
+UPDATE comments SET like_count = GREATEST(like_count - 1, 0)
 WHERE id IN (SELECT comment_id FROM del) RETURNING id"""
 
 LIKED_POSTS = "SELECT post_id FROM post_likes WHERE user_id = $1 AND post_id = ANY($2::bigint[])"

@@ -59,13 +59,17 @@ _LOCK_COUNTERS = {
     POST: "SELECT 1 FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE",
     COMMENT: "SELECT 1 FROM comments WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE",
 }
+# A counter stops at zero: rows a counterless pod inserted (LIKES_MODE=counterless, during a switch)
+# are not counted until the recount, so unliking them may find like_count below the rows. Failing
+# the CHECK instead would dead-letter a valid unlike; the target is marked dirty after COMMIT, and
+# the recount sets the exact value (and counts the drift).
 _COUNT = {
     POST: """
-UPDATE posts p SET like_count = p.like_count + d.delta
+UPDATE posts p SET like_count = GREATEST(p.like_count + d.delta, 0)
 FROM unnest($1::bigint[], $2::int[]) AS d(id, delta)
 WHERE p.id = d.id""",
     COMMENT: """
-UPDATE comments c SET like_count = c.like_count + d.delta
+UPDATE comments c SET like_count = GREATEST(c.like_count + d.delta, 0)
 FROM unnest($1::bigint[], $2::int[]) AS d(id, delta)
 WHERE c.id = d.id""",
 }
