@@ -5,10 +5,12 @@ PostgreSQL and in the user's Redis SET is the last acknowledged toggle, and ever
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Literal
 
 import asyncpg
+import grpc
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
@@ -17,10 +19,14 @@ from agora.forum.v1 import like_service_pb2_grpc
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.likes import server as likes_service
+from services.likes.access import AccessCache, AccessLimits
 from services.likes.config import LikesSettings
+from services.likes.redis_store import BacklogBound, BufferedLikes
+from services.likes.repository import ForumChecks
+from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from tests.conftest import Env, serving
+from tests.conftest import ON_CLUSTER, Env, serving
 from tests.helpers import SHARDS, Flusher, as_gateway, as_service, dead_letter_count
 
 pytestmark = pytest.mark.asyncio
@@ -122,3 +128,147 @@ async def test_an_unlike_of_a_counterless_like_lands_on_a_sync_pod_and_in_the_fl
     assert await likes_in_pg(pg_admin) == {("p", 2, 7)}
     await flusher.reconciler().recount_dirty()
     assert all((await counters(pg_admin)).values())
+
+
+async def liked(stub: Stub, user: int, targets: list[pb.Target]) -> list[bool]:
+    reply = await stub.LikedMap(
+        pb.LikedMapRequest(user_id=user, course_id=42, targets=targets), timeout=10
+    )
+    return list(reply.liked)
+
+
+async def in_set(client: redis.Redis, user: int, members: list[str]) -> list[bool] | None:
+    """What the user's liked SET says of each member; None when it does not exist (the next
+    buffered request warms it from the database)."""
+    key = STREAMS.liked_set(user, 42)
+    if not await client.exists(key):
+        return None
+    return [bool(m) for m in await client.smismember(key, members)]
+
+
+POST_1, COMMENT_1, POST_2 = target(POST, 1), target(COMMENT, 1), target(POST, 2)
+
+
+@pytest.mark.parametrize("direct", ["sync", "counterless"])
+async def test_a_direct_toggle_waits_for_the_buffered_toggle_it_follows(
+    direct: str,
+    pods: dict[str, Stub],
+    flusher: Flusher,
+    pg_admin: asyncpg.Pool,
+    redis_client: redis.Redis,
+) -> None:
+    """buffered → direct: a like a buffered pod acknowledged is still in the stream when the
+    user's unlike reaches a pod of the other mode; PostgreSQL does not have the like yet. The
+    unlike is applied after the like, and the pod answers as one pod would have."""
+    buffered, other = pods["buffered"], pods[direct]
+    assert await set_like(buffered, 8, POST, 1, True)
+    assert await set_like(buffered, 8, COMMENT, 1, True)
+    # Not flushed yet: the other pod counts the user's unflushed toggles in what it answers.
+    assert await liked(other, 8, [POST_1, COMMENT_1, POST_2]) == [True, True, False]
+
+    unlike = asyncio.create_task(set_like(other, 8, POST, 1, False))
+    await asyncio.sleep(0.3)
+    assert not unlike.done()  # it waits for the like it follows to be in PostgreSQL
+    await flusher.drain()
+    assert await unlike  # a change: it undid the like
+    await flusher.drain()
+
+    assert await likes_in_pg(pg_admin) == {("p", 2, 7), ("c", 1, 8)}
+    for stub in pods.values():
+        assert await liked(stub, 8, [POST_1, COMMENT_1]) == [False, True]
+    assert await in_set(redis_client, 8, ["p:1", "c:1"]) == [False, True]
+    assert not await set_like(buffered, 8, POST, 1, False)  # already so, on every pod
+    await flusher.reconciler().recount_dirty()
+    assert all((await counters(pg_admin)).values())
+
+
+@pytest.mark.parametrize("direct", ["sync", "counterless"])
+async def test_a_buffered_pod_answers_what_a_direct_pod_wrote(
+    direct: str,
+    pods: dict[str, Stub],
+    flusher: Flusher,
+    pg_admin: asyncpg.Pool,
+    redis_client: redis.Redis,
+) -> None:
+    """direct → buffered: the buffered pod's SET of the user was warm before a pod of the other
+    mode wrote PostgreSQL; the buffered pod must not answer from what the SET knew."""
+    buffered, other = pods["buffered"], pods[direct]
+    assert await liked(buffered, 8, [POST_1, COMMENT_1]) == [False, False]  # user 8's SET, warm
+    assert await set_like(other, 8, POST, 1, True)
+    assert await liked(buffered, 8, [POST_1, COMMENT_1]) == [True, False]
+    assert await set_like(buffered, 8, POST, 1, False)  # a change, not "already so"
+    assert await set_like(buffered, 8, COMMENT, 1, True)
+    await flusher.drain()
+    assert await set_like(other, 8, COMMENT, 1, False)
+    assert await set_like(other, 8, POST, 1, True)
+    assert not await set_like(buffered, 8, POST, 1, True)  # already so
+    assert await set_like(buffered, 8, COMMENT, 1, True)
+    await flusher.drain()
+
+    assert await likes_in_pg(pg_admin) == {("p", 2, 7), ("p", 1, 8), ("c", 1, 8)}
+    for stub in pods.values():
+        assert await liked(stub, 8, [POST_1, COMMENT_1]) == [True, True]
+    assert await in_set(redis_client, 8, ["p:1", "c:1"]) == [True, True]
+    await flusher.reconciler().recount_dirty()
+    assert all((await counters(pg_admin)).values())
+
+
+async def test_a_direct_toggle_gives_up_when_the_one_it_follows_is_not_flushed_in_time(
+    pods: dict[str, Stub], flusher: Flusher, pg_admin: asyncpg.Pool
+) -> None:
+    """No flusher runs: the direct pod cannot know when the buffered like will land, so it does
+    not acknowledge the unlike (UNAVAILABLE: the client retries) and changes nothing."""
+    assert await set_like(pods["buffered"], 8, POST, 1, True)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await set_like(pods["sync"], 8, POST, 1, False)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    await flusher.drain()
+    assert ("p", 1, 8) in await likes_in_pg(pg_admin)
+    assert await set_like(pods["sync"], 8, POST, 1, False)  # the retry, once flushed
+
+
+class Overtaken(ForumChecks):
+    """The real queries; the first time it reads what users liked, a direct pod's toggle
+    commits before the answer comes back (a read overtaken by a write)."""
+
+    def __init__(self, pool: asyncpg.Pool, meanwhile: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(pool)
+        self._meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+
+    async def liked_many(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[str]]:
+        found = await super().liked_many(pairs)
+        if self._meanwhile is not None:
+            step, self._meanwhile = self._meanwhile, None
+            await step()
+        return found
+
+
+async def test_a_set_warmed_from_a_read_a_direct_write_overtook_is_not_kept(
+    pods: dict[str, Stub],
+    env: Env,
+    flusher: Flusher,
+    pg_likes: asyncpg.Pool,
+    pg_admin: asyncpg.Pool,
+    redis_client: redis.Redis,
+) -> None:
+    """User 8's SET is cold: a buffered unlike reads what they liked (nothing), and a sync pod's
+    like commits before that read is used. The unlike came after the like (it was acknowledged
+    later), so it must undo it: a SET warmed from the overtaken read would say "already so"."""
+    client = redis_client_module.connect(env.redis_likes_url, cluster=ON_CLUSTER)
+    checks = Overtaken(pg_likes, lambda: set_like(pods["sync"], 8, POST, 1, True))
+    streams = LikeStreams(STREAMS.prefix, SHARDS)
+    store = BufferedLikes(
+        client,
+        streams,
+        AccessCache(checks, client, streams, AccessLimits()),
+        3600,
+        BacklogBound.of(10_000, 10_000_000, SHARDS),
+    )
+    try:
+        assert await store.set_like(8, 42, POST, 1, False)
+    finally:
+        await client.aclose()
+    await flusher.drain()
+    assert ("p", 1, 8) not in await likes_in_pg(pg_admin)
+    assert await in_set(redis_client, 8, ["p:1"]) in (None, [False])
+    assert await liked(pods["buffered"], 8, [POST_1]) == [False]
