@@ -3,15 +3,21 @@
 The body is read here, outside InFlightLimit: a client that uploads slowly (or never finishes)
 holds a connection and this coroutine, never one of the in-flight slots meant for requests the
 gateway is working on. The app then gets the body replayed from memory, at once.
+
+Only a body some route will read is waited for: a request for a route that takes none (health,
+the documentation, static files, a GET or DELETE) or for no route at all (404, 405) goes on at
+once, unread, and its connection is closed after the answer instead of kept for those bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, Mount
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway.errors import ApiError, close_after, has_body
@@ -54,6 +60,9 @@ class BodyLimit:
         if not has_body(headers):
             await self.app(scope, receive, send)
             return
+        if not takes_body(scope):
+            await self.app(scope, receive, _closing(send))
+            return
         limit = self.limit_for(scope)
         error: ApiError | None = None
         body: bytes | None = None
@@ -78,6 +87,44 @@ class BodyLimit:
         if body is None:
             return  # the client went away mid-upload: nobody to answer
         await self.app(scope, _replay(body, receive), send)
+
+
+def takes_body(scope: Scope) -> bool:
+    """Whether the route the app's router will pick for this request reads a body: an API route
+    that declares one. No route at all (the router answers 404 or 405 without reading), static
+    files and GET or HEAD routes read none; any other kind of route counts as reading one, so its
+    body is held to the limits."""
+    route = _route(getattr(getattr(scope.get("app"), "router", None), "routes", ()), scope)
+    if route is None:
+        return False
+    if isinstance(route, APIRoute):
+        return route.body_field is not None
+    if isinstance(route, Mount) and isinstance(route.app, StaticFiles):
+        return False
+    return scope["method"] not in ("GET", "HEAD")
+
+
+def _route(routes: Iterable[BaseRoute], scope: Scope) -> BaseRoute | None:
+    """The first route matching path and method, as the router picks it; inside a router the app
+    includes (FastAPI keeps it whole, matching its routes in order), the route of that router."""
+    for route in routes:
+        if route.matches(scope)[0] is Match.FULL:
+            included = getattr(route, "original_router", None)
+            return route if included is None else _route(included.routes, scope)
+    return None
+
+
+def _closing(send: Send) -> Send:
+    """`send`, asking the server to close the connection after the answer: the request's body is
+    left unread, and the server would otherwise read (and discard) it to reuse the connection."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return closing
 
 
 async def _read(receive: Receive, limit: int) -> bytes | None:

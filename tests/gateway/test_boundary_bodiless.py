@@ -6,6 +6,7 @@ before reading, 413, 408 at the deadline). No upstream is needed: none of these 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -13,8 +14,11 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 import uvicorn
+from fastapi.routing import APIRoute
 
 from services.gateway.app import create_app
+from services.gateway.request_body import takes_body
+from services.gateway.routes import forum, messaging
 from tests.gateway.test_boundary_live import Answer, closed_by_server, head, read_answer
 from tests.web.support import AUD, ISS, SECRET, settings
 from tools.jwt_token import mint
@@ -110,3 +114,24 @@ async def test_the_routes_that_take_a_body_keep_their_limits(port: int) -> None:
     assert slow.headers["closed"] == "True"
     token = await ask(port, "POST", "/dev/token", {"Content-Length": "100"}, b'{"sub":')
     assert token.status == 408, token.body
+
+
+async def test_every_api_route_is_known_to_take_a_body_or_not() -> None:
+    """BodyLimit finds the route the router will pick, through the routers the app includes:
+    every API route, by each of its methods, reads a body exactly when it declares one."""
+    app = create_app(settings(jwt_dev_mode=True))
+    routes = [r for router in (messaging.router, forum.router) for r in router.routes]
+    assert any(isinstance(r, APIRoute) and r.body_field is None for r in routes)
+    for route in routes:
+        assert isinstance(route, APIRoute)
+        for method in route.methods:
+            scope = {
+                "type": "http",
+                "method": method,
+                "path": re.sub(r"\{[^}]+\}", "1", route.path),
+                "root_path": "",
+                "headers": [],
+                "query_string": b"",
+                "app": app,
+            }
+            assert takes_body(scope) is (route.body_field is not None), (method, route.path)
