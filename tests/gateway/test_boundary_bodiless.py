@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 import uvicorn
 from fastapi.routing import APIRoute
+from starlette.types import Scope
 
 from services.gateway.app import create_app
 from services.gateway.request_body import takes_body
@@ -124,8 +125,8 @@ async def test_every_api_route_is_known_to_take_a_body_or_not() -> None:
     assert any(isinstance(r, APIRoute) and r.body_field is None for r in routes)
     for route in routes:
         assert isinstance(route, APIRoute)
-        for method in route.methods:
-            scope = {
+        for method in route.methods or ():
+            scope: Scope = {
                 "type": "http",
                 "method": method,
                 "path": re.sub(r"\{[^}]+\}", "1", route.path),
