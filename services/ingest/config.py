@@ -11,12 +11,21 @@ from services.streams.messages import MessageStreamSettings
 
 
 class IngestSettings(ServiceSettings, MessageStreamSettings, JwtSettings, MtlsSettings):
-    """ingest reads REDIS_URL and POSTGRES_URL (required), its certificate, the end-user token
-    keys and the limits below."""
+    """ingest reads REDIS_URL, POSTGRES_URL and MYSQL_URL (required), its certificate, the
+    end-user token keys and the limits below."""
 
     redis_url: str
     postgres_url: str
     postgres_pool_size: int = Field(default=10, ge=1)
+    # zalo_accounts alone (SELECT): a call for an account it does not hold is refused at once
+    # (services/ingest/accounts.py). Known accounts are cached, so the pool stays small.
+    mysql_url: str
+    mysql_pool_size: int = Field(default=2, ge=1)
+    # A known account is re-checked in the background this often (a deleted one is refused
+    # within about this long), an unknown one is remembered this long (a new one is accepted
+    # within it).
+    account_cache_known_seconds: float = Field(default=60.0, gt=0)
+    account_cache_unknown_seconds: float = Field(default=2.0, ge=0)
     # Chat ingest (listeners and the gateway).
     grpc_port: int = 50051
     # Forum writes, on their own listener so that only the gateway can reach them.

@@ -10,24 +10,33 @@ from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc as pb_grpc
 from agora.messaging.v1 import message_pb2
+from google.rpc import code_pb2
 
 from services.domain.ids import check_id
+from services.ingest.accounts import AccountDirectory, AccountsUnavailable
 from services.ingest.config import IngestSettings
 from services.ingest.repository import BacklogFull, MessageStreamRepository
 from services.ingest.validation import Limits, check_time, validate_batch
-from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid, bad_request_status
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 from services.streams.messages import MessageStreams
+
+UNKNOWN_ACCOUNT = FieldViolation("account_id", "no Zalo account has this id")
 
 
 class IngestHandlers(pb_grpc.IngestServiceServicer):
     """Validates, shards by conversation, and appends; never writes a database directly."""
 
     def __init__(
-        self, settings: IngestSettings, streams: MessageStreams, repo: MessageStreamRepository
+        self,
+        settings: IngestSettings,
+        streams: MessageStreams,
+        repo: MessageStreamRepository,
+        accounts: AccountDirectory,
     ) -> None:
         self._streams = streams
         self._repo = repo
+        self._accounts = accounts
         self._max_batch = settings.ingest_max_batch
         self._limits = Limits(
             content_max_chars=settings.content_max_chars,
@@ -47,6 +56,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
             )
         if problems:
             await abort_invalid(context, problems)
+        await self._require_account(request.account_id, context)
 
         now = utc_now()
         accepted, rejected = validate_batch(request.messages, now.replace(tzinfo=UTC), self._limits)
@@ -93,6 +103,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
             problems.append(when)
         if problems:
             await abort_invalid(context, problems)
+        await self._require_account(request.account_id, context)
         sent_at = request.sent_at if request.HasField("sent_at") else to_timestamp(now)
         entry = events.MessageStreamEntry(
             account_id=request.account_id,
@@ -123,6 +134,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
                 problems.append(violation)
         if problems:
             await abort_invalid(context, problems)
+        await self._require_account(request.account_id, context)
         read_at = truncate_to_millis(
             request.read_at if request.HasField("read_at") else to_timestamp(now)
         )
@@ -134,6 +146,22 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         shard = self._streams.shard_of(request.account_id, request.conversation_key)
         await self._append({shard: entry}, context)
         return pb.MarkReadResponse(read_at=read_at)
+
+    async def _require_account(self, account_id: int, context: grpc.aio.ServicerContext) -> None:
+        """Abort unless zalo_accounts has the account: the flusher could store nothing for it."""
+        try:
+            known = await self._accounts.exists(account_id)
+        except AccountsUnavailable:
+            await abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                "account_id cannot be checked against the database now; retry",
+            )
+        if not known:
+            status = bad_request_status(
+                f"account_id: {UNKNOWN_ACCOUNT.description}", [UNKNOWN_ACCOUNT], code_pb2.NOT_FOUND
+            )
+            await context.abort(status.code, status.details, status.trailing_metadata)
 
     def _check_time(
         self, request: pb.RecordAgentSentRequest | pb.MarkReadRequest, field: str, now: datetime

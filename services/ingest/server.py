@@ -1,4 +1,5 @@
-"""ingest's composition root: Redis (the message streams), PostgreSQL (forum writes), gRPC."""
+"""ingest's composition root: Redis (the message streams), PostgreSQL (forum writes), MySQL
+(which Zalo accounts exist), gRPC."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
 from services.domain import access, schema
+from services.ingest.accounts import AccountDirectory
 from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
 from services.ingest.forum_repository import ForumWriteRepository
@@ -13,6 +15,7 @@ from services.ingest.handlers import IngestHandlers
 from services.ingest.repository import MessageStreamRepository
 from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
+from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.messages import MessageStreams
@@ -39,6 +42,18 @@ async def build(settings: IngestSettings) -> service.Service:
             statement_cache_size=settings.postgres_statement_cache_size,
         )
         resources.push_async_callback(pool.close)
+        mysql = await MysqlDatabase.connect(
+            settings.mysql_url,
+            maxsize=settings.mysql_pool_size,
+            timeout=settings.mysql_timeout_seconds,
+        )
+        resources.push_async_callback(mysql.close)
+        accounts = AccountDirectory(
+            mysql,
+            known_seconds=settings.account_cache_known_seconds,
+            unknown_seconds=settings.account_cache_unknown_seconds,
+        )
+        resources.push_async_callback(accounts.aclose)
         streams = MessageStreams.from_settings(settings)
         durable = DurableScripts(
             redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
@@ -55,6 +70,7 @@ async def build(settings: IngestSettings) -> service.Service:
                 settings.message_queue_max_bytes,
                 durable,
             ),
+            accounts,
         )
         forum = ForumWriteHandlers(ForumWriteRepository(pool))
 
@@ -83,7 +99,9 @@ async def build(settings: IngestSettings) -> service.Service:
         return service.Service(
             server,
             resources,
-            # Chat ingest needs Redis only: it keeps accepting messages while PostgreSQL is down.
+            # Chat ingest needs Redis only: it keeps accepting messages while PostgreSQL is down,
+            # and while MySQL is (for the accounts it has seen: a new one is UNAVAILABLE until
+            # MySQL answers), so MySQL is no dependency of its health either.
             dependencies=[
                 Dependency(
                     "redis",

@@ -20,6 +20,8 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, JwtSettings, MtlsSettin
     # sync (seed level 1): one INSERT … ON CONFLICT DO NOTHING RETURNING statement per like.
     # counterless (seed level 2, case 1's fix): the same insert without the counter UPDATE; the
     # flusher's reconciliation recounts the targets it marks dirty (RECONCILE_INTERVAL_SECONDS=5).
+    # sync uses REDIS_URL too when it is set (every deployment here sets it): only then may it
+    # serve next to buffered pods (a mode switch).
     likes_mode: Literal["buffered", "sync", "counterless"] = "buffered"
     postgres_url: str
     redis_url: str | None = None
@@ -35,6 +37,11 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, JwtSettings, MtlsSettin
     # toggle is refused (RESOURCE_EXHAUSTED), so a stopped flusher cannot fill Redis.
     like_queue_max: int = Field(default=200_000, ge=1)
     like_queue_max_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
+    # Pods of two modes may serve the same users while LIKES_MODE is switched (docs/likes.md,
+    # "Switching modes"): a sync or counterless toggle waits this long for the user's buffered
+    # toggle of the same target to be flushed, a buffered one for a direct write of the user to
+    # finish; then UNAVAILABLE (retry), nothing changed. Below the gateway's RPC deadline.
+    like_pending_wait_seconds: float = Field(default=2.0, gt=0, le=60)
     # buffered and counterless: how long this process trusts what it cached about a course (its
     # members, its targets' liveness) without asking PostgreSQL again; 0 asks on every like. A
     # change signalled on the course's access-version key (see docs/likes.md) drops it at once.

@@ -31,6 +31,7 @@ from agora.forum.v1 import like_service_pb2
 
 from services.domain.forum import LIVE_COMMENT_IN_COURSE, LIVE_POST_IN_COURSE
 from services.likes.access import AccessCache
+from services.likes.direct_writes import DirectWrites
 from services.likes.sync_store import liked_flags
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import COMMENT, MARK_DIRTY, POST, LikeStreams, TargetKind
@@ -92,18 +93,27 @@ class CounterlessLikes:
     """SetLike / LikedMap against PostgreSQL without counter updates."""
 
     def __init__(
-        self, access: AccessCache, pool: asyncpg.Pool, client: redis.Redis, streams: LikeStreams
+        self,
+        access: AccessCache,
+        pool: asyncpg.Pool,
+        client: redis.Redis,
+        streams: LikeStreams,
+        direct: DirectWrites,
     ) -> None:
         self._access = access
         self._pool = pool
         self._dirty = DirtyMarks(client, streams)
+        self._direct = direct
 
     async def set_like(
         self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
     ) -> bool:
         version = await self._access.current_version(course_id)
         await self._access.authorize(course_id, user_id, None, version)
-        row = await self._pool.fetchval(STATEMENTS[(kind, like)], target_id, user_id, course_id)
+        # In order with a buffered pod's unflushed toggle of the user (a mode switch).
+        async with self._direct.writing(user_id, course_id, kind, target_id):
+            statement = STATEMENTS[(kind, like)]
+            row = await self._pool.fetchval(statement, target_id, user_id, course_id)
         if row is None:
             # Already so, or not a live target of the course: only the second is an error.
             await self._access.authorize(course_id, user_id, (kind, target_id), version)
@@ -116,4 +126,4 @@ class CounterlessLikes:
     ) -> list[bool]:
         version = await self._access.current_version(course_id)
         await self._access.authorize(course_id, user_id, None, version)
-        return await liked_flags(self._pool, user_id, targets)
+        return await liked_flags(self._pool, user_id, course_id, targets, self._direct)

@@ -14,4 +14,10 @@ class BacklogFull(Exception):
 
 
 class ColdSetError(RuntimeError):
-    """The liked SET vanished again right after warming (memory pressure?): retry later."""
+    """The liked SET could not be warmed in time (it vanished again right after warming, or a
+    direct pod kept writing the user's likes): retry later."""
+
+
+class EarlierToggleUnflushed(Exception):
+    """A direct (sync or counterless) toggle follows the user's toggle of the same target that a
+    buffered pod acknowledged and the flusher has not applied in time: retry later."""

@@ -13,6 +13,7 @@ from services.domain.forum import NOT_ENROLLED
 from services.likes.errors import (
     BacklogFull,
     ColdSetError,
+    EarlierToggleUnflushed,
     NotEnrolledError,
     TargetNotFoundError,
 )
@@ -77,6 +78,12 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
             await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; retry later")
         except ColdSetError as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+        except EarlierToggleUnflushed:
+            await abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"your previous toggle of this {KIND_NAMES[kind]} is still being saved; retry",
+            )
         return pb.SetLikeResponse(changed=changed, liked=request.like)
 
     async def LikedMap(

@@ -10,10 +10,16 @@ toggle
 also records the user's last operation per target (a hash under the same hash tag); warming
 applies those on top of the database, so an event not flushed yet still counts and a SET warmed
 after expiring cannot offer a second like (seed traps 3/4).
+
+Pods of another mode may write the same users' likes straight to PostgreSQL meanwhile (a switch of
+LIKES_MODE): each such write deletes the user's SET and marks their direct-write guard, and a SET
+is warmed only from a database read that no such write overtook (services/likes/direct_writes.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +29,12 @@ from agora.events.v1 import like_events_pb2
 from agora.forum.v1 import like_service_pb2
 from redis.exceptions import OutOfMemoryError
 
+from services.likes import metrics
 from services.likes.access import AccessCache
+from services.likes.direct_writes import BUSY
 from services.likes.errors import BacklogFull, ColdSetError
 from services.runtime.redis_client import DurableScripts
-from services.streams.likes import LikeStreams, TargetKind, member
+from services.streams.likes import LikeStreams, TargetKind, member, unflushed
 from services.streams.producer import LUA_APPEND, publishing
 
 # Warm KEYS[1] from the database members ARGV[from..] (only when absent), then apply the
@@ -51,23 +59,41 @@ local function warm(from)
 end
 """
 
+# May the SET at KEYS[1] be warmed from a database read made after reading `token` off the
+# user's direct-write guard? Not while a sync or counterless pod writes the user's likes (-3:
+# wait), nor once one wrote since the read (-1: read again); 1 otherwise (services/likes/
+# direct_writes.py).
+_GUARD_BODY = """
+local function may_warm(guard_key, token)
+  local guard = redis.call('GET', guard_key)
+  if guard and string.sub(guard, 1, 5) == 'busy:' then return -3 end
+  if (guard or '') ~= token then return -1 end
+  return 1
+end
+"""
+
 # One atomic step: the SET never changes without its event. Returns 1 changed, 0 already so,
-# -1 cold (ask again with the database's members), -2 the shard's backlog is full. Declared
-# with a shebang so a Redis at maxmemory refuses the whole script up front (OOM) instead of
-# letting it run past the limit.
-# KEYS: liked set, stream, last-ops hash, the stream's bytes counter.
+# -1 cold (ask again with the database's members), -2 the shard's backlog is full, -3 a direct
+# pod is writing the user's likes in the course (ask again in a moment). Declared with a shebang
+# so a Redis at maxmemory refuses the whole script up front (OOM) instead of letting it run past
+# the limit.
+# KEYS: liked set, stream, last-ops hash, the stream's bytes counter, direct-write guard.
 # ARGV: member, op ('like' | 'unlike'), ttl, the encoded stream entry (ENTRY_LENGTH items),
-# backlog entries bound, backlog bytes bound, warm ('1' when members follow), members...
+# backlog entries bound, backlog bytes bound, the guard's token read before the members (or ''),
+# warm ('1' when members follow), members...
 TOGGLE = (
     "#!lua\n"
     + LUA_APPEND
     + "local OPS_OFFSET = 1\n"
     + _WARM_BODY
+    + _GUARD_BODY
     + """
 local BOUND = 4 + ENTRY_LENGTH
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[BOUND + 2] ~= '1' then return -1 end
-  warm(BOUND + 3)
+  local allowed = may_warm(KEYS[5], ARGV[BOUND + 2])
+  if allowed ~= 1 then return allowed end
+  if ARGV[BOUND + 3] ~= '1' then return -1 end
+  warm(BOUND + 4)
 end
 local like = ARGV[2] == 'like'
 if (redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1) == like then
@@ -93,13 +119,18 @@ return 1
 """
 )
 
-# KEYS: liked set, last-ops hash. ARGV: ttl, members from the database...
+# KEYS: liked set, last-ops hash, direct-write guard. ARGV: ttl, the guard's token read before
+# the members (or ''), members from the database... Returns 1 warmed, 0 warm already, -1 / -3 as
+# may_warm (not warmed: the caller answers from its read without keeping it).
 WARM = (
     "#!lua\nlocal OPS_OFFSET = 0\n"
     + _WARM_BODY
+    + _GUARD_BODY
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-warm(2)
+local allowed = may_warm(KEYS[3], ARGV[2])
+if allowed ~= 1 then return allowed end
+warm(3)
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
@@ -129,6 +160,7 @@ class BufferedLikes:
         ttl_seconds: int,
         bound: BacklogBound,
         durable: DurableScripts | None = None,
+        wait_seconds: float = 2.0,
     ) -> None:
         self._redis = client
         # REDIS_WAIT_REPLICAS: a toggle is acknowledged once that many replicas have it.
@@ -137,6 +169,9 @@ class BufferedLikes:
         self._access = access
         self._ttl = ttl_seconds
         self._bound = bound
+        # LIKE_PENDING_WAIT_SECONDS: how long a toggle waits for a direct pod's write of the same
+        # user and course to finish before answering UNAVAILABLE.
+        self._wait = wait_seconds
         self._toggle = client.register_script(TOGGLE)
         self._warm = client.register_script(WARM)
 
@@ -144,40 +179,61 @@ class BufferedLikes:
         self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
     ) -> bool:
         """True when the state changed."""
-        cold, version = await self._probe(user_id, course_id)
-        # Redis cannot know any of this (seed trap 6): refuse before changing anything.
-        warm_with = await self._access.authorize(
-            course_id, user_id, (kind, target_id), version, with_liked=cold
-        )
         event = like_events_pb2.LikeChanged(
             user_id=user_id,
             course_id=course_id,
             target=like_service_pb2.Target(kind=kind, id=target_id),
             liked=like,
         )
-        for _ in range(2):
-            result = await self._toggle_and_append(event, warm_with)
-            if result == -2:
-                raise BacklogFull("the like backlog is full")
-            if result != -1:
-                return bool(result == 1)
-            # Expired between the probe and the script: ask again, with the members.
-            warm_with = await self._access.liked.load(course_id, user_id)
-        raise ColdSetError("the liked set could not be kept warm")
+        deadline = time.monotonic() + self._wait
+        pause, tries, waited = 0.01, 0, False
+        # Usually once. Again when the SET expired between the probe and the script, or a direct
+        # pod wrote the user's likes since the probe (the members read may miss that write); after
+        # a pause while a direct pod is writing them.
+        while True:
+            probe = await self._probe(user_id, course_id)
+            if not probe.busy:
+                # Redis cannot know any of this (seed trap 6): refuse before changing anything.
+                warm_with = await self._access.authorize(
+                    course_id, user_id, (kind, target_id), probe.version, with_liked=probe.cold
+                )
+                result = await self._toggle_and_append(event, probe.token, warm_with)
+                if result == -2:
+                    raise BacklogFull("the like backlog is full")
+                if result in (0, 1):
+                    if waited:
+                        metrics.ORDER_WAITS.labels("buffered", "done").inc()
+                    return bool(result == 1)
+                if result == -1:
+                    tries += 1
+                    if tries < _ATTEMPTS:
+                        continue
+                    break
+            if time.monotonic() + pause > deadline:
+                break
+            waited = True
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        if waited:
+            metrics.ORDER_WAITS.labels("buffered", "gave_up").inc()
+        raise ColdSetError("the liked set could not be warmed; retry")
 
-    async def _probe(self, user_id: int, course_id: int) -> tuple[bool, bytes | None]:
-        """Whether the user's SET is cold, and the course's access version: one round trip."""
+    async def _probe(self, user_id: int, course_id: int) -> _Probe:
+        """Whether the user's SET is cold, the token of their direct-write guard and the course's
+        access version: one round trip."""
         liked_set = self._streams.liked_set(user_id, course_id)
-        if not self._access.enabled:
-            return not await self._redis.exists(liked_set), None
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.exists(liked_set)
-            pipe.get(self._access.version_key(course_id))
-            exists, seen = await pipe.execute()
-        return not exists, await self._access.version(course_id, seen)
+            pipe.get(self._streams.direct_guard(user_id, course_id))
+            if self._access.enabled:
+                pipe.get(self._access.version_key(course_id))
+            exists, guard, *seen = await pipe.execute()
+        version = await self._access.version(course_id, seen[0]) if seen else None
+        token = guard or b""
+        return _Probe(not exists, token, token.startswith(_BUSY), version)
 
     async def _toggle_and_append(
-        self, event: like_events_pb2.LikeChanged, warm_with: list[str] | None
+        self, event: like_events_pb2.LikeChanged, token: bytes, warm_with: list[str] | None
     ) -> int:
         user_id, course_id = event.user_id, event.course_id
         shard = self._streams.shard_of(user_id)
@@ -192,6 +248,7 @@ class BufferedLikes:
                         stream,
                         self._streams.last_ops(user_id, course_id),
                         self._streams.backlog_bytes(shard),
+                        self._streams.direct_guard(user_id, course_id),
                     ],
                     [
                         member(event.target.kind, event.target.id),
@@ -200,6 +257,7 @@ class BufferedLikes:
                         *publication.fields(event),
                         self._bound.entries_per_shard,
                         self._bound.bytes_per_shard,
+                        token,
                         *warm_args,
                     ],
                 )
@@ -212,16 +270,24 @@ class BufferedLikes:
         self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
     ) -> list[bool]:
         key = self._streams.liked_set(user_id, course_id)
-        cold, version = await self._probe(user_id, course_id)
-        from_db = await self._access.authorize(course_id, user_id, None, version, with_liked=cold)
+        probe = await self._probe(user_id, course_id)
+        from_db = await self._access.authorize(
+            course_id, user_id, None, probe.version, with_liked=probe.cold
+        )
         members = [member(t.kind, t.id) for t in targets]
         if from_db is not None:
             ops_key = self._streams.last_ops(user_id, course_id)
+            guard = self._streams.direct_guard(user_id, course_id)
             try:
-                await self._warm(keys=[key, ops_key], args=[self._ttl, *from_db])
+                warmed = await self._warm(
+                    keys=[key, ops_key, guard], args=[self._ttl, probe.token, *from_db]
+                )
             except OutOfMemoryError:
-                # Redis is full: answer from the database and the unflushed operations, and
-                # warm the SET another time.
+                warmed = -2
+            if warmed < 0:
+                # Redis is full, or a direct pod is writing (or wrote since the read) the user's
+                # likes: answer from the database and the unflushed operations (this read is as
+                # recent as the request), and warm the SET another time.
                 liked = await self._liked_without_warming(set(from_db), ops_key)
                 return [m in liked for m in members]
         if not targets:
@@ -230,10 +296,23 @@ class BufferedLikes:
 
     async def _liked_without_warming(self, liked: set[str], ops_key: str) -> set[str]:
         ops: dict[Any, Any] = await self._redis.hgetall(ops_key)
-        for field, value in ops.items():
-            op = value.split(b":", 1)[0]
-            if op == b"like":
-                liked.add(field.decode())
-            elif op == b"unlike":
-                liked.discard(field.decode())
+        for name, is_liked in unflushed(ops).items():
+            if is_liked:
+                liked.add(name)
+            else:
+                liked.discard(name)
         return liked
+
+
+# A toggle's tries: the probe and the script, again when the SET went cold in between or a direct
+# pod wrote meanwhile; waiting for a busy guard does not count against them.
+_ATTEMPTS = 4
+_BUSY = BUSY.encode()
+
+
+@dataclass(frozen=True)
+class _Probe:
+    cold: bool  # the user's liked SET does not exist
+    token: bytes  # the direct-write guard as read ('' when absent)
+    busy: bool  # a direct pod is writing the user's likes in the course
+    version: bytes | None  # the course's access version

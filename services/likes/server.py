@@ -1,7 +1,10 @@
 """likes' composition root: PostgreSQL (checks; writes in sync and counterless modes), Redis
-(buffered: SETs and streams; counterless: dirty marks; both: the access cache's versions), gRPC."""
+(buffered: SETs and streams; counterless: dirty marks; both: the access cache's versions; sync and
+counterless: the order of their writes with buffered pods during a mode switch), gRPC."""
 
 from __future__ import annotations
+
+import logging
 
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
@@ -9,6 +12,7 @@ from services.domain import access, schema
 from services.likes.access import AccessCache, AccessLimits
 from services.likes.config import LikesSettings
 from services.likes.counterless_store import CounterlessLikes
+from services.likes.direct_writes import DirectWrites
 from services.likes.handlers import LikeHandlers, LikeStore
 from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
@@ -19,6 +23,7 @@ from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import LikeStreams
 
+log = logging.getLogger(__name__)
 LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
 
 
@@ -38,7 +43,7 @@ async def build(settings: LikesSettings) -> service.Service:
         store: LikeStore
         # LikesSettings guarantees the URLs each mode needs.
         redis = None
-        if settings.likes_mode in ("buffered", "counterless") and settings.redis_url:
+        if settings.redis_url:
             redis = redis_client.connect(
                 settings.redis_url,
                 timeout=settings.redis_timeout_seconds,
@@ -71,24 +76,46 @@ async def build(settings: LikesSettings) -> service.Service:
             members=settings.access_cache_members,
             targets=settings.access_cache_targets,
         )
+        durable = direct = None
+        if redis is not None:
+            durable = DurableScripts(
+                redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+            )
+            resources.push_async_callback(durable.aclose)
+            # A direct write's busy mark outlives any statement it guards.
+            busy = settings.postgres_timeout_seconds + settings.redis_timeout_seconds + 1
+            direct = DirectWrites(
+                redis,
+                streams,
+                durable,
+                wait_seconds=settings.like_pending_wait_seconds,
+                busy_seconds=busy,
+            )
         if settings.likes_mode == "buffered" and redis is not None:
             bound = BacklogBound.of(
                 settings.like_queue_max, settings.like_queue_max_bytes, streams.shards
             )
             cache = AccessCache(checks, redis, streams, limits)
-            durable = DurableScripts(
-                redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
-            )
-            resources.push_async_callback(durable.aclose)
             store = BufferedLikes(
-                redis, streams, cache, settings.liked_set_ttl_seconds, bound, durable
+                redis,
+                streams,
+                cache,
+                settings.liked_set_ttl_seconds,
+                bound,
+                durable,
+                settings.like_pending_wait_seconds,
             )
-        elif settings.likes_mode == "counterless" and redis is not None and write_pool is not None:
+        elif settings.likes_mode == "counterless" and redis and write_pool and direct:
             cache = AccessCache(checks, redis, streams, limits)
-            store = CounterlessLikes(cache, write_pool, redis, streams)
+            store = CounterlessLikes(cache, write_pool, redis, streams, direct)
         elif settings.likes_mode == "sync" and write_pool is not None:
             # Seed level 1 as the seed has it: the checks, then one statement, every like.
-            store = SyncLikes(checks, write_pool)
+            if direct is None:
+                log.warning(
+                    "LIKES_MODE=sync without REDIS_URL: this pod must not serve next to buffered"
+                    " pods (a toggle could be lost, see docs/likes.md)"
+                )
+            store = SyncLikes(checks, write_pool, direct)
         else:
             raise SystemExit("likes: no store configured")
         handlers = LikeHandlers(store)

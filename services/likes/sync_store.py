@@ -17,9 +17,10 @@ from collections.abc import Sequence
 import asyncpg
 from agora.forum.v1 import like_service_pb2
 
+from services.likes.direct_writes import DirectWrites
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
-from services.streams.likes import COMMENT, POST, TargetKind
+from services.streams.likes import COMMENT, POST, TargetKind, member
 
 LIKE_POST = """
 WITH ins AS (
@@ -47,8 +48,10 @@ WHERE id IN (SELECT comment_id FROM ins) RETURNING id"""
 UNLIKE_COMMENT = """
 WITH del AS (
   DELETE FROM comment_likes WHERE comment_id = $1 AND user_id = $2 RETURNING comment_id)
-UPDATE comments SET like_count = GREATEST(like_count - 1, 0)
-WHERE id IN (SELECT comment_id FROM del) RETURNING id"""
+UPDATE comments c SET like_count = GREATEST(c.like_count - 1, 0)
+FROM posts p
+WHERE c.id IN (SELECT comment_id FROM del) AND p.id = c.post_id AND p.course_id = $3
+RETURNING c.id"""
 
 LIKED_POSTS = "SELECT post_id FROM post_likes WHERE user_id = $1 AND post_id = ANY($2::bigint[])"
 LIKED_COMMENTS = """
@@ -63,11 +66,16 @@ _STATEMENTS = {
 
 
 class SyncLikes:
-    """SetLike / LikedMap straight against PostgreSQL."""
+    """SetLike / LikedMap straight against PostgreSQL. With `direct` (REDIS_URL set, as every
+    deployment here has it) each write keeps its order with buffered pods serving the same users
+    (services/likes/direct_writes.py); without, this pod must never serve next to a buffered one."""
 
-    def __init__(self, checks: ForumChecks, pool: asyncpg.Pool) -> None:
+    def __init__(
+        self, checks: ForumChecks, pool: asyncpg.Pool, direct: DirectWrites | None = None
+    ) -> None:
         self._checks = checks
         self._pool = pool
+        self._direct = direct
 
     async def set_like(
         self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
@@ -78,23 +86,36 @@ class SyncLikes:
         if not check.target:
             raise TargetNotFoundError
         sql = _STATEMENTS[(kind, like)]
-        return await self._pool.fetchval(sql, target_id, user_id, course_id) is not None
+        if self._direct is None:
+            return await self._pool.fetchval(sql, target_id, user_id, course_id) is not None
+        async with self._direct.writing(user_id, course_id, kind, target_id):
+            return await self._pool.fetchval(sql, target_id, user_id, course_id) is not None
 
     async def liked_map(
         self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
     ) -> list[bool]:
         if not (await self._checks.check(course_id, user_id, None, False)).member:
             raise NotEnrolledError
-        return await liked_flags(self._pool, user_id, targets)
+        return await liked_flags(self._pool, user_id, course_id, targets, self._direct)
 
 
 async def liked_flags(
-    pool: asyncpg.Pool, user_id: int, targets: Sequence[like_service_pb2.Target]
+    pool: asyncpg.Pool,
+    user_id: int,
+    course_id: int,
+    targets: Sequence[like_service_pb2.Target],
+    direct: DirectWrites | None,
 ) -> list[bool]:
-    """Whether the user likes each target, from the like rows (one query per kind asked)."""
-    liked: set[tuple[TargetKind, int]] = set()
+    """Whether the user likes each target: the like rows (one query per kind asked), and over
+    them the user's toggles a buffered pod acknowledged and the flusher has not applied yet."""
+    liked: set[str] = set()
     for kind, sql in ((POST, LIKED_POSTS), (COMMENT, LIKED_COMMENTS)):
         ids = [t.id for t in targets if t.kind == kind]
         if ids:
-            liked |= {(kind, r[0]) for r in await pool.fetch(sql, user_id, ids)}
-    return [(t.kind, t.id) in liked for t in targets]
+            liked |= {member(kind, r[0]) for r in await pool.fetch(sql, user_id, ids)}
+    waiting = await direct.unflushed(user_id, course_id) if direct and targets else {}
+    flags = []
+    for t in targets:
+        name = member(t.kind, t.id)
+        flags.append(waiting.get(name, name in liked))
+    return flags

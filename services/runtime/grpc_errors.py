@@ -26,8 +26,11 @@ class FieldViolation:
     description: str
 
 
-def bad_request_status(message: str, violations: Sequence[FieldViolation]) -> grpc.Status:
-    """A grpc.Status carrying a BadRequest detail with one FieldViolation per problem."""
+def bad_request_status(
+    message: str, violations: Sequence[FieldViolation], code: int = code_pb2.INVALID_ARGUMENT
+) -> grpc.Status:
+    """A grpc.Status (INVALID_ARGUMENT unless told: NOT_FOUND for a field naming nothing that
+    exists) carrying a BadRequest detail with one FieldViolation per problem."""
     detail = error_details_pb2.BadRequest(
         field_violations=[
             error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
@@ -36,7 +39,7 @@ def bad_request_status(message: str, violations: Sequence[FieldViolation]) -> gr
     )
     packed = any_pb2.Any()
     packed.Pack(detail)
-    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message, details=[packed])
+    status = status_pb2.Status(code=code, message=message, details=[packed])
     return rpc_status.to_status(status)
 
 

@@ -1,16 +1,18 @@
 """Layout of the like streams and the liked-sets, shared by the likes service and the flusher.
 
 Everything of one user lives under one hash tag ({ls<shard>}), the shard being a hash of the user
-id: the user's liked SETs, last-operation hashes and the stream their events go to. The Lua toggle
-touches only keys of one tag, so it stays valid on Redis Cluster, and per-user order is kept by the
-one consumer of that shard. Events are agora.events.v1.LikeChanged (see entries.py).
+id: the user's liked SETs, last-operation hashes, direct-write guards and the stream their events
+go to. The Lua toggle touches only keys of one tag, so it stays valid on Redis Cluster, and
+per-user order is kept by the one consumer of that shard. Events are agora.events.v1.LikeChanged
+(see entries.py).
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from agora.events.v1 import like_events_pb2
 from agora.forum.v1 import like_service_pb2
@@ -77,6 +79,13 @@ class LikeStreams:
         """The user's last operation per target in the course, kept as long as the SET."""
         return f"{self._tagged(user_id)}:u:{user_id}:c:{course_id}:ops"
 
+    def direct_guard(self, user_id: int, course_id: int) -> str:
+        """Whether a sync or counterless pod is writing the user's likes in the course right now
+        ('busy:<token>'), or the token of its last such write: a buffered pod warms the user's SET
+        only from a database read that no such write overtook (docs/likes.md, "Switching
+        modes")."""
+        return f"{self._tagged(user_id)}:u:{user_id}:c:{course_id}:direct"
+
     def dead_letters(self, shard: int) -> str:
         return f"{self.prefix}:{{ls{shard}}}:like-events:dead"
 
@@ -126,6 +135,19 @@ def op_value(liked: bool, entry_id: bytes | str) -> bytes:
 
 
 DEAD = b"dead:"
+
+
+def unflushed(ops: Mapping[Any, Any]) -> dict[str, bool]:
+    """A last-operation hash (HGETALL) as member → liked, for the operations still waiting to be
+    flushed (a dead-lettered one never landed: the database is right about it)."""
+    found: dict[str, bool] = {}
+    for field, value in ops.items():
+        op = (value if isinstance(value, bytes) else str(value).encode()).split(b":", 1)[0]
+        if op in (b"like", b"unlike"):
+            name = field.decode() if isinstance(field, bytes) else str(field)
+            found[name] = op == b"like"
+    return found
+
 
 # KEYS: last-op hashes (one shard: one hash tag). ARGV: (key index, member, value) triples.
 # Delete each field still holding exactly the flushed value. allow-oom: deleting frees memory.

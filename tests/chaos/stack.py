@@ -340,6 +340,7 @@ class ChaosStack:
                 {
                     **common,
                     "POSTGRES_URL": f"postgresql://agora_ingest:{e['PG_INGEST_PASSWORD']}@{pg}",
+                    "MYSQL_URL": f"mysql://agora_ingest:{e['MYSQL_INGEST_PASSWORD']}@{mysql}",
                     "MESSAGE_QUEUE_MAX": str(self.queue_max),
                     **self._wait_env(),
                 },

@@ -229,6 +229,7 @@ async def producers(env: Env, url: str) -> AsyncIterator[tuple[Any, Any]]:
     ingest_settings = IngestSettings(
         redis_url=url,
         postgres_url=env.pg_ingest_url,
+        mysql_url=env.mysql_ingest_url,
         message_stream_shards=SHARDS,
         grpc_forum_port=0,
         **as_service("ingest", env.jwt_secret),

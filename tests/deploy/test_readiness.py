@@ -121,6 +121,7 @@ async def test_ingest_accepts_chat_messages_while_postgres_is_unreachable(
             {
                 "REDIS_URL": env.redis_ingest_url,
                 "POSTGRES_URL": pg_url,
+                "MYSQL_URL": env.mysql_ingest_url,
                 "MESSAGE_STREAM_SHARDS": str(SHARDS),
             },
         ) as port,
@@ -271,6 +272,7 @@ async def test_the_flusher_consumes_nothing_before_its_schema_is_applied(
                 {
                     "REDIS_URL": env.redis_ingest_url,
                     "POSTGRES_URL": env.pg_ingest_url,
+                    "MYSQL_URL": env.mysql_ingest_url,
                     "MESSAGE_STREAM_SHARDS": str(SHARDS),
                 },
             ) as ingest,

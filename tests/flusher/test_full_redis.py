@@ -60,6 +60,7 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
         ingest_settings = IngestSettings(
             redis_url=url,
             postgres_url=env.pg_ingest_url,
+            mysql_url=env.mysql_ingest_url,
             message_stream_shards=SHARDS,
             grpc_forum_port=0,
             **as_service("ingest", env.jwt_secret),
