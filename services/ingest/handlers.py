@@ -135,9 +135,13 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         if problems:
             await abort_invalid(context, problems)
         await self._require_account(request.account_id, context)
-        read_at = truncate_to_millis(
-            request.read_at if request.HasField("read_at") else to_timestamp(now)
-        )
+        # Never past the server's clock: a marker ahead of it (a client clock running fast, within
+        # the skew times may have) would hide the next minutes' messages from the unread count.
+        # The answer says what was stored.
+        read_at = to_timestamp(now)
+        asked = request.read_at if request.HasField("read_at") else read_at
+        if asked.ToNanoseconds() < read_at.ToNanoseconds():
+            read_at = truncate_to_millis(asked)
         entry = events.MessageStreamEntry(
             account_id=request.account_id,
             accepted_at=to_timestamp(now),
