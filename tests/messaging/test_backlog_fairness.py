@@ -35,8 +35,8 @@ from tools import callers
 
 pytestmark = pytest.mark.asyncio
 
-SHARD_BOUND = 100  # messages per stream shard
-PRESSURE = 0.5  # fair shares apply past 50 messages on a shard
+SHARD_BOUND = 200  # messages per stream shard
+PRESSURE = 0.5  # fair shares apply past 100 messages on a shard, rates are counted past 25
 SHARE = 4.0
 NOISY, QUIET, NEWCOMER = 1, 2, 3
 SHARD = 0
@@ -145,13 +145,15 @@ async def test_a_shard_under_pressure_refuses_the_flooding_account_and_accepts_t
 ) -> None:
     noisy, quiet, newcomer = (Sender(streams, a) for a in (NOISY, QUIET, NEWCOMER))
     async with fair_ingest(ingest_settings) as (_, stub):
-        await quiet.send(stub, 5)
         # Below the pressure level the shard takes the flood at full speed.
-        for _ in range(4):
+        for _ in range(3):
             await noisy.send(stub, 10)
-        assert await shard_backlog(redis_client, streams, SHARD) == 45
+        await quiet.send(stub, 5)
+        for _ in range(6):
+            await noisy.send(stub, 10)
+        assert await shard_backlog(redis_client, streams, SHARD) == 95
 
-        # Past it, the account sending 8× the other's rate is refused, with room left.
+        # Past it, the account that sent 14× the other's messages is refused, with room left.
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await noisy.send(stub, 10)
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -160,20 +162,23 @@ async def test_a_shard_under_pressure_refuses_the_flooding_account_and_accepts_t
         delay = retry_delay(refused.value)
         assert delay is not None
         assert delay >= 1
-        assert await shard_backlog(redis_client, streams, SHARD) == 45 < SHARD_BOUND
+        assert await shard_backlog(redis_client, streams, SHARD) == 95 < SHARD_BOUND
+        # The counts forget on their own: each key expires after four half-lives.
+        assert 0 < await redis_client.pttl(streams.account_rate_key(SHARD, NOISY)) <= 2_400_000
 
-        # A call of the noisy account reaching that shard is refused whole, idle shards too.
+        # A call of the noisy account that takes that shard past the pressure level is refused
+        # whole, its part for an idle shard too.
         other_shard = (SHARD + 1) % SHARDS
         with pytest.raises(grpc.aio.AioRpcError) as whole:
-            await noisy.send(stub, 4, shards=(other_shard, SHARD))
+            await noisy.send(stub, 20, shards=(other_shard, SHARD))
         assert quota_subjects(whole.value) == [f"account_id:{NOISY}"]
         assert await shard_backlog(redis_client, streams, other_shard) == 0
 
-        # The others on the same shard are still accepted: the quiet account, and one that has
-        # sent nothing yet.
+        # The others on the same shard are still accepted under pressure: the quiet account,
+        # and one that has sent nothing yet.
         await quiet.send(stub, 10)
-        await newcomer.send(stub, 10)
-        assert await shard_backlog(redis_client, streams, SHARD) == 65
+        await newcomer.send(stub, 5)
+        assert await shard_backlog(redis_client, streams, SHARD) == 110
         with pytest.raises(grpc.aio.AioRpcError):
             await noisy.send(stub, 10)
 
@@ -182,7 +187,7 @@ async def test_a_shard_under_pressure_refuses_the_flooding_account_and_accepts_t
         await noisy.send(stub, 10)
         await flusher.drain()
     assert await stored_ids(admin_db) == sorted(noisy.accepted + quiet.accepted + newcomer.accepted)
-    assert len(noisy.accepted) == 50
+    assert len(noisy.accepted) == 100
 
 
 async def test_an_account_alone_on_a_shard_fills_it_to_the_bound(
@@ -190,8 +195,13 @@ async def test_an_account_alone_on_a_shard_fills_it_to_the_bound(
 ) -> None:
     """A backfill with nobody else on the shard is refused by the bound alone, as before."""
     backfill = Sender(streams, NOISY)
+    count = streams.account_rate_key(SHARD, NOISY)
     async with fair_ingest(ingest_settings) as (_, stub):
-        for _ in range(SHARD_BOUND // 10):
+        await backfill.send(stub, 10)
+        # A shard that keeps up (its backlog far below the pressure level) keeps no count per
+        # account: fair shares cost it nothing.
+        assert not await redis_client.exists(count)
+        for _ in range(SHARD_BOUND // 10 - 1):
             await backfill.send(stub, 10)
         with pytest.raises(grpc.aio.AioRpcError) as full:
             await backfill.send(stub, 10)
@@ -245,8 +255,10 @@ async def test_the_gateway_answers_the_noisy_account_429_and_a_full_backlog_503(
                 transport=httpx.ASGITransport(app=app), base_url="http://gateway"
             ) as gateway,
         ):
+            for _ in range(3):
+                assert (await post(NOISY, 10)).status_code == 200
             assert (await post(QUIET, 5)).status_code == 200
-            for _ in range(4):
+            for _ in range(6):
                 assert (await post(NOISY, 10)).status_code == 200
             noisy = await post(NOISY, 10)
             assert noisy.status_code == 429, noisy.text
@@ -256,8 +268,8 @@ async def test_the_gateway_answers_the_noisy_account_429_and_a_full_backlog_503(
             assert f"account {NOISY}" in error["message"]
 
             # The quiet account goes on, up to the bound; there everyone is refused alike.
-            statuses = [(await post(QUIET, 10)).status_code for _ in range(6)]
-            assert statuses == [200] * 5 + [503]
+            statuses = [(await post(QUIET, 10)).status_code for _ in range(11)]
+            assert statuses == [200] * 10 + [503]
             full = await post(QUIET, 10)
             assert full.status_code == 503
             assert full.headers["Retry-After"] == "1"
