@@ -22,6 +22,7 @@ from redis.crc import key_slot
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.monitor import counters_sum
+from tests.chaos import mode_switch
 from tests.chaos.load import CHAOS_ACCOUNT, LikePlan, Load, thread_of
 from tests.chaos.proxy import ProxyProcess
 from tests.chaos.stack import LEASE_TTL_MS, LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack, Service
@@ -915,6 +916,7 @@ async def reshard_under_load(stack: ChaosStack, load: Load) -> dict[str, float]:
 TOGGLING = LikePlan(senders=24, pause=0.03)
 CLUSTER_FAILOVER = "kill -9 a Redis Cluster master (failover, WAIT 1)"
 CLUSTER_RESHARD = "reshard a Redis Cluster under load (WAIT 1)"
+MODE_SWITCH = "LIKES_MODE switched under load (pods of two modes, restarts)"
 
 FAULTS: dict[str, Scenario] = {
     "kill -9 ingest": Scenario(kill_ingest),
@@ -936,6 +938,7 @@ FAULTS: dict[str, Scenario] = {
     "blackhole Redis": Scenario(blackhole_redis, proxied=True),
     "Redis at maxmemory": Scenario(redis_full),
     "grant revoked and restored": Scenario(revoke_grants),
+    MODE_SWITCH: Scenario(mode_switch.switch_modes, flusher_env=(mode_switch.FLUSHER_ENV,)),
     CLUSTER_FAILOVER: Scenario(
         fail_over_master,
         flusher_env=(CLUSTER_LEASE,),
@@ -957,6 +960,7 @@ QUICK = (
     "kill -9 Redis + restart (AOF, fsync always)",
     "flusher stopped until the backlog bound",
     "flusher SIGSTOPped past its lease",
+    MODE_SWITCH,
     CLUSTER_FAILOVER,
     CLUSTER_RESHARD,
 )
