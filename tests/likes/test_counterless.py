@@ -298,3 +298,28 @@ async def test_counterless_needs_the_writer_role_and_redis(env: Env) -> None:
         LikesSettings(postgres_write_url=env.pg_likes_writer_url, **common)
     with pytest.raises(pydantic.ValidationError, match="POSTGRES_WRITE_URL"):
         LikesSettings(redis_url=env.redis_likes_url, **common)
+
+
+async def test_a_recount_that_fails_leaves_its_targets_to_the_next_one(
+    likes: like_service_pb2_grpc.LikeServiceStub,
+    flusher: Flusher,
+    pg_admin: asyncpg.Pool,
+    redis_client: redis.Redis,
+) -> None:
+    """The recount SPOPs the dirty marks; when it fails (here its grant is revoked for real), the
+    targets it took must be marked again, or their counters stay wrong until the nightly pass."""
+    assert await set_like(likes, 8, POST, 1)
+    assert await set_like(likes, 8, COMMENT, 1)
+    await pg_admin.execute("REVOKE UPDATE (like_count) ON posts FROM agora_flusher")
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await flusher.reconciler().recount_dirty()
+    finally:
+        await pg_admin.execute("GRANT UPDATE (like_count) ON posts TO agora_flusher")
+    assert await redis_client.smembers(STREAMS.dirty(POST)) == {b"1"}
+
+    await flusher.reconciler().recount_dirty()
+
+    after = await state(pg_admin)
+    assert after["posts"][1] == 1
+    assert after["comments"][1] == 1
