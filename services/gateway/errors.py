@@ -6,6 +6,7 @@ Every error is `{"success": false, "error": {"code", "message", "fields"?}}`.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from starlette.responses import Response
 
 from services.gateway import security_headers
 from services.runtime.grpc_errors import FieldViolation, field_violations
+from services.runtime.grpc_quota import quota_refusal
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,8 @@ GRPC_TO_HTTP: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.UNAUTHENTICATED: 401,
     # The services answer RESOURCE_EXHAUSTED when a backlog is at its bound or Redis is full: the
     # server cannot take the write now, whoever sends it (not "you send too much": that 429 is
-    # the gateway's own rate limit). The caller keeps the write and retries after Retry-After.
+    # the gateway's own rate limit, or a refusal naming the caller in a QuotaFailure, below).
+    # The caller keeps the write and retries after Retry-After.
     grpc.StatusCode.RESOURCE_EXHAUSTED: 503,
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 503,
@@ -105,9 +108,17 @@ class ApiError(Exception):
             # Internal details stay in the logs, not in a browser.
             log.error("upstream failure %s: %s", code.name, error.details())
             return cls(500, "internal", "internal error")
-        return cls(
+        api_error = cls(
             status, code.name.lower(), error.details() or code.name.lower(), field_violations(error)
         )
+        quota = quota_refusal(error) if code == grpc.StatusCode.RESOURCE_EXHAUSTED else None
+        if quota is not None:
+            # One caller over its quota (an account past its fair share of a shard under
+            # pressure): this caller sends too much; the others are still served.
+            api_error.status = 429
+            if quota.retry_after is not None:
+                api_error.retry_after = max(1, math.ceil(quota.retry_after))
+        return api_error
 
     def response(self) -> JSONResponse:
         body: dict[str, Any] = {"code": self.code, "message": self.message}

@@ -36,6 +36,13 @@ class IngestSettings(ServiceSettings, MessageStreamSettings, JwtSettings, MtlsSe
     # The same bound in bytes (what Redis memory is made of): messages vary from 100 bytes to
     # hundreds of kilobytes with their JSON documents.
     message_queue_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
+    # Fair shares of a stream shard: past this fraction of its bound (messages or bytes) the shard
+    # is under pressure and refuses, first, an account sending more than MESSAGE_QUEUE_ACCOUNT_SHARE
+    # times the typical rate of the shard's other accounts (1: never; the bound alone refuses).
+    message_queue_pressure: float = Field(default=0.5, gt=0, le=1)
+    message_queue_account_share: float = Field(default=4.0, ge=1)
+    # How fast those per-account rates forget what an account sent.
+    message_queue_rate_half_life_seconds: float = Field(default=10.0, gt=0, le=3600)
     ingest_max_batch: int = Field(default=500, ge=1, le=10_000)
     content_max_chars: int = Field(default=65_535, ge=1)
     json_max_bytes: int = Field(default=65_536, ge=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -15,9 +16,10 @@ from google.rpc import code_pb2
 from services.domain.ids import check_id
 from services.ingest.accounts import AccountDirectory, AccountsUnavailable
 from services.ingest.config import IngestSettings
-from services.ingest.repository import BacklogFull, MessageStreamRepository
+from services.ingest.repository import AccountOverShare, BacklogFull, MessageStreamRepository
 from services.ingest.validation import Limits, check_time, validate_batch
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid, bad_request_status
+from services.runtime.grpc_quota import abort_over_quota
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 from services.streams.messages import MessageStreams
 
@@ -182,6 +184,16 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
     ) -> None:
         try:
             await self._repo.append(entries)
+        except AccountOverShare as exc:
+            # Not "the backlog is full": this account is refused so that the others are not.
+            retry = max(1, math.ceil(exc.retry_after))
+            await abort_over_quota(
+                context,
+                f"{exc}; retry in {retry} s",
+                subject=f"account_id:{exc.account_id}",
+                description=f"over its fair share of stream shard {exc.shard}, under pressure",
+                retry_after=retry,
+            )
         except BacklogFull as exc:
             await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; retry later")
 

@@ -12,7 +12,7 @@ from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
 from services.ingest.forum_repository import ForumWriteRepository
 from services.ingest.handlers import IngestHandlers
-from services.ingest.repository import MessageStreamRepository
+from services.ingest.repository import FairShare, MessageStreamRepository
 from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.mysql import MysqlDatabase
@@ -69,6 +69,7 @@ async def build(settings: IngestSettings) -> service.Service:
                 settings.message_queue_max,
                 settings.message_queue_max_bytes,
                 durable,
+                FairShare.from_settings(settings),
             ),
             accounts,
         )

@@ -68,6 +68,15 @@ class MessageStreams:
         """Room held for calls that span shards on a cluster (ingest's two-step append)."""
         return f"{self._tagged(shard)}:backlog-reserved"
 
+    def rates_key(self, shard: int) -> str:
+        """The shard's decaying count of messages appended, and the sum of its accounts' counts
+        squared (ingest's fair shares; expires once the shard is idle)."""
+        return f"{self._tagged(shard)}:backlog-rates"
+
+    def account_rate_key(self, shard: int, account_id: int) -> str:
+        """One account's decaying count of messages appended to the shard (expires on its own)."""
+        return f"{self._tagged(shard)}:backlog-rate:{account_id}"
+
     def dead_letters(self, shard: int) -> str:
         return f"{self._tagged(shard)}:dead"
 
