@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import redis.asyncio as redis
 from opentelemetry import trace
 
 from services.flusher.likes import metrics
 from services.flusher.likes.repository import Drift, LikeRepository
+from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import COMMENT, POST, LikeStreams
 
 log = logging.getLogger(__name__)
@@ -39,12 +41,32 @@ class Reconciler:
     async def _recount_dirty(self) -> list[Drift]:
         drifts: list[Drift] = []
         for kind in (POST, COMMENT):
+            key = self._streams.dirty(kind)
             while True:
-                popped = await self._redis.spop(self._streams.dirty(kind), self._batch)
+                popped = await self._redis.spop(key, self._batch)
                 if not popped:
                     break
-                drifts += self._record(await self._repo.reconcile(kind, [int(i) for i in popped]))
+                try:
+                    fixed = await self._repo.reconcile(kind, [int(i) for i in popped])
+                except BaseException:
+                    # SPOP took the marks: without them the counters would stay wrong until the
+                    # nightly pass. Marked again, the next run recounts them.
+                    await self._mark_again(key, popped)
+                    raise
+                drifts += self._record(fixed)
         return drifts
+
+    async def _mark_again(self, key: str, popped: Any) -> None:
+        try:
+            await self._redis.sadd(key, *popped)
+        except REDIS_ERRORS as exc:
+            log.warning(
+                "recount failed and %d dirty target(s) of %s could not be marked again (the"
+                " nightly recount fixes them): %s",
+                len(popped),
+                key,
+                exc,
+            )
 
     async def _recount_all(self) -> list[Drift]:
         drifts: list[Drift] = []
