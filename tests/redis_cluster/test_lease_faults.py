@@ -47,12 +47,14 @@ async def cluster() -> AsyncIterator[LocalCluster]:
     local.stop()
 
 
-async def killable_masters(cluster: LocalCluster) -> list[Node]:
-    """The masters but redis-py's default node (the one the client was given, else the first
-    master of the slot map): the client asks it for COMMAND whenever it reloads the slot map,
-    and with it dead refuses every command, on every slot, until a failover."""
-    first = await cluster.master_of("{06S}")  # a key of slot 0
-    default = {first.port, cluster.nodes[0].port}
+async def killable_masters(cluster: LocalCluster, client: redis.Redis) -> list[Node]:
+    """The masters but the client's default node: redis-py's cluster client asks that one for
+    COMMAND whenever it reloads the slot map, and with it dead refuses every command, on every
+    slot, until a failover."""
+    inner = redis_client.as_cluster(client)
+    assert inner is not None
+    await inner.initialize()
+    default = {node.port for node in (inner.get_default_node(), inner.commands_parser.node)}
     roles = await cluster.roles()
     return [n for n in cluster.nodes if roles.get(n.port) == "master" and n.port not in default]
 
@@ -189,7 +191,7 @@ async def test_a_consumer_rides_out_a_cluster_that_is_down_keeping_its_shard(
     CLUSTERDOWN into a connection error)."""
     settings = settings.model_copy(update={"flusher_lease_ttl_ms": OUTLASTING_MS})
     layout = message_role.streams(settings)
-    [gone, *_] = await killable_masters(cluster)
+    [gone, *_] = await killable_masters(cluster, client)
     served = {s: (await cluster.master_of(layout.stream(s))).port for s in range(layout.shards)}
     shard = next(s for s, port in served.items() if port != gone.port)
     alive = await cluster.master_of(layout.stream(shard))
@@ -231,7 +233,7 @@ async def test_a_shard_whose_master_is_unreachable_does_not_stop_the_other_lease
     renewals fail, every other shard's go on."""
     layout = message_role.streams(settings)
     served = {s: (await cluster.master_of(layout.stream(s))).port for s in range(layout.shards)}
-    gone = next(n for n in await killable_masters(cluster) if n.port in served.values())
+    gone = next(n for n in await killable_masters(cluster, client) if n.port in served.values())
     down = next(s for s, port in served.items() if port == gone.port)
     others = [s for s, port in served.items() if port != gone.port]
     assert others, "every shard on one master"
