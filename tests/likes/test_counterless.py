@@ -323,3 +323,18 @@ async def test_a_recount_that_fails_leaves_its_targets_to_the_next_one(
     after = await state(pg_admin)
     assert after["posts"][1] == 1
     assert after["comments"][1] == 1
+
+
+async def test_a_revoked_enrolment_is_refused_at_once(
+    likes: like_service_pb2_grpc.LikeServiceStub, pg_admin: asyncpg.Pool
+) -> None:
+    """The course catalogue revokes user 9 without telling the likes service: the statement
+    itself checks the enrolment, so no like row is written and the answer is 403 at once, not
+    after the access cache expires."""
+    assert await set_like(likes, 9, POST, 1)  # user 9 is remembered as a member
+    await pg_admin.execute("DELETE FROM course_members WHERE course_id = 42 AND user_id = 9")
+    assert await refused(likes, 9, POST, 2) == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await set_like(likes, 9, POST, 1, like=False)
+    assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert (await state(pg_admin))["post_likes"] == {(1, 9), (2, 7)}
