@@ -347,16 +347,17 @@ class ShardConsumer(Generic[T]):
                 log.warning("%s: stopping: %s", self._stream, exc)
                 self.fenced = exc
                 return
-            except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                # Redis came back without its data (no AOF): recreate the group and go on.
-                log.error("%s: consumer group is gone, recreating it", self._stream)
-                taken_over = False
             except Exception as exc:
+                if isinstance(exc, redis.ResponseError) and "NOGROUP" in str(exc):
+                    # Redis came back without its data (no AOF): recreate the group and go on.
+                    log.error("%s: consumer group is gone, recreating it", self._stream)
+                    taken_over = False
+                    continue
                 if not errors.is_transient(exc):
                     raise
-                # Redis or a database restarting: what was read is still pending in Redis.
+                # Redis or a database restarting, a Redis Cluster with a slot's master gone
+                # (CLUSTERDOWN) or a slot moving (TRYAGAIN), both replies of Redis: what was read
+                # is still pending in Redis, and the shard and its lease are still this one's.
                 self._stalled(True)
                 log.warning("%s: unavailable, retrying in %.1fs: %s", self._stream, backoff, exc)
                 await self._pause(backoff)

@@ -14,12 +14,15 @@ to its share.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import zlib
 from typing import Protocol
 
 import redis.asyncio as redis
+
+from services.runtime import errors
 
 
 class ShardedLayout(Protocol):
@@ -36,6 +39,13 @@ class ShardedLayout(Protocol):
     def lease_epoch_key(self, shard: int) -> str: ...
 
 
+# KEYS: the member set. ARGV: member, now ms, ttl ms. This replica is alive, the silent ones are
+# dropped; returns how many are alive.
+_HEARTBEAT = """#!lua flags=allow-oom
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
+return redis.call('ZCARD', KEYS[1])
+"""
 # KEYS: lease, epoch counter. ARGV: holder, ttl ms. A free lease is taken with the next epoch.
 _ACQUIRE = """#!lua flags=allow-oom
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -69,6 +79,7 @@ class ShardLeases:
         self.shards = layout.shards
         self.member = member
         self.ttl_ms = ttl_ms
+        self._heartbeat = client.register_script(_HEARTBEAT)
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -83,17 +94,28 @@ class ShardLeases:
     def _members_key(self) -> str:
         return self._layout.lease_members_key
 
-    async def heartbeat(self) -> tuple[int, list[int]]:
-        """Say this replica is alive; returns its fair share and the shards nobody holds."""
+    async def heartbeat(self, deadline: float | None = None) -> tuple[int, list[int]]:
+        """Say this replica is alive; returns its fair share and the shards nobody holds.
+
+        Each lease is read on its own, within `deadline` seconds (on a cluster they live on the
+        masters of their shards' slots): a lease that cannot be read now is not offered as free,
+        and the others are. No pipeline: redis-py's cluster pipeline drops every connection of
+        the client when one node fails, failing the commands of the other shards too."""
         now_ms = int(time.time() * 1000)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self._members_key, {self.member: now_ms})
-            pipe.zremrangebyscore(self._members_key, "-inf", now_ms - self.ttl_ms)
-            pipe.zcard(self._members_key)
-            # One GET per lease (not MGET): the leases live in their shards' hash slots.
-            for s in range(self.shards):
-                pipe.get(self._key(s))
-            _, _, live, *holders = await pipe.execute()
+        live = await asyncio.wait_for(
+            self._heartbeat(keys=[self._members_key], args=[self.member, now_ms, self.ttl_ms]),
+            deadline,
+        )
+        holders = await asyncio.gather(
+            *(
+                asyncio.wait_for(self._redis.get(self._key(s)), deadline)
+                for s in range(self.shards)
+            ),
+            return_exceptions=True,
+        )
+        for holder in holders:
+            if isinstance(holder, BaseException) and not errors.is_transient(holder):
+                raise holder
         fair = math.ceil(self.shards / max(int(live), 1))
         # Look from a member-specific offset so replicas do not all race for shard 0.
         offset = zlib.crc32(self.member.encode()) % self.shards

@@ -1,23 +1,32 @@
 """Runs one ShardConsumer per shard this replica holds a lease on, following lease changes.
 
-Every tick (a third of the lease period): heartbeat; for each running consumer, renew its lease
-only while the consumer shows it is alive (a consumer stuck in a call loses its lease on purpose,
-so another replica takes over), stop it when its lease is gone or it was fenced off; give back
+Every tick (a third of the lease period): for each running consumer, renew its lease only while
+the consumer shows it is alive (a consumer stuck in a call loses its lease on purpose, so another
+replica takes over), stop it when its lease is gone or it was fenced off; heartbeat; give back
 shards beyond the fair share, always stopping the consumer before releasing its lease; then take
 free shards up to the fair share, each with a new epoch.
+
+Every lease is its own: on a Redis Cluster each shard lives on the master that serves its slot,
+and one master failing (refused, timing out, CLUSTERDOWN) must not stop the renewals of the
+shards on the others. A renewal that fails for a transient reason is tried again on the next
+tick; once the lease would lapse before that, the shard is given up (its consumer stopped,
+fencing refusing whatever it still tries). Each Redis call of a tick is bounded by half a tick,
+so a master that hangs cannot hold the others' renewals back past their leases.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import redis.asyncio as redis
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
+from services.runtime import errors
 from services.runtime.loops import repeat
 from services.streams.consumer import ShardConsumer
 from services.streams.leases import ShardedLayout, ShardLeases
@@ -26,6 +35,7 @@ log = logging.getLogger(__name__)
 
 # (shard, epoch) -> the consumer of that shard, fenced by that epoch.
 ConsumerFactory = Callable[[int, int], ShardConsumer[Any]]
+R = TypeVar("R")
 
 
 @dataclass
@@ -33,6 +43,8 @@ class _Running:
     consumer: ShardConsumer[Any]
     stop: asyncio.Event
     task: asyncio.Task[None]
+    # When the lease was last acquired or renewed (monotonic): how long it is surely still ours.
+    renewed_at: float = field(default_factory=time.monotonic)
 
 
 class ShardSupervisor:
@@ -57,6 +69,9 @@ class ShardSupervisor:
         self._ttl = leases.ttl_ms / 1000
         # Renew three times per lease period, so one slow round trip does not lose a lease.
         self._refresh = self._ttl / 3
+        # What one Redis call of a tick may take: a tick (renewals, heartbeat, acquisitions)
+        # stays well under the time between renewals a lease survives.
+        self._call_deadline = self._refresh / 2
         self._running: dict[int, _Running] = {}
         # Consumers told to stop, finishing their batch in the background: the ticks go on
         # meanwhile, so the other leases are renewed on time.
@@ -75,7 +90,9 @@ class ShardSupervisor:
             await asyncio.gather(*self._retiring, return_exceptions=True)
             try:
                 await self._leases.leave()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except Exception as exc:
+                if not errors.is_transient(exc):
+                    raise
                 log.warning("not leaving the member set (it expires on its own): %s", exc)
 
     async def follow_leases(self) -> None:
@@ -83,14 +100,20 @@ class ShardSupervisor:
         try:
             with suppress_instrumentation():  # housekeeping, not a request
                 await self._tick()
-        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
-            # Redis away: nobody can take our shards meanwhile; the consumers retry on their own
-            # and leases are checked again on the next tick.
+        except Exception as exc:
+            if not errors.is_transient(exc):
+                raise
+            # Redis away: the consumers retry on their own, and leases are checked again on the
+            # next tick.
             log.warning("shard leases unavailable: %s", exc)
 
+    async def _bounded(self, call: Awaitable[R]) -> R:
+        """`call`, or TimeoutError once it takes longer than a Redis call of a tick may."""
+        return await asyncio.wait_for(call, self._call_deadline)
+
     async def _tick(self) -> None:
-        fair, free = await self._leases.heartbeat()
         lost = []
+        renewing = []
         for shard, run in sorted(self._running.items()):
             if run.task.done():
                 await self._ended(shard, run)
@@ -99,17 +122,25 @@ class ShardSupervisor:
                 # and another replica takes over; fencing keeps this one from committing.
                 log.warning("shard %d: consumer made no progress; giving the shard up", shard)
                 lost.append(shard)
-            elif not await self._leases.renew(shard):
-                log.warning("shard %d: lease lost; stopping its consumer", shard)
-                lost.append(shard)
+            else:
+                renewing.append(shard)
+        renewed = await asyncio.gather(*(self._renew(shard) for shard in renewing))
+        lost += [shard for shard, kept in zip(renewing, renewed, strict=True) if not kept]
         for shard in lost:
             self._retire(shard, release=False)
+        fair, free = await self._leases.heartbeat(self._call_deadline)
         for shard in sorted(self._running, reverse=True)[: max(len(self._running) - fair, 0)]:
             self._give_back(shard)
         for shard in free:
             if len(self._running) >= fair:
                 break
-            epoch = await self._leases.acquire(shard)
+            try:
+                epoch = await self._bounded(self._leases.acquire(shard))
+            except Exception as exc:
+                if not errors.is_transient(exc):
+                    raise
+                log.warning("shard %d: lease not taken: %s", shard, exc)
+                continue
             if epoch is None:
                 continue
             stop = asyncio.Event()
@@ -118,13 +149,46 @@ class ShardSupervisor:
             self._running[shard] = _Running(consumer, stop, task)
             log.info("consuming %s at epoch %d", consumer.stream, epoch)
 
+    async def _renew(self, shard: int) -> bool:
+        """Renew one lease; False when it is lost — expired, or unknown for too long."""
+        run = self._running[shard]
+        try:
+            if await self._bounded(self._leases.renew(shard)):
+                run.renewed_at = time.monotonic()
+                return True
+            log.warning("shard %d: lease lost; stopping its consumer", shard)
+            return False
+        except Exception as exc:
+            if not errors.is_transient(exc):
+                raise
+            # Unknown: try again next tick, unless the lease lapses before then.
+            held = time.monotonic() - run.renewed_at
+            if held + self._refresh < self._ttl:
+                log.warning("shard %d: lease not renewed (%s); retrying", shard, exc)
+                return True
+            log.warning(
+                "shard %d: lease not renewed for %.1fs (%s); giving it up", shard, held, exc
+            )
+            return False
+
     async def _ended(self, shard: int, run: _Running) -> None:
-        """A consumer that stopped on its own: fenced off (give the shard back), or crashed."""
+        """A consumer that stopped on its own: fenced off, or crashed (give the shard back, and
+        fail the process on what retrying cannot fix)."""
         self._running.pop(shard)
-        if run.consumer.fenced is None:
-            run.task.result()  # a consumer that crashed: surface it, fail the process
-            return
-        await self._leases.release(shard)
+        fenced = run.consumer.fenced is not None or run.task.cancelled()
+        crash = None if fenced else run.task.exception()
+        try:
+            await self._bounded(self._leases.release(shard))
+        except Exception as exc:
+            if not errors.is_transient(exc):
+                raise
+            log.warning("shard %d: lease not released (it expires on its own): %s", shard, exc)
+        if crash is not None:
+            if not errors.is_transient(crash):
+                raise crash
+            log.warning(
+                "%s: consumer ended with %r; the shard is free again", run.consumer.stream, crash
+            )
 
     def _give_back(self, shard: int) -> None:
         """Stop the consumer first, then release the lease: never two consumers at once."""
@@ -150,6 +214,8 @@ class ShardSupervisor:
         if not release:
             return
         try:
-            await self._leases.release(shard)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            await self._bounded(self._leases.release(shard))
+        except Exception as exc:
+            if not errors.is_transient(exc):
+                raise
             log.warning("shard %d: lease not released (it expires on its own): %s", shard, exc)
