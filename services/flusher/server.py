@@ -40,6 +40,7 @@ def monitor(settings: FlusherSettings, client: Redis) -> StreamMonitor:
             ],
             "likes": [like_streams.backlog_bytes(s) for s in range(like_streams.shards)],
         },
+        dead_letter_cap=settings.dead_letter_max_entries,
     )
 
 

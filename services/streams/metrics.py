@@ -14,6 +14,12 @@ FLUSH_BATCHES = Counter(
 
 DEAD_LETTERS = Counter("agora_dead_letters", "Entries moved to a dead-letter stream", ["stream"])
 
+DEAD_LETTERS_TRIMMED = Counter(
+    "agora_dead_letters_trimmed",
+    "Dead letters dropped by the dead-letter streams' cap (DEAD_LETTER_MAX_ENTRIES): gone for good",
+    ["stream"],
+)
+
 FLUSH_BATCH_SIZE = Histogram(
     "agora_flush_batch_size",
     "Units (messages, likes) per committed batch",
@@ -73,6 +79,14 @@ STALL_RETRIES = Counter(
     "agora_stream_stall_retries",
     "Batch retries after a transient or infrastructure failure",
     ["stream", "kind"],
+)
+
+# What the flusher trims a dead-letter stream to, so alerts compare its length against the
+# configured cap instead of restating it.
+DEAD_LETTER_CAP = Gauge(
+    "agora_dead_letter_cap",
+    "Entries a dead-letter stream keeps (DEAD_LETTER_MAX_ENTRIES); past it the oldest are trimmed",
+    ["stream"],
 )
 
 DEAD_LETTER_OLDEST = Gauge(

@@ -17,7 +17,8 @@ from services.streams import metrics
 
 
 class StreamMonitor:
-    """Every `interval` seconds: length, group lag, pending, oldest pending age per shard."""
+    """Every `interval` seconds: length, group lag, pending, oldest pending age per shard; the
+    length, age and cap of every dead-letter stream."""
 
     def __init__(
         self,
@@ -27,6 +28,7 @@ class StreamMonitor:
         backlog_keys: Sequence[str],
         backlog_bytes: Mapping[str, Sequence[str]] | None = None,
         interval: float = 10.0,
+        dead_letter_cap: int | None = None,
     ) -> None:
         self._redis = client
         self._streams = list(streams)  # (stream, group)
@@ -35,6 +37,7 @@ class StreamMonitor:
         # family → the counters of unflushed bytes its shards keep
         self._backlog_bytes = dict(backlog_bytes or {})
         self._interval = interval
+        self._dead_letter_cap = dead_letter_cap
 
     async def sample(self) -> None:
         now_ms = time.time() * 1000
@@ -54,6 +57,8 @@ class StreamMonitor:
             metrics.STREAM_OLDEST_PENDING.labels(stream).set(max(age, 0.0))
         for stream in self._dead:
             metrics.DEAD_LETTERS_WAITING.labels(stream).set(await self._redis.xlen(stream))
+            if self._dead_letter_cap is not None:
+                metrics.DEAD_LETTER_CAP.labels(stream).set(self._dead_letter_cap)
             first: Any = await self._redis.xrange(stream, count=1)
             age = (now_ms - int(_text(first[0][0]).split("-")[0])) / 1000 if first else 0.0
             metrics.DEAD_LETTER_OLDEST.labels(stream).set(max(age, 0.0))
