@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
 from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
@@ -9,6 +11,10 @@ from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 from services.domain.forum import comment_from_row, post_from_row, require_enrolled
 from services.ingest.forum_repository import ForumWriteRepository
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.redis_client import REDIS_ERRORS
+from services.streams.likes import AccessSignal
+
+log = logging.getLogger(__name__)
 
 MAX_TITLE = 200
 MAX_BODY = 20_000
@@ -29,10 +35,23 @@ def check_ids(**ids: int) -> list[FieldViolation]:
 
 
 class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
-    """Posts, comments, replies and their soft deletes."""
+    """Posts, comments, replies and their soft deletes. A delete, once committed, resets its
+    course's access version, so the likes service stops taking likes of the target at once."""
 
-    def __init__(self, repo: ForumWriteRepository) -> None:
+    def __init__(self, repo: ForumWriteRepository, access: AccessSignal | None = None) -> None:
         self._repo = repo
+        self._access = access
+
+    async def _deleted(self, course_id: int) -> None:
+        """After a delete committed (each is one autocommitted statement). Without the signal the
+        likes service stops within ACCESS_CACHE_SECONDS anyway, and the flusher never stores a
+        like of a deleted target: the delete stands and is answered."""
+        if self._access is None:
+            return
+        try:
+            await self._access.changed(course_id)
+        except REDIS_ERRORS as exc:
+            log.warning("deleted in course %d, the likes service not told: %s", course_id, exc)
 
     async def CreatePost(
         self, request: pb.CreatePostRequest, context: grpc.aio.ServicerContext
@@ -122,6 +141,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
         if not await self._repo.delete_post(request.course_id, request.post_id, request.user_id):
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
+        await self._deleted(request.course_id)
         return pb.DeletePostResponse()
 
     async def DeleteComment(
@@ -142,4 +162,5 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
         if not await self._repo.delete_comment(request.comment_id, request.user_id):
             await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
+        await self._deleted(comment.course_id)
         return pb.DeleteCommentResponse()

@@ -18,6 +18,7 @@ from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
+from services.streams.likes import AccessSignal, LikeStreams, LikeStreamSettings
 from services.streams.messages import MessageStreams
 from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
@@ -73,7 +74,10 @@ async def build(settings: IngestSettings) -> service.Service:
             ),
             accounts,
         )
-        forum = ForumWriteHandlers(ForumWriteRepository(pool))
+        # A delete resets its course's access version in Redis: the likes service stops taking
+        # likes of the target at once (the key's layout: LIKE_STREAM_PREFIX, as likes reads it).
+        signal = AccessSignal(redis, LikeStreams.from_settings(LikeStreamSettings()))
+        forum = ForumWriteHandlers(ForumWriteRepository(pool), signal)
 
         server = GrpcServer.from_settings(
             settings,

@@ -46,7 +46,7 @@ import redis.asyncio as redis
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
 from services.runtime.redis_client import REDIS_ERRORS
-from services.streams.likes import LikeStreams, TargetKind
+from services.streams.likes import ACCESS_VERSION_TTL_SECONDS, LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ T = TypeVar("T")
 
 # An access-version key a likes process created lives this long (then the next request makes
 # another one, and every process reloads that course once).
-VERSION_TTL_SECONDS = 86_400
+VERSION_TTL_SECONDS = ACCESS_VERSION_TTL_SECONDS
 
 
 @dataclass(frozen=True)

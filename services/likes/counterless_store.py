@@ -15,9 +15,10 @@ target dirty in Redis (forum:{dirty}:posts / :comments, the sets the flusher mar
 flusher's reconciler SPOPs them every RECONCILE_INTERVAL_SECONDS (5 for this mode) and sets
 like_count to COUNT(*). The like rows are exact at once; like_count lags by up to that interval.
 
-Enrolment comes from the AccessCache, as in buffered mode; the statement is the target check. Only
-when it changed nothing is the target looked up, to tell "already so" (changed=false) from
-NOT_FOUND.
+Enrolment comes from the AccessCache, as in buffered mode, and the statement checks it again with
+the target: a revoked enrolment or a deleted target is never written, even while the cache does
+not know yet. Only when it changed nothing is the database asked (one query), to tell "already so"
+(changed=false) from PERMISSION_DENIED or NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ import asyncpg
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2
 
-from services.domain.forum import LIVE_COMMENT_IN_COURSE, LIVE_POST_IN_COURSE
+from services.domain.forum import (
+    ENROLLED_IN_COURSE,
+    LIVE_COMMENT_IN_COURSE,
+    LIVE_POST_IN_COURSE,
+)
 from services.likes.access import AccessCache
 from services.likes.direct_writes import DirectWrites
 from services.likes.sync_store import liked_flags
@@ -38,25 +43,30 @@ from services.streams.likes import COMMENT, MARK_DIRTY, POST, LikeStreams, Targe
 
 log = logging.getLogger(__name__)
 
-_LIVE = {
-    POST: LIVE_POST_IN_COURSE.format(course="$3::bigint", target="$1::bigint"),
-    COMMENT: LIVE_COMMENT_IN_COURSE.format(course="$3::bigint", target="$1::bigint"),
+# A live target of the course, liked by one of its members: what the statement checks itself, so
+# neither a deleted target nor a revoked enrolment is written, whatever the cache remembers.
+_ENROLLED = ENROLLED_IN_COURSE.format(course="$3::bigint", user="$2::bigint")
+_ALLOWED = {
+    POST: LIVE_POST_IN_COURSE.format(course="$3::bigint", target="$1::bigint")
+    + f" AND {_ENROLLED}",
+    COMMENT: LIVE_COMMENT_IN_COURSE.format(course="$3::bigint", target="$1::bigint")
+    + f" AND {_ENROLLED}",
 }
 
 # $1 target, $2 user, $3 course; each returns a row only when it inserted or deleted one.
 STATEMENTS = {
     (POST, True): f"""
-INSERT INTO post_likes (post_id, user_id) SELECT $1::bigint, $2::bigint WHERE {_LIVE[POST]}
+INSERT INTO post_likes (post_id, user_id) SELECT $1::bigint, $2::bigint WHERE {_ALLOWED[POST]}
 ON CONFLICT DO NOTHING RETURNING post_id""",
     (POST, False): f"""
-DELETE FROM post_likes WHERE post_id = $1 AND user_id = $2 AND {_LIVE[POST]}
+DELETE FROM post_likes WHERE post_id = $1 AND user_id = $2 AND {_ALLOWED[POST]}
 RETURNING post_id""",
     (COMMENT, True): f"""
 INSERT INTO comment_likes (comment_id, user_id) SELECT $1::bigint, $2::bigint
-WHERE {_LIVE[COMMENT]}
+WHERE {_ALLOWED[COMMENT]}
 ON CONFLICT DO NOTHING RETURNING comment_id""",
     (COMMENT, False): f"""
-DELETE FROM comment_likes WHERE comment_id = $1 AND user_id = $2 AND {_LIVE[COMMENT]}
+DELETE FROM comment_likes WHERE comment_id = $1 AND user_id = $2 AND {_ALLOWED[COMMENT]}
 RETURNING comment_id""",
 }
 
@@ -115,8 +125,10 @@ class CounterlessLikes:
             statement = STATEMENTS[(kind, like)]
             row = await self._pool.fetchval(statement, target_id, user_id, course_id)
         if row is None:
-            # Already so, or not a live target of the course: only the second is an error.
-            await self._access.authorize(course_id, user_id, (kind, target_id), version)
+            # Already so, or not allowed (the user no longer enrolled, the target deleted or of
+            # another course): only the second is an error, and the database says which — the
+            # cache may not know yet. Only a toggle that changed nothing pays this query.
+            await self._access.authorize(course_id, user_id, (kind, target_id), None)
             return False
         await self._dirty.mark(kind, target_id)
         return True

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import redis.asyncio as redis
 from agora.events.v1 import like_events_pb2
 from agora.forum.v1 import like_service_pb2
 from pydantic import Field
@@ -108,12 +109,33 @@ class LikeStreams:
     def access_version(self, course_id: int) -> str:
         """The version of what the likes service may cache about a course (its members, its
         targets' liveness). Whoever changes course_members or deletes a post or comment of the
-        course DELetes it afterwards; each likes process then reloads on its next request."""
+        course deletes it afterwards (AccessSignal); each likes process then reloads on its next
+        request."""
         return f"{self.prefix}:{{c{course_id}}}:access-version"
 
     def dirty(self, kind: TargetKind) -> str:
         """Targets whose counters a flush changed, for reconciliation (one hash tag for both)."""
         return f"{self.prefix}:{{dirty}}:{KIND_NAMES[kind]}s"
+
+
+# How long a course's access version lives once a likes process set it (then the next request
+# sets a new one, and every likes process reloads that course once).
+ACCESS_VERSION_TTL_SECONDS = 86_400
+
+
+class AccessSignal:
+    """Tells every likes process that what it may remember about a course changed: a post or
+    comment of it was deleted, or its members changed. Deletes the course's access version, after
+    the change committed: the next request sets a fresh one (SET NX), and what any process loads
+    under it is read after the commit, so it is the new state; what was loaded before is kept
+    under the old version, which no request uses any more."""
+
+    def __init__(self, client: redis.Redis, streams: LikeStreams) -> None:
+        self._redis = client
+        self._streams = streams
+
+    async def changed(self, course_id: int) -> None:
+        await self._redis.delete(self._streams.access_version(course_id))
 
 
 def member(kind: TargetKind, target_id: int) -> str:
