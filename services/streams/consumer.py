@@ -8,7 +8,9 @@ XDEL and give the batch's units and bytes back to the backlog bound.
 What a failure means decides what happens (services/runtime/errors.py):
 - the data is refused (DATA): the batch is split, so each entry lands or fails alone, and an entry
   that carries several messages is split again so each message lands or fails alone; what keeps
-  failing moves to the dead-letter stream, with its error, after N deliveries;
+  failing moves to the dead-letter stream, with its error, after N failed attempts (counted by
+  the consumer, per entry, beside the stream: Redis's delivery count also grows with every
+  re-read and every claim by a new lease owner, which are no attempts);
 - anything else (a connection, a timeout, a revoked grant, a missing table, Redis out of memory)
   stalls the shard: the same batch is retried with backoff, never counted as a delivery, and the
   stall is visible in agora_stream_stalled until the infrastructure is fixed;
@@ -52,29 +54,45 @@ _tracer = trace.get_tracer(__name__)
 T = TypeVar("T")
 
 # XACK + XDEL after COMMIT, and give the acknowledged units and bytes back to the backlog bound,
-# atomically. allow-oom: acknowledging frees memory, so it must run when Redis is full.
-# KEYS: stream, units counter, bytes counter (a dummy key when a counter is not kept).
+# atomically; an entry acknowledged is no longer counted as failing. allow-oom: acknowledging
+# frees memory, so it must run when Redis is full.
+# KEYS: stream, units counter, bytes counter (a dummy key when a counter is not kept), failures.
 # ARGV: group, keep-units flag, keep-bytes flag, then (id, units, bytes) triples.
 _ACK = """#!lua flags=allow-oom
 local units, size = 0, 0
+local failing = redis.call('EXISTS', KEYS[4]) == 1
 for i = 4, #ARGV, 3 do
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
   if redis.call('XDEL', KEYS[1], ARGV[i]) == 1 then
     units = units + tonumber(ARGV[i + 1])
     size = size + tonumber(ARGV[i + 2])
   end
+  if failing then redis.call('HDEL', KEYS[4], ARGV[i]) end
 end
 if ARGV[2] == '1' and units > 0 then redis.call('DECRBY', KEYS[2], units) end
 if ARGV[3] == '1' and size > 0 then redis.call('DECRBY', KEYS[3], size) end
 return units
 """
 
+# One more failed attempt of an entry (its data refused); returns how many it has had. The hash
+# holds only entries that failed and are still pending (acknowledging or dead-lettering one
+# removes it), and expires a day after the last failure, so what another path deleted (a tool's
+# XDEL, a lost consumer group) does not stay. allow-oom: a poison entry must get to the dead
+# letters, which frees memory, when Redis is full.
+# KEYS: failures. ARGV: entry id, ttl ms.
+_FAILED = """#!lua flags=allow-oom
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return n
+"""
+FAILURES_TTL_MS = 86_400_000
+
 # Move one entry (or the parts of it that failed) to the dead-letter stream, then ACK + XDEL the
 # entry, atomically. The dead-letter stream is capped (MAXLEN ~, whole nodes at a time): what the
 # cap trims is gone for good, so the script returns how many it trimmed, for a counter (and the
 # alert DeadLettersTrimmed; DeadLettersNearCap warns before). allow-oom: the move frees about as
 # much as it takes, and it is how a shard gets past poison when Redis is full.
-# KEYS: stream, dead-letter stream, units counter, bytes counter.
+# KEYS: stream, dead-letter stream, units counter, bytes counter, failures.
 # ARGV: group, keep-units flag, keep-bytes flag, id, units, bytes, dead-letter cap, letter count,
 # then per letter: its item count, then its field/value items.
 _DEAD_LETTER = """#!lua flags=allow-oom
@@ -91,6 +109,7 @@ if redis.call('XDEL', KEYS[1], ARGV[4]) == 1 then
   if ARGV[2] == '1' then redis.call('DECRBY', KEYS[3], tonumber(ARGV[5])) end
   if ARGV[3] == '1' then redis.call('DECRBY', KEYS[4], tonumber(ARGV[6])) end
 end
+redis.call('HDEL', KEYS[5], ARGV[4])
 return before + letters - redis.call('XLEN', KEYS[2])
 """
 
@@ -189,6 +208,7 @@ class ConsumerConfig:
     read_count: int = 64
     batch_max: int = 500
     block_ms: int = 1000
+    # Failed attempts (the data refused) before an entry moves to the dead letters.
     max_deliveries: int = 5
     retry_backoff_max: float = 5.0
     # After the first new entries arrive, keep collecting up to batch_max for this long: fewer,
@@ -238,6 +258,8 @@ class ShardConsumer(Generic[T]):
         self._dead_letter = client.register_script(_DEAD_LETTER)
         self._ensure_group = client.register_script(_ENSURE_GROUP)
         self._read_new = client.register_script(_READ_NEW)
+        self._failed = client.register_script(_FAILED)
+        self._failures = failures_key(stream)
         self._pin_epoch = client.register_script(_PIN_EPOCH)
         self.stats = ConsumerStats()
         # When the loop last showed it is alive; the supervisor renews the lease only while it is.
@@ -611,7 +633,7 @@ class ShardConsumer(Generic[T]):
         args = self._backlog_args()
         for entry in entries:
             args += [entry.id, entry.units if entry.fields else 0, stored_bytes(entry.fields)]
-        await self._ack(keys=[self._stream, *self._backlog_keys()], args=args)
+        await self._ack(keys=[self._stream, *self._backlog_keys(), self._failures], args=args)
 
     async def _on_poison(
         self,
@@ -621,27 +643,27 @@ class ShardConsumer(Generic[T]):
         *,
         split: bool = False,
     ) -> None:
-        deliveries = await self._deliveries(entry.id)
-        if deliveries < self._config.max_deliveries:
+        failures = int(await self._failed(keys=[self._failures], args=[entry.id, FAILURES_TTL_MS]))
+        if failures < self._config.max_deliveries:
             log.warning(
-                "%s: entry %s failed (delivery %d of %d): %s",
+                "%s: entry %s failed (attempt %d of %d): %s",
                 self._stream,
                 entry.id.decode(),
-                deliveries,
+                failures,
                 self._config.max_deliveries,
                 error,
             )
             # Left pending: the next read of own pending entries retries it, after a pause so a
             # poison entry does not spin the loop.
-            await self._pause(min(0.05 * 2**deliveries, 2.0))
+            await self._pause(min(0.05 * 2**failures, 2.0))
             return
         log.error(
-            "%s: %s of entry %s moved to %s after %d deliveries: %s",
+            "%s: %s of entry %s moved to %s after %d failed attempts: %s",
             self._stream,
             f"{len(items)} part(s)" if split else "all",
             entry.id.decode(),
             self._dead_letters,
-            deliveries,
+            failures,
             error,
         )
         meta = [
@@ -652,7 +674,7 @@ class ShardConsumer(Generic[T]):
             FIELD_ERROR,
             f"{type(error).__name__}: {error}"[:2000].encode(),
             FIELD_DELIVERIES,
-            str(deliveries).encode(),
+            str(failures).encode(),
         ]
         if split:
             letters = [
@@ -673,7 +695,8 @@ class ShardConsumer(Generic[T]):
             args += [len(letter), *letter]
         trimmed = int(
             await self._dead_letter(
-                keys=[self._stream, self._dead_letters, *self._backlog_keys()], args=args
+                keys=[self._stream, self._dead_letters, *self._backlog_keys(), self._failures],
+                args=args,
             )
         )
         if trimmed:
@@ -689,11 +712,11 @@ class ShardConsumer(Generic[T]):
         self.stats.dead_lettered += len(letters)
         metrics.DEAD_LETTERS.labels(self._family).inc(len(letters))
 
-    async def _deliveries(self, entry_id: bytes) -> int:
-        pending = await self._redis.xpending_range(
-            self._stream, self._config.group, min=entry_id, max=entry_id, count=1
-        )
-        return int(pending[0]["times_delivered"]) if pending else self._config.max_deliveries
+
+def failures_key(stream: str) -> str:
+    """Where the consumers of `stream` count each pending entry's failed attempts: beside the
+    stream, in its hash slot (the stream's name carries its shard's hash tag)."""
+    return f"{stream}:failures"
 
 
 class _Stopped(Exception):

@@ -31,6 +31,7 @@ from services.gateway.rate_limit import RateLimiter
 from services.ingest.repository import BacklogFull, MessageStreamRepository
 from services.runtime import redis_client
 from services.runtime.redis_client import DurableScripts, NotReplicated
+from services.streams.consumer import failures_key
 from services.streams.likes import COMMENT, POST, LikeStreams
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
@@ -91,6 +92,7 @@ def test_the_keys_of_one_message_shard_share_one_slot_and_shards_spread() -> Non
             streams.dead_letters(s),
             streams.lease_key(s),
             streams.lease_epoch_key(s),
+            failures_key(streams.stream(s)),
         ]
         assert {slot(k) for k in keys} == {slot(keys[0])}, keys
         slots.append(slot(keys[0]))
@@ -109,6 +111,7 @@ def test_a_users_like_keys_share_the_slot_of_the_users_stream_shard() -> None:
             streams.dead_letters(shard),
             streams.lease_key(shard),
             streams.lease_epoch_key(shard),
+            failures_key(streams.stream(shard)),
         ]
         assert {slot(k) for k in keys} == {slot(keys[0])}, keys
     assert slot(streams.dirty(POST)) == slot(streams.dirty(COMMENT))
