@@ -51,6 +51,8 @@ class PairHistory:
 
 @dataclass
 class Ledger:
+    # The accounts whose messages the accounting reads (a scenario may add its own).
+    accounts: set[int] = field(default_factory=lambda: {CHAOS_ACCOUNT})
     sent: set[str] = field(default_factory=set)
     acked: set[str] = field(default_factory=set)
     likes: dict[tuple[int, int], PairHistory] = field(default_factory=dict)

@@ -76,6 +76,9 @@ class Outcome:
             (self.pending, "pending"),
             # A batch applied by a flusher that had lost its shard: what fencing refuses.
             (int(self.extra.get("stale_likes_committed", 0)), "stale likes committed"),
+            # One account's flood (tests/chaos/noisy_account.py): what fair shares prevent.
+            (int(self.extra.get("others_refused", 0)), "refusals of the other accounts"),
+            (int(self.extra.get("others_p99_regressed", 0)), "others' ack p99 regressed"),
         ]
         found = [f"{n:,} {what}" for n, what in counts if n]
         if self.drained_s is None:
@@ -167,33 +170,35 @@ async def prepare() -> list[int]:
 
 
 async def _messages(load: Load, details: list[str], t0: float) -> dict[str, int]:
+    accounts = sorted(load.ledger.accounts)
     db = await MysqlDatabase.connect(mysql_admin_url())
     try:
         rows = await db.fetchall(
-            "SELECT msg_id, thread_id, id FROM zalo_messages"
-            " WHERE zalo_account_id = %s AND msg_id LIKE %s ORDER BY id",
-            (CHAOS_ACCOUNT, f"{load.prefix}-%"),
+            "SELECT msg_id, thread_id, id, zalo_account_id FROM zalo_messages"
+            f" WHERE zalo_account_id IN ({', '.join(['%s'] * len(accounts))})"
+            " AND msg_id LIKE %s ORDER BY id",
+            (*accounts, f"{load.prefix}-%"),
         )
     finally:
         await db.close()
     stored_ids = [r[0] for r in rows]
     # Per conversation, the flusher must have stored messages in the order they were sent.
-    last: dict[str, tuple[int, str, int]] = {}
+    last: dict[tuple[int, str], tuple[int, str, int]] = {}
     out_of_order = 0
     acked_at = load.ledger.message_acked_at
-    for msg_id, thread, row_id in rows:
+    for msg_id, thread, row_id, account in rows:
         seq = int(msg_id.rsplit("-", 1)[1])
-        before = last.get(thread)
+        before = last.get((account, thread))
         if before is not None and seq < before[0]:
             out_of_order += 1
             if out_of_order <= 5:
-                shard = MESSAGE_STREAMS.shard_of(CHAOS_ACCOUNT, thread)
+                shard = MESSAGE_STREAMS.shard_of(account, thread)
                 details.append(
                     f"out of order (shard {shard}): {msg_id} (id {row_id}, acknowledged"
                     f" {acked_at.get(msg_id, t0) - t0:+.2f}s) stored after {before[1]} (id"
                     f" {before[2]}, acknowledged {acked_at.get(before[1], t0) - t0:+.2f}s)"
                 )
-        last[thread] = (seq, msg_id, row_id)
+        last[(account, thread)] = (seq, msg_id, row_id)
     stored = set(stored_ids)
     return {
         "stored": len(stored),
@@ -307,7 +312,7 @@ async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
             scenario.likes,
         )
         stop = asyncio.Event()
-        task = asyncio.create_task(load.run(stop))
+        task = asyncio.create_task(load.run(stop, scenario.message_senders))
         try:
             await asyncio.sleep(before)
             injected = time.monotonic()
