@@ -14,6 +14,21 @@ _ID = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 ID_PATTERN = f"^{_ID.pattern}$"
 
 
+# Row ids (courses, posts, comments, users) are PostgreSQL bigints, which the protos carry as
+# uint64: a value past 2**63 - 1 is refused before any query, where the driver could not even
+# encode it (asyncpg fails the bind, leaving a half-sent statement holding its locks).
+MAX_ROW_ID = 2**63 - 1
+
+
+def check_row_id(value: int, field: str) -> FieldViolation | None:
+    """None when `value` is a row id a bigint column can hold (0 is a missing one)."""
+    if value <= 0:
+        return FieldViolation(field, "is required")
+    if value > MAX_ROW_ID:
+        return FieldViolation(field, f"must be at most {MAX_ROW_ID}")
+    return None
+
+
 def check_id(value: str, field: str, *, required: bool) -> FieldViolation | None:
     """None when `value` is a valid id (or an allowed empty one), else the violation."""
     if not value:

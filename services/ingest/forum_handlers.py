@@ -9,6 +9,7 @@ from agora.forum.v1 import forum_write_service_pb2 as pb
 from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 
 from services.domain.forum import comment_from_row, post_from_row, require_enrolled
+from services.domain.ids import MAX_ROW_ID, check_row_id
 from services.ingest.forum_repository import ForumWriteRepository
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.redis_client import REDIS_ERRORS
@@ -31,7 +32,7 @@ def check_text(value: str, field: str, limit: int) -> FieldViolation | None:
 
 
 def check_ids(**ids: int) -> list[FieldViolation]:
-    return [FieldViolation(name, "is required") for name, value in ids.items() if value <= 0]
+    return [v for name, value in ids.items() if (v := check_row_id(value, name)) is not None]
 
 
 class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
@@ -82,7 +83,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         body = check_text(request.body, "body", MAX_BODY)
         if body:
             problems.append(body)
-        if request.HasField("parent_id") and request.parent_id <= 0:
+        if request.HasField("parent_id") and not 0 < request.parent_id <= MAX_ROW_ID:
             problems.append(FieldViolation("parent_id", "must be a comment id"))
         if problems:
             await abort_invalid(context, problems)

@@ -10,6 +10,7 @@ from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc as pb_grpc
 
 from services.domain.forum import NOT_ENROLLED
+from services.domain.ids import check_row_id
 from services.likes.errors import (
     BacklogFull,
     ColdSetError,
@@ -38,9 +39,15 @@ class LikeStore(Protocol):
 def _check_target(target: pb.Target, field: str) -> FieldViolation | None:
     if target.kind not in KIND_NAMES:
         return FieldViolation(f"{field}.kind", "must be POST or COMMENT")
-    if target.id <= 0:
-        return FieldViolation(f"{field}.id", "is required")
-    return None
+    return check_row_id(target.id, f"{field}.id")
+
+
+def _check_ids(request: pb.SetLikeRequest | pb.LikedMapRequest) -> list[FieldViolation]:
+    found = (
+        check_row_id(request.user_id, "user_id"),
+        check_row_id(request.course_id, "course_id"),
+    )
+    return [v for v in found if v is not None]
 
 
 class LikeHandlers(pb_grpc.LikeServiceServicer):
@@ -52,11 +59,7 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
     async def SetLike(
         self, request: pb.SetLikeRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetLikeResponse:
-        problems = [
-            FieldViolation(name, "is required")
-            for name, value in (("user_id", request.user_id), ("course_id", request.course_id))
-            if value <= 0
-        ]
+        problems = _check_ids(request)
         target = _check_target(request.target, "target")
         if target:
             problems.append(target)
@@ -89,11 +92,7 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
     async def LikedMap(
         self, request: pb.LikedMapRequest, context: grpc.aio.ServicerContext
     ) -> pb.LikedMapResponse:
-        problems = [
-            FieldViolation(name, "is required")
-            for name, value in (("user_id", request.user_id), ("course_id", request.course_id))
-            if value <= 0
-        ]
+        problems = _check_ids(request)
         if len(request.targets) > MAX_TARGETS:
             problems.append(FieldViolation("targets", f"must hold at most {MAX_TARGETS}"))
         for i, target in enumerate(request.targets):
