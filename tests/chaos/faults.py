@@ -21,8 +21,10 @@ from redis.crc import key_slot
 
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.redis_client import REDIS_ERRORS
+from services.streams.likes import GROUP as LIKE_GROUP
+from services.streams.messages import GROUP as MESSAGE_GROUP
 from services.streams.monitor import counters_sum
-from tests.chaos import mode_switch, noisy_account
+from tests.chaos import mode_switch
 from tests.chaos.load import CHAOS_ACCOUNT, LikePlan, Load, thread_of
 from tests.chaos.proxy import ProxyProcess
 from tests.chaos.stack import LEASE_TTL_MS, LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack, Service
@@ -55,8 +57,6 @@ class Scenario:
     # and likes acknowledging a write once this many replicas have it (REDIS_WAIT_REPLICAS).
     redis_cluster: bool = False
     wait_replicas: int = 0
-    # The chaos account's closed-loop message senders (0: the scenario sends its own messages).
-    message_senders: int = 3
 
 
 def _errors_since(load: Load, before: Counter[str]) -> Counter[str]:
@@ -626,11 +626,12 @@ REPLICA_STOP_S = 2.0
 ACK_IN_FLIGHT_S = 0.1
 # Slots moved at least, per reshard (more when needed to carry a message and a like shard).
 RESHARD_SLOTS = 2_000
-# The flusher's lease on a cluster: its default (10 s), not the chaos stack's 2 s. The supervisor
-# renews every lease in one round (a heartbeat reading every shard's lease key), which fails while
-# any master is down: a lease shorter than a failover (node timeout + election, ~3-5 s here) would
-# lapse on every shard, healthy masters' included.
+# The flusher's lease on a cluster: its default (10 s), not the chaos stack's 2 s. Each lease is
+# renewed on its own, but redis-py's cluster client refuses every command, on every slot, while
+# the node it asks for COMMAND (its default node) is a dead master, until the failover: a lease
+# shorter than a failover (node timeout + election, ~3-5 s here) could lapse on every shard.
 CLUSTER_LEASE = {"FLUSHER_LEASE_TTL_MS": "10000"}
+CLUSTER_LEASE_S = int(CLUSTER_LEASE["FLUSHER_LEASE_TTL_MS"]) / 1000
 # The flusher stands still for ~10 s in the failover (stopped, then the master's slots down, then
 # maybe its leases lapsed): a backlog bound that holds that much, so the load is refused only by
 # the failover (the bound has its own scenario).
@@ -752,7 +753,8 @@ def _acked_on(load: Load, streams: set[str], since: float, until: float) -> tupl
 
 
 async def fail_over_master(stack: ChaosStack, load: Load) -> dict[str, float]:
-    """kill -9 the master serving the most stream shards; its replica is promoted.
+    """kill -9 the master serving the most stream shards; its replica is promoted. Two flushers:
+    the shards change hands across the failover, and fencing decides who may still commit.
 
     The loss window is made real, and the same with WAIT as without: the master's replica and the
     flusher are SIGSTOPped for REPLICA_STOP_S while the load goes on, and the master drops its
@@ -765,8 +767,20 @@ async def fail_over_master(stack: ChaosStack, load: Load) -> dict[str, float]:
     With WAIT 1 none of the window's writes to those shards can have been acknowledged
     (UNAVAILABLE, retried); without, they were acknowledged and died with the master (the
     negative control).
+
+    flusher-b is resumed with the replica; flusher-a stays stopped, with whatever batches it had
+    read, past its lease: flusher-b takes its shards over on the promoted replica's leases and
+    epoch counters (which lost whatever the dead master alone had), claims its entries and
+    applies them and everything newer. Then flusher-a is resumed: its batches must be refused
+    (fenced off: each takeover took its epoch from the database), and it takes its share back.
     """
     cluster = stack.the_cluster()
+    client = stack.client()
+    try:
+        shared = await _until(lambda: _both_hold_shards(stack, client), 3 * CLUSTER_LEASE_S)
+    finally:
+        await client.aclose()
+    stack.note(f"both flushers hold shards: {shared is not None}")
     owners = _owners(await _slot_ranges(cluster))
     counts = Counter(owners.values())
     port = max(sorted(counts), key=lambda p: counts[p])
@@ -799,9 +813,12 @@ async def fail_over_master(stack: ChaosStack, load: Load) -> dict[str, float]:
     killed = time.monotonic()
     stack.note(f"master {master.port} SIGKILLed")
     _signal(replica, signal.SIGCONT)
+    a = stack.flusher("a")
+    fenced_before = _fenced_batches(stack)
     for flusher in flushers:
-        flusher.resume()
-    stack.note(f"replica {replica.port} and the flusher SIGCONT")
+        if flusher is not a:
+            flusher.resume()
+    stack.note(f"replica {replica.port} and flusher-b SIGCONT; flusher-a stays stopped")
     promoted = await _until_promoted(cluster, replica)
     stack.note(f"replica {replica.port} promoted; every slot served")
     cluster.start_node(master)
@@ -812,9 +829,31 @@ async def fail_over_master(stack: ChaosStack, load: Load) -> dict[str, float]:
     stack.note(f"old master {master.port} restarted: {roles.get(master.port)}, linked")
     if roles.get(master.port) != "slave":
         raise RuntimeError(f"the old master came back as {roles.get(master.port)}, not a replica")
+    client = stack.client()
+    try:
+        async with LeaseWatch(stack).running() as watch:
+            taken = await _until(lambda: _took_over(stack, client, a.name), 4 * CLUSTER_LEASE_S)
+            stack.note(f"flusher-b holds every shard: {taken is not None}")
+            # What flusher-a had read is claimed once idle longer than a lease; a batch it holds
+            # inside an open transaction keeps the shard's fencing row locked, and that
+            # takeover waiting, until it is resumed.
+            await _until(lambda: _holds_nothing(stack, client, a.name), CLUSTER_LEASE_S + 5)
+            left = await _pending_on(stack, client, a.name)
+            a.resume()
+            stack.note(f"flusher-a SIGCONT with {left} entries still pending on it")
+            back = await _until(lambda: _holds_some(stack, client, a.name), 4 * CLUSTER_LEASE_S)
+            stack.note(f"flusher-a holds shards again: {back is not None}")
+    finally:
+        a.resume()
+        await client.aclose()
     messages, toggles = _acked_on(load, victim, stopped + ACK_IN_FLIGHT_S, killed)
     during = _errors_since(load, errors)
     return {
+        "takeover_s": taken if taken is not None else -1,
+        "left_on_a": left,
+        "rejoined_s": back if back is not None else -1,
+        "shard_moves": watch.moves,
+        "fenced_batches": _fenced_batches(stack) - fenced_before,
         "repl_lag_p50_ms": lags[len(lags) // 2] * 1000,
         "repl_lag_max_ms": lags[-1] * 1000,
         "promoted_s": promoted,
@@ -823,6 +862,30 @@ async def fail_over_master(stack: ChaosStack, load: Load) -> dict[str, float]:
         "acked_on_master_alone_likes": toggles,
         **_refusals(during),
     }
+
+
+async def _took_over(stack: ChaosStack, client: redis.Redis, name: str) -> bool:
+    """Other flushers hold every shard's lease."""
+    holders = await stack.lease_holders(client)
+    return all(h is not None and h != name for h in holders.values())
+
+
+async def _pending_on(stack: ChaosStack, client: redis.Redis, name: str) -> int:
+    """Entries `name` has read and not acknowledged, messages and likes."""
+    return sum([await stack.held_by(client, name, group) for group in (LIKE_GROUP, MESSAGE_GROUP)])
+
+
+async def _holds_nothing(stack: ChaosStack, client: redis.Redis, name: str) -> bool:
+    return await _pending_on(stack, client, name) == 0
+
+
+async def _holds_some(stack: ChaosStack, client: redis.Redis, name: str) -> bool:
+    return name in (await stack.lease_holders(client)).values()
+
+
+async def _both_hold_shards(stack: ChaosStack, client: redis.Redis) -> bool:
+    holders = set((await stack.lease_holders(client)).values())
+    return {"flusher-a", "flusher-b"} <= holders
 
 
 async def _redirects(cluster: LocalCluster) -> Counter[str]:
@@ -879,7 +942,9 @@ async def reshard_under_load(stack: ChaosStack, load: Load) -> dict[str, float]:
     """redis-cli --cluster reshard, twice, while the load flows: slots carrying a message shard
     and a like shard move from one master to a second, then on to the third. Writes to a slot
     being migrated are redirected (ASK, then MOVED once it has moved) and followed by the
-    clients; every stream, its consumer group and its pending entries move with their slot."""
+    clients; every stream, its consumer group and its pending entries move with their slot. Two
+    flushers consume meanwhile: the leases, their epoch counters and the failure counts move with
+    their shards' slots too."""
     cluster = stack.the_cluster()
     errors = Counter(load.ledger.errors)
     redirects = await _redirects(cluster)
@@ -919,7 +984,6 @@ TOGGLING = LikePlan(senders=24, pause=0.03)
 CLUSTER_FAILOVER = "kill -9 a Redis Cluster master (failover, WAIT 1)"
 CLUSTER_RESHARD = "reshard a Redis Cluster under load (WAIT 1)"
 MODE_SWITCH = "LIKES_MODE switched under load (pods of two modes, restarts)"
-NOISY_ACCOUNT = "one account at 20x the rate of 50 others, drain below their sum (fair shares)"
 
 FAULTS: dict[str, Scenario] = {
     "kill -9 ingest": Scenario(kill_ingest),
@@ -942,22 +1006,18 @@ FAULTS: dict[str, Scenario] = {
     "Redis at maxmemory": Scenario(redis_full),
     "grant revoked and restored": Scenario(revoke_grants),
     MODE_SWITCH: Scenario(mode_switch.switch_modes, flusher_env=(mode_switch.FLUSHER_ENV,)),
-    NOISY_ACCOUNT: Scenario(
-        noisy_account.noisy_account,
-        flusher_env=(noisy_account.FLUSHER_ENV,),
-        queue_max=noisy_account.QUEUE_MAX,
-        message_senders=0,
-    ),
     CLUSTER_FAILOVER: Scenario(
         fail_over_master,
-        flusher_env=(CLUSTER_LEASE,),
+        flushers=2,
+        flusher_env=(CLUSTER_LEASE, CLUSTER_LEASE),
         queue_max=CLUSTER_QUEUE_MAX,
         redis_cluster=True,
         wait_replicas=1,
     ),
     CLUSTER_RESHARD: Scenario(
         reshard_under_load,
-        flusher_env=(CLUSTER_LEASE,),
+        flushers=2,
+        flusher_env=(CLUSTER_LEASE, CLUSTER_LEASE),
         queue_max=CLUSTER_QUEUE_MAX,
         redis_cluster=True,
         wait_replicas=1,
