@@ -5,7 +5,7 @@ Hypothesis draws titles and bodies at their length bounds in every Unicode plane
 whitespace, and writes a post, a comment on it, a reply and a reply to the reply through the real
 ForumWriteService (the gateway's identity, the author's token) into the real PostgreSQL; every
 stored column and counter is compared with what was sent. A second property sends the same writes
-for any course, post and parent id a uint64 can carry.
+for any course, post and parent id a uint64 can carry, and reads for any of them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import asyncpg
 import grpc
 import pytest
 import pytest_asyncio
+from agora.forum.v1 import forum_read_service_pb2 as read_pb
+from agora.forum.v1 import forum_read_service_pb2_grpc, forum_write_service_pb2_grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
-from agora.forum.v1 import forum_write_service_pb2_grpc
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -187,4 +188,42 @@ async def test_any_ids_are_stored_or_refused_never_an_internal_error(
         forum.DeletePost(pb.DeletePostRequest(course_id=course, post_id=post, user_id=7)),
         forum.DeleteComment(pb.DeleteCommentRequest(course_id=course, comment_id=post, user_id=7)),
     ):
+        assert await outcome(call) in REFUSALS | {grpc.StatusCode.OK}
+
+
+@pytest_asyncio.fixture
+async def forum_reads(
+    env: Env, timeline_server: GrpcServer, clean: None
+) -> AsyncIterator[forum_read_service_pb2_grpc.ForumReadServiceStub]:
+    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
+        yield forum_read_service_pb2_grpc.ForumReadServiceStub(channel)
+
+
+@PROPERTY
+@given(course=uint64, target=uint64, cursor=st.one_of(st.none(), uint64))
+async def test_reads_of_any_ids_answer_or_refuse_never_an_internal_error(
+    forum_reads: forum_read_service_pb2_grpc.ForumReadServiceStub,
+    course: int,
+    target: int,
+    cursor: int | None,
+) -> None:
+    """The read side's ids are the same bigints: the same rule, or the same driver failure."""
+    page = {"limit": 10}
+    calls: list[Awaitable[Any]] = [
+        forum_reads.ListPosts(
+            read_pb.ListPostsRequest(course_id=course, user_id=7, before_id=cursor, **page)
+        ),
+        forum_reads.GetPost(read_pb.GetPostRequest(course_id=course, post_id=target, user_id=7)),
+        forum_reads.ListComments(
+            read_pb.ListCommentsRequest(
+                course_id=course, post_id=target, user_id=7, after_id=cursor, **page
+            )
+        ),
+        forum_reads.ListReplies(
+            read_pb.ListRepliesRequest(
+                course_id=course, comment_id=target, user_id=7, after_id=cursor, **page
+            )
+        ),
+    ]
+    for call in calls:
         assert await outcome(call) in REFUSALS | {grpc.StatusCode.OK}
