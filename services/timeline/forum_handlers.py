@@ -5,8 +5,10 @@ from __future__ import annotations
 import grpc
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
+from google.protobuf.message import Message
 
 from services.domain.forum import comment_fields, post_fields, require_enrolled
+from services.domain.ids import MAX_ROW_ID, check_row_id
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.timeline.forum_repository import ForumReadRepository
 
@@ -15,10 +17,20 @@ POST_NOT_FOUND = "post not found in this course"
 
 
 def _checks(limit: int | None = None, **ids: int) -> list[FieldViolation]:
-    problems = [FieldViolation(name, "is required") for name, value in ids.items() if value <= 0]
+    problems = [v for name, value in ids.items() if (v := check_row_id(value, name)) is not None]
     if limit is not None and not 1 <= limit <= MAX_LIMIT:
         problems.append(FieldViolation("limit", f"must be between 1 and {MAX_LIMIT}"))
     return problems
+
+
+def _cursor(request: Message, field: str, least: int) -> list[FieldViolation]:
+    """An optional keyset cursor: when set, an id from `least` to what a bigint holds."""
+    value = getattr(request, field) if request.HasField(field) else least
+    if value < least:
+        return [FieldViolation(field, "must be a positive id")]
+    if value > MAX_ROW_ID:
+        return [FieldViolation(field, f"must be at most {MAX_ROW_ID}")]
+    return []
 
 
 class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
@@ -33,8 +45,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         self, request: pb.ListPostsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPostsResponse:
         problems = _checks(request.limit, course_id=request.course_id, user_id=request.user_id)
-        if request.HasField("before_id") and request.before_id <= 0:
-            problems.append(FieldViolation("before_id", "must be a positive id"))
+        problems += _cursor(request, "before_id", 1)
         if problems:
             await abort_invalid(context, problems)
         before = request.before_id if request.HasField("before_id") else None
@@ -74,6 +85,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             post_id=request.post_id,
             user_id=request.user_id,
         )
+        problems += _cursor(request, "after_id", 0)
         if problems:
             await abort_invalid(context, problems)
         after = request.after_id if request.HasField("after_id") else None
@@ -101,6 +113,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             comment_id=request.comment_id,
             user_id=request.user_id,
         )
+        problems += _cursor(request, "after_id", 0)
         if problems:
             await abort_invalid(context, problems)
         after = request.after_id if request.HasField("after_id") else None
