@@ -18,11 +18,22 @@ import asyncio
 import math
 import time
 import zlib
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Protocol, TypeVar
 
 import redis.asyncio as redis
 
 from services.runtime import errors
+
+R = TypeVar("R")
+
+
+async def within(call: Awaitable[R], seconds: float | None) -> R:
+    """`call`, or TimeoutError (transient) once it took `seconds` (None: no bound of its own)."""
+    try:
+        return await asyncio.wait_for(call, seconds)
+    except TimeoutError:
+        raise TimeoutError(f"no answer from Redis within {seconds:.2f}s") from None
 
 
 class ShardedLayout(Protocol):
@@ -102,15 +113,12 @@ class ShardLeases:
         and the others are. No pipeline: redis-py's cluster pipeline drops every connection of
         the client when one node fails, failing the commands of the other shards too."""
         now_ms = int(time.time() * 1000)
-        live = await asyncio.wait_for(
+        live = await within(
             self._heartbeat(keys=[self._members_key], args=[self.member, now_ms, self.ttl_ms]),
             deadline,
         )
         holders = await asyncio.gather(
-            *(
-                asyncio.wait_for(self._redis.get(self._key(s)), deadline)
-                for s in range(self.shards)
-            ),
+            *(within(self._redis.get(self._key(s)), deadline) for s in range(self.shards)),
             return_exceptions=True,
         )
         for holder in holders:

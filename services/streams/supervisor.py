@@ -29,7 +29,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from services.runtime import errors
 from services.runtime.loops import repeat
 from services.streams.consumer import ShardConsumer
-from services.streams.leases import ShardedLayout, ShardLeases
+from services.streams.leases import ShardedLayout, ShardLeases, within
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class ShardSupervisor:
 
     async def _bounded(self, call: Awaitable[R]) -> R:
         """`call`, or TimeoutError once it takes longer than a Redis call of a tick may."""
-        return await asyncio.wait_for(call, self._call_deadline)
+        return await within(call, self._call_deadline)
 
     async def _tick(self) -> None:
         lost = []
