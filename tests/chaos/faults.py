@@ -24,7 +24,7 @@ from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import GROUP as LIKE_GROUP
 from services.streams.messages import GROUP as MESSAGE_GROUP
 from services.streams.monitor import counters_sum
-from tests.chaos import mode_switch
+from tests.chaos import mode_switch, noisy_account
 from tests.chaos.load import CHAOS_ACCOUNT, LikePlan, Load, thread_of
 from tests.chaos.proxy import ProxyProcess
 from tests.chaos.stack import LEASE_TTL_MS, LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack, Service
@@ -57,6 +57,8 @@ class Scenario:
     # and likes acknowledging a write once this many replicas have it (REDIS_WAIT_REPLICAS).
     redis_cluster: bool = False
     wait_replicas: int = 0
+    # The chaos account's closed-loop message senders (0: the scenario sends its own messages).
+    message_senders: int = 3
 
 
 def _errors_since(load: Load, before: Counter[str]) -> Counter[str]:
@@ -984,6 +986,7 @@ TOGGLING = LikePlan(senders=24, pause=0.03)
 CLUSTER_FAILOVER = "kill -9 a Redis Cluster master (failover, WAIT 1)"
 CLUSTER_RESHARD = "reshard a Redis Cluster under load (WAIT 1)"
 MODE_SWITCH = "LIKES_MODE switched under load (pods of two modes, restarts)"
+NOISY_ACCOUNT = "one account at 20x the rate of 50 others, drain below their sum (fair shares)"
 
 FAULTS: dict[str, Scenario] = {
     "kill -9 ingest": Scenario(kill_ingest),
@@ -1006,6 +1009,12 @@ FAULTS: dict[str, Scenario] = {
     "Redis at maxmemory": Scenario(redis_full),
     "grant revoked and restored": Scenario(revoke_grants),
     MODE_SWITCH: Scenario(mode_switch.switch_modes, flusher_env=(mode_switch.FLUSHER_ENV,)),
+    NOISY_ACCOUNT: Scenario(
+        noisy_account.noisy_account,
+        flusher_env=(noisy_account.FLUSHER_ENV,),
+        queue_max=noisy_account.QUEUE_MAX,
+        message_senders=0,
+    ),
     CLUSTER_FAILOVER: Scenario(
         fail_over_master,
         flushers=2,
