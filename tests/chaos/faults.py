@@ -193,6 +193,7 @@ class LeaseWatch:
         self._stack = stack
         self.moves = 0
         self._task: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[LeaseWatch]:
@@ -200,16 +201,21 @@ class LeaseWatch:
         try:
             yield self
         finally:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Told to end, not cancelled: a cancellation that lands inside a Redis command's own
+            # timeout can come out as a Redis TimeoutError (Python 3.11's asyncio.timeout), which
+            # the loop would take for a failed sample and go on, forever.
+            self._done.set()
+            try:
+                await asyncio.wait_for(self._task, 10)
+            except TimeoutError:
+                self._task.cancel()
 
     async def _watch(self) -> None:
         client = self._stack.client()
         last: dict[str, str] = {}
         try:
-            while True:
-                with contextlib.suppress(redis.RedisError):
+            while not self._done.is_set():
+                with contextlib.suppress(*REDIS_ERRORS):
                     for stream, holder in (await self._stack.lease_holders(client)).items():
                         # A lease lapsing is no move; the next holder being another replica is.
                         if holder is not None:
