@@ -17,7 +17,7 @@ GRANT SELECT, INSERT, DELETE ON post_likes, comment_likes TO agora_flusher;
 GRANT SELECT ON posts, comments TO agora_flusher;
 GRANT UPDATE (like_count) ON posts, comments TO agora_flusher;
 
--- likes in sync mode (LIKES_MODE=sync, seed level 1): writes likes and their counters directly;
+-- likes in sync mode (LIKES_MODE=sync, the simplest mode): writes likes and their counters directly;
 -- in counterless mode the like statement itself checks the enrolment (course_members).
 GRANT SELECT, INSERT, DELETE ON post_likes, comment_likes TO agora_likes_writer;
 GRANT SELECT ON course_members, posts, comments TO agora_likes_writer;

@@ -193,7 +193,7 @@ class BufferedLikes:
         while True:
             probe = await self._probe(user_id, course_id)
             if not probe.busy:
-                # Redis cannot know any of this (seed trap 6): refuse before changing anything.
+                # Redis cannot know enrolment or liveness: refuse before changing anything.
                 warm_with = await self._access.authorize(
                     course_id, user_id, (kind, target_id), probe.version, with_liked=probe.cold
                 )

@@ -291,7 +291,7 @@ async def poison_like_of_post_1(
     likes: like_service_pb2_grpc.LikeServiceStub, flusher: Flusher, pg_admin: asyncpg.Pool
 ) -> None:
     """User 7 likes post 1 while its counter drifted to the largest int: the like would take
-    like_count out of range, which PostgreSQL refuses on every delivery (seed case 3) — a dead
+    like_count out of range, which PostgreSQL refuses on every delivery (a poison entry) — a dead
     letter."""
     await pg_admin.execute(f"UPDATE posts SET like_count = {INT_MAX} WHERE id = 1")
     assert (await set_like(likes, 7, post(1), True)).changed
