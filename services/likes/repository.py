@@ -1,4 +1,4 @@
-"""likes' PostgreSQL reads: the checks Redis cannot make (enrolment, liveness), and warming a liked SET.
+"""likes' PostgreSQL reads: the checks Redis cannot make (enrolment, liveness); warming a SET.
 
 `check` answers everything a like needs in one round trip: is the user enrolled, is the target
 live and in the course, and — only when asked — what they have liked in the course (seed 002 §4.4
