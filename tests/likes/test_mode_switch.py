@@ -272,3 +272,43 @@ async def test_a_set_warmed_from_a_read_a_direct_write_overtook_is_not_kept(
     assert ("p", 1, 8) not in await likes_in_pg(pg_admin)
     assert await in_set(redis_client, 8, ["p:1"]) in (None, [False])
     assert await liked(pods["buffered"], 8, [POST_1]) == [False]
+
+
+@pytest.mark.parametrize("warmed_by", ["toggle", "read"])
+async def test_a_set_warmed_while_the_flusher_commits_keeps_the_flushed_toggle(
+    warmed_by: str,
+    pods: dict[str, Stub],
+    env: Env,
+    flusher: Flusher,
+    pg_likes: asyncpg.Pool,
+    pg_admin: asyncpg.Pool,
+    redis_client: redis.Redis,
+) -> None:
+    """User 8's like of post 1 waits in the stream when a sync pod's write (another target)
+    drops their SET. A buffered pod warms it again: it reads the database (no like of post 1
+    yet), then the flusher commits that like before the warm is applied. The like must be in the
+    warmed SET: neither the read nor the user's unflushed toggles may both miss it."""
+    assert await set_like(pods["buffered"], 8, POST, 1, True)
+    assert await set_like(pods["sync"], 8, COMMENT, 1, True)
+    assert await in_set(redis_client, 8, ["p:1"]) is None  # the direct write dropped the SET
+    client = redis_client_module.connect(env.redis_likes_url, cluster=ON_CLUSTER)
+    checks = Overtaken(pg_likes, flusher.drain)
+    streams = LikeStreams(STREAMS.prefix, SHARDS)
+    store = BufferedLikes(
+        client,
+        streams,
+        AccessCache(checks, client, streams, AccessLimits()),
+        3600,
+        BacklogBound.of(10_000, 10_000_000, SHARDS),
+    )
+    try:
+        if warmed_by == "toggle":
+            assert await store.set_like(8, 42, POST, 2, True)
+        else:
+            assert await store.liked_map(8, 42, [POST_1, COMMENT_1]) == [True, True]
+    finally:
+        await client.aclose()
+    await flusher.drain()
+    assert {("p", 1, 8), ("c", 1, 8)} <= await likes_in_pg(pg_admin)
+    assert await in_set(redis_client, 8, ["p:1", "c:1"]) == [True, True]
+    assert await liked(pods["buffered"], 8, [POST_1, COMMENT_1]) == [True, True]
