@@ -37,23 +37,24 @@ from services.runtime.redis_client import DurableScripts
 from services.streams.likes import LikeStreams, TargetKind, member, unflushed
 from services.streams.producer import LUA_APPEND, publishing
 
-# Warm KEYS[1] from the database members ARGV[from..] (only when absent), then apply the
-# unflushed last operations of KEYS[2] ('like:<id>' / 'unlike:<id>'; 'dead:…' ones never landed
-# and are ignored). The '_' member keeps a user who liked nothing from looking cold; unpack()
-# takes at most 5,000 members at a time (Lua's stack limit is near 8,000).
+# Warm KEYS[1] from ARGV[from..]: how many members the database has, those members, then the
+# user's unflushed toggles as read before the database ('+<member>' a like, '-<member>' an
+# unlike). Read before, not in here: the flusher forgets a toggle once committed, so toggles read
+# now could miss one that the database read, made earlier, missed too. The '_' member keeps a
+# user who liked nothing from looking cold; unpack() takes at most 5,000 members at a time
+# (Lua's stack limit is near 8,000).
 _WARM_BODY = """
 local function warm(from)
   redis.call('SADD', KEYS[1], '_')
-  for i = from, #ARGV, 5000 do
-    redis.call('SADD', KEYS[1], unpack(ARGV, i, math.min(i + 4999, #ARGV)))
+  local last = from + tonumber(ARGV[from])
+  for i = from + 1, last, 5000 do
+    redis.call('SADD', KEYS[1], unpack(ARGV, i, math.min(i + 4999, last)))
   end
-  local ops = redis.call('HGETALL', KEYS[2 + OPS_OFFSET])
-  for i = 1, #ops, 2 do
-    local op = string.match(ops[i + 1], '^(%a+)')
-    if op == 'like' then
-      redis.call('SADD', KEYS[1], ops[i])
-    elseif op == 'unlike' then
-      redis.call('SREM', KEYS[1], ops[i])
+  for i = last + 1, #ARGV do
+    if string.sub(ARGV[i], 1, 1) == '+' then
+      redis.call('SADD', KEYS[1], string.sub(ARGV[i], 2))
+    else
+      redis.call('SREM', KEYS[1], string.sub(ARGV[i], 2))
     end
   end
 end
@@ -80,11 +81,10 @@ end
 # KEYS: liked set, stream, last-ops hash, the stream's bytes counter, direct-write guard.
 # ARGV: member, op ('like' | 'unlike'), ttl, the encoded stream entry (ENTRY_LENGTH items),
 # backlog entries bound, backlog bytes bound, the guard's token read before the members (or ''),
-# warm ('1' when members follow), members...
+# warm ('1' when what warm() takes follows), what warm() takes...
 TOGGLE = (
     "#!lua\n"
     + LUA_APPEND
-    + "local OPS_OFFSET = 1\n"
     + _WARM_BODY
     + _GUARD_BODY
     + """
@@ -119,16 +119,16 @@ return 1
 """
 )
 
-# KEYS: liked set, last-ops hash, direct-write guard. ARGV: ttl, the guard's token read before
-# the members (or ''), members from the database... Returns 1 warmed, 0 warm already, -1 / -3 as
-# may_warm (not warmed: the caller answers from its read without keeping it).
+# KEYS: liked set, direct-write guard. ARGV: ttl, the guard's token read before the members (or
+# ''), what warm() takes... Returns 1 warmed, 0 warm already, -1 / -3 as may_warm (not warmed:
+# the caller answers from its read without keeping it).
 WARM = (
-    "#!lua\nlocal OPS_OFFSET = 0\n"
+    "#!lua\n"
     + _WARM_BODY
     + _GUARD_BODY
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local allowed = may_warm(KEYS[3], ARGV[2])
+local allowed = may_warm(KEYS[2], ARGV[2])
 if allowed ~= 1 then return allowed end
 warm(3)
 redis.call('EXPIRE', KEYS[1], ARGV[1])
@@ -193,10 +193,12 @@ class BufferedLikes:
         while True:
             probe = await self._probe(user_id, course_id)
             if not probe.busy:
+                toggles = await self._buffered_toggles(user_id, course_id) if probe.cold else {}
                 # Redis cannot know enrolment or liveness: refuse before changing anything.
-                warm_with = await self._access.authorize(
+                from_db = await self._access.authorize(
                     course_id, user_id, (kind, target_id), probe.version, with_liked=probe.cold
                 )
+                warm_with = None if from_db is None else warm_args(from_db, toggles)
                 result = await self._toggle_and_append(event, probe.token, warm_with)
                 if result == -2:
                     raise BacklogFull("the like backlog is full")
@@ -271,16 +273,17 @@ class BufferedLikes:
     ) -> list[bool]:
         key = self._streams.liked_set(user_id, course_id)
         probe = await self._probe(user_id, course_id)
+        toggles = await self._buffered_toggles(user_id, course_id) if probe.cold else {}
         from_db = await self._access.authorize(
             course_id, user_id, None, probe.version, with_liked=probe.cold
         )
         members = [member(t.kind, t.id) for t in targets]
         if from_db is not None:
-            ops_key = self._streams.last_ops(user_id, course_id)
             guard = self._streams.direct_guard(user_id, course_id)
             try:
                 warmed = await self._warm(
-                    keys=[key, ops_key, guard], args=[self._ttl, probe.token, *from_db]
+                    keys=[key, guard],
+                    args=[self._ttl, probe.token, *warm_args(from_db, toggles)],
                 )
             except OutOfMemoryError:
                 warmed = -2
@@ -288,20 +291,28 @@ class BufferedLikes:
                 # Redis is full, or a direct pod is writing (or wrote since the read) the user's
                 # likes: answer from the database and the unflushed operations (this read is as
                 # recent as the request), and warm the SET another time.
-                liked = await self._liked_without_warming(set(from_db), ops_key)
+                liked = set(from_db)
+                liked |= {m for m, is_liked in toggles.items() if is_liked}
+                liked -= {m for m, is_liked in toggles.items() if not is_liked}
                 return [m in liked for m in members]
         if not targets:
             return []
         return [bool(f) for f in await self._redis.smismember(key, members)]
 
-    async def _liked_without_warming(self, liked: set[str], ops_key: str) -> set[str]:
-        ops: dict[Any, Any] = await self._redis.hgetall(ops_key)
-        for name, is_liked in unflushed(ops).items():
-            if is_liked:
-                liked.add(name)
-            else:
-                liked.discard(name)
-        return liked
+    async def _buffered_toggles(self, user_id: int, course_id: int) -> dict[str, bool]:
+        """The user's toggles not flushed yet (member → liked), read before the database read
+        that warms their SET: whatever the flusher commits in between is in one or the other."""
+        ops: dict[Any, Any] = await self._redis.hgetall(self._streams.last_ops(user_id, course_id))
+        return unflushed(ops)
+
+
+def warm_args(from_db: list[str], toggles: dict[str, bool]) -> list[str]:
+    """What the warm step of TOGGLE and WARM takes: the database's members, then the toggles."""
+    return [
+        str(len(from_db)),
+        *from_db,
+        *(("+" if liked else "-") + name for name, liked in toggles.items()),
+    ]
 
 
 # A toggle's tries: the probe and the script, again when the SET went cold in between or a direct
