@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Literal
+from typing import Literal, cast
 
 import asyncpg
 import grpc
@@ -21,10 +21,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.likes import server as likes_service
 from services.likes.access import AccessCache, AccessLimits
 from services.likes.config import LikesSettings
+from services.likes.direct_writes import DirectWrites
 from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
+from services.likes.sync_store import liked_flags
 from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
+from services.runtime.redis_client import DurableScripts
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from tests.conftest import ON_CLUSTER, Env, serving
 from tests.helpers import SHARDS, Flusher, as_gateway, as_service, dead_letter_count
@@ -312,3 +315,41 @@ async def test_a_set_warmed_while_the_flusher_commits_keeps_the_flushed_toggle(
     assert {("p", 1, 8), ("c", 1, 8)} <= await likes_in_pg(pg_admin)
     assert await in_set(redis_client, 8, ["p:1", "c:1"]) == [True, True]
     assert await liked(pods["buffered"], 8, [POST_1, COMMENT_1]) == [True, True]
+
+
+class FlushedMidRead:
+    """The likes role's pool; the first time it reads like rows, the flusher commits what waits
+    before the rows come back (a read the flusher's commit overtook)."""
+
+    def __init__(self, pool: asyncpg.Pool, meanwhile: Callable[[], Awaitable[object]]) -> None:
+        self._pool = pool
+        self._meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+
+    async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = await self._pool.fetch(sql, *args)
+        if self._meanwhile is not None:
+            step, self._meanwhile = self._meanwhile, None
+            await step()
+        return rows
+
+
+async def test_a_direct_pods_read_overtaken_by_the_flusher_still_sees_the_like(
+    pods: dict[str, Stub],
+    env: Env,
+    flusher: Flusher,
+    pg_likes: asyncpg.Pool,
+    redis_client: redis.Redis,
+) -> None:
+    """A sync pod answers LikedMap from the like rows and the user's unflushed toggles. When the
+    flusher commits the user's like of post 1 between the two reads, the like is in neither
+    unless the toggles were read first."""
+    assert await set_like(pods["buffered"], 8, POST, 1, True)
+    client = redis_client_module.connect(env.redis_likes_url, cluster=ON_CLUSTER)
+    direct = DirectWrites(
+        client, STREAMS, DurableScripts(client, 0, 1), wait_seconds=1, busy_seconds=5
+    )
+    try:
+        pool = cast(asyncpg.Pool, FlushedMidRead(pg_likes, flusher.drain))
+        assert await liked_flags(pool, 8, 42, [POST_1, COMMENT_1], direct) == [True, False]
+    finally:
+        await client.aclose()
