@@ -107,13 +107,15 @@ async def liked_flags(
     direct: DirectWrites | None,
 ) -> list[bool]:
     """Whether the user likes each target: the like rows (one query per kind asked), and over
-    them the user's toggles a buffered pod acknowledged and the flusher has not applied yet."""
+    them the user's toggles a buffered pod acknowledged and the flusher has not applied yet — read
+    first: the flusher forgets a toggle once it committed it, so a toggle read after the rows
+    could be gone from both."""
+    waiting = await direct.unflushed(user_id, course_id) if direct and targets else {}
     liked: set[str] = set()
     for kind, sql in ((POST, LIKED_POSTS), (COMMENT, LIKED_COMMENTS)):
         ids = [t.id for t in targets if t.kind == kind]
         if ids:
             liked |= {member(kind, r[0]) for r in await pool.fetch(sql, user_id, ids)}
-    waiting = await direct.unflushed(user_id, course_id) if direct and targets else {}
     flags = []
     for t in targets:
         name = member(t.kind, t.id)
