@@ -16,8 +16,9 @@ buffered pod's warm SET. Phases:
 
 The toggles go into the harness's ledger, so its accounting — every (user, post) pair's final
 state in PostgreSQL and in the user's Redis SET against the last acknowledged toggle — covers
-them; at the end the SETs of these users are warmed through the buffered pod (LikedMap), so each
-one is checked. The flusher recounts every second (the counterless rows' counters).
+them; at the end the SET of every user who toggled is warmed through the buffered pod
+(LikedMap), so each one is checked. The flusher recounts every second (the counterless rows'
+counters).
 """
 
 from __future__ import annotations
@@ -202,10 +203,11 @@ async def switch_modes(stack: ChaosStack, load: Load) -> dict[str, float]:
             stop.set()
             await running
         stack.note("mode-switch senders stopped")
-        # Every SET of these users warmed now (from PostgreSQL and the unflushed toggles), so the
-        # accounting checks each one against the last acknowledged toggle.
+        # Every SET of a user who toggled warmed now (from PostgreSQL and the unflushed toggles),
+        # the harness's users' too (direct writes dropped theirs), so the accounting checks each
+        # one against the last acknowledged toggle.
         warm = Stub(to_a)
-        for user in USERS:
+        for user in sorted({user for user, _post in load.ledger.likes}):
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await warm.LikedMap(
                     like_service_pb2.LikedMapRequest(user_id=user, course_id=CHAOS_COURSE),
