@@ -1,0 +1,267 @@
+"""The live change feeds: what committed, for whoever may watch it (docs/live.md).
+
+Each Zalo account and each course has one feed, a Redis stream under its own hash tag
+({a<account>} / {f<course>}), so a feed lives in one slot of a Redis Cluster and its entries keep
+the order they were added in. Writers add entries after their COMMIT: the flusher for what its
+batches stored (before it ACKs the batch, so a crash in between adds them again on the
+redelivery), the forum writers for posts and comments. An entry's id is its *position*: a watcher
+resumes after the last one it received. Entries are kept LIVE_RETENTION_SECONDS at least (trimmed
+by MINID as new ones come) and at most LIVE_MAX_EVENTS_PER_FEED per feed; a feed nobody wrote to
+for longer than the retention expires. A position older than what a feed keeps gets a reset,
+never a silent gap: Redis records the newest id a trim removed (max-deleted-entry-id), and a
+resume from before it may have missed something.
+
+Watchers are woken, not polling: after adding to a feed the writer adds the feed's key to one of
+LIVE_WAKE_SHARDS wake streams ({w<n>}); a process serving watchers reads those and re-reads only
+the feeds it has watchers of, from their positions (services/timeline/watch.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as redis
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.runtime.redis_client import DurableScripts
+
+log = logging.getLogger(__name__)
+
+
+class LiveSettings(BaseSettings):
+    """How the live feeds are kept; every writer and every watching process must agree."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
+
+    # A watcher that was away up to this long resumes without a gap.
+    live_retention_seconds: int = Field(default=3600, ge=60, le=7 * 86_400)
+    # And at most this many of one feed's newest entries (a bound per account and per course).
+    live_max_events_per_feed: int = Field(default=20_000, ge=100, le=10_000_000)
+    live_wake_shards: int = Field(default=8, ge=1, le=1024)
+    live_prefix: str = "live"
+
+
+@dataclass(frozen=True)
+class Position:
+    """A feed entry's id: milliseconds and a sequence number (`1733000000000-0`)."""
+
+    ms: int
+    seq: int
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> Position:
+        """Raises ValueError naming what is wrong."""
+        value = text.decode() if isinstance(text, bytes) else text
+        match = _POSITION.fullmatch(value)
+        if match is None:
+            raise ValueError(f"{value[:40]!r} is not a feed position (<milliseconds>-<sequence>)")
+        return cls(int(match[1]), int(match[2]))
+
+    def __str__(self) -> str:
+        return f"{self.ms}-{self.seq}"
+
+    def __lt__(self, other: Position) -> bool:
+        return (self.ms, self.seq) < (other.ms, other.seq)
+
+    def __le__(self, other: Position) -> bool:
+        return (self.ms, self.seq) <= (other.ms, other.seq)
+
+
+_POSITION = re.compile(r"(\d{1,15})-(\d{1,19})")
+ORIGIN = Position(0, 0)
+
+
+@dataclass(frozen=True)
+class LiveFeeds:
+    """Key names of the feeds and wake streams, and the retention."""
+
+    prefix: str
+    retention_ms: int
+    max_events: int
+    wake_shards: int
+
+    @classmethod
+    def from_settings(cls, settings: LiveSettings) -> LiveFeeds:
+        return cls(
+            settings.live_prefix,
+            settings.live_retention_seconds * 1000,
+            settings.live_max_events_per_feed,
+            settings.live_wake_shards,
+        )
+
+    def inbox(self, account_id: int) -> str:
+        return f"{self.prefix}:{{a{account_id}}}:inbox"
+
+    def course(self, course_id: int) -> str:
+        return f"{self.prefix}:{{f{course_id}}}:course"
+
+    def wake(self, shard: int) -> str:
+        return f"{self.prefix}:{{w{shard}}}:wake"
+
+    def all_wakes(self) -> list[str]:
+        return [self.wake(s) for s in range(self.wake_shards)]
+
+    def wake_of(self, feed: str) -> str:
+        return self.wake(zlib.crc32(feed.encode()) % self.wake_shards)
+
+
+# KEYS: the feed. ARGV: oldest id to keep (ms), most entries to keep, seconds to keep the key,
+# then the payloads in order. Returns the id of the last one added. Trims exactly and records the
+# newest id it removed as the stream's max-deleted-entry-id (XSETID): Redis records only what XDEL
+# removes, and a reader needs it to tell a resume that missed nothing from one that did.
+# allow-oom: the flusher adds these before it ACKs the batch that frees memory, so refusing them
+# when Redis is full would stall the flush; each call adds one batch's events and trims as much.
+APPEND = """#!lua flags=allow-oom
+local id
+for i = 4, #ARGV do
+  id = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
+end
+local removed
+local older = redis.call('XREVRANGE', KEYS[1], '(' .. ARGV[1] .. '-0', '-', 'COUNT', 1)
+if #older > 0 then
+  removed = older[1][1]
+  redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
+end
+local over = redis.call('XLEN', KEYS[1]) - tonumber(ARGV[2])
+if over > 0 then
+  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', over)
+  removed = oldest[#oldest][1]
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', ARGV[2])
+end
+if removed then redis.call('XSETID', KEYS[1], id, 'MAXDELETEDID', removed) end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return id
+"""
+
+# KEYS: the feed. ARGV: the position to read after, how many (0: none). Returns {0} when there
+# is no feed, else {1, last id, newest id a trim removed, entries after the position}: one atomic
+# look, so a trim cannot fall between the check and the read.
+READ = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local last, deleted = '0-0', '0-0'
+for i = 1, #info, 2 do
+  if info[i] == 'last-generated-id' then last = info[i + 1] end
+  if info[i] == 'max-deleted-entry-id' then deleted = info[i + 1] end
+end
+local entries = {}
+if tonumber(ARGV[2]) > 0 then
+  entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+end
+return {1, last, deleted, entries}
+"""
+
+# Wake streams only say "this feed has something new": a reader that fell behind their bound
+# re-reads every feed it watches.
+WAKE_MAXLEN = 100_000
+# KEYS: a wake stream. ARGV: the feeds to name there. allow-oom as APPEND: a few bytes each,
+# bounded by WAKE_MAXLEN, so watchers stay prompt while Redis is full.
+WAKE = (
+    """#!lua flags=allow-oom
+for i = 1, #ARGV do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', '"""
+    + str(WAKE_MAXLEN)
+    + """', '*', 'k', ARGV[i])
+end
+return #ARGV
+"""
+)
+
+
+class LivePublisher:
+    """Adds committed changes to their feeds, then wakes the feeds' watchers."""
+
+    def __init__(self, client: redis.Redis, feeds: LiveFeeds, durable: DurableScripts) -> None:
+        self._redis = client
+        self._feeds = feeds
+        self._durable = durable
+        self._append = client.register_script(APPEND)
+        self._wake = client.register_script(WAKE)
+
+    async def publish(self, events: Mapping[str, Sequence[bytes]]) -> None:
+        """Each feed's payloads, in the order given. Raises a Redis error when any feed did not
+        take them (the caller retries: a repeat is harmless, delivery is at least once)."""
+        if not events:
+            return
+        cutoff = str(int(time.time() * 1000) - self._feeds.retention_ms)
+        ttl = self._feeds.retention_ms // 1000 * 2
+        await asyncio.gather(
+            *(
+                self._durable(
+                    self._append, [feed], [cutoff, self._feeds.max_events, ttl, *payloads]
+                )
+                for feed, payloads in events.items()
+                if payloads
+            )
+        )
+        wakes: dict[str, list[str]] = {}
+        for feed in events:
+            wakes.setdefault(self._feeds.wake_of(feed), []).append(feed)
+        # Not durable, and not the caller's failure: a lost wake-up only delays delivery until
+        # the watchers' next look (LIVE_POLL_SECONDS); the events are in their feeds.
+        results = await asyncio.gather(
+            *(self._wake(keys=[wake], args=feeds) for wake, feeds in wakes.items()),
+            return_exceptions=True,
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            log.warning("live: %d wake-up(s) not sent: %s", len(failed), failed[0])
+
+
+@dataclass(frozen=True)
+class Entries:
+    """What a feed holds after a position: (position, payload) in order, and where to go on."""
+
+    items: list[tuple[Position, bytes]]
+    position: Position
+    full: bool  # as many as asked: there may be more
+
+
+@dataclass(frozen=True)
+class Reset:
+    """The position is older than what the feed keeps, or not one of its positions."""
+
+    reason: str
+    position: Position  # go on after this, once the state is refetched
+
+
+class FeedReader:
+    """Reads one feed after a position, or says a reset is needed."""
+
+    def __init__(self, client: redis.Redis, feeds: LiveFeeds) -> None:
+        self._feeds = feeds
+        self._read = client.register_script(READ)
+
+    async def head(self, feed: str) -> Position:
+        """The newest position of `feed` (where a watch "from now on" starts)."""
+        reply: list[Any] = await self._read(keys=[feed], args=["0-0", 0])
+        return ORIGIN if not reply[0] else Position.parse(reply[1])
+
+    async def after(self, feed: str, after: Position, count: int) -> Entries | Reset:
+        reply: list[Any] = await self._read(keys=[feed], args=[str(after), count])
+        if not reply[0]:
+            # No feed: nothing was added for longer than the retention. A position from within
+            # the retention missed nothing; an older one may have.
+            if after.ms and after.ms < time.time() * 1000 - self._feeds.retention_ms:
+                return Reset("the position is older than the feed's retention", ORIGIN)
+            return Entries([], after, False)
+        last, deleted = Position.parse(reply[1]), Position.parse(reply[2])
+        if last < after:
+            return Reset("the position is not one of this feed's", last)
+        if after < deleted:
+            return Reset("the position is older than what the feed keeps", last)
+        items = [(Position.parse(i), dict(_pairs(fields))[b"e"]) for i, fields in reply[3]]
+        position = items[-1][0] if items else after
+        return Entries(items, position, len(items) >= count)
+
+
+def _pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:
+    return list(zip(flat[0::2], flat[1::2], strict=True))
