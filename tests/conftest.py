@@ -8,6 +8,7 @@ production; the stubs call as the gateway does, for the user each request names.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -100,6 +101,7 @@ class Env:
     redis_likes_url: str
     redis_flusher_url: str
     redis_gateway_url: str
+    redis_timeline_url: str
     mysql_admin_url: str
     mysql_flusher_url: str
     mysql_timeline_url: str
@@ -121,6 +123,7 @@ def env() -> Env:
         redis_likes_url=_env("TEST_REDIS_LIKES_URL"),
         redis_flusher_url=_env("TEST_REDIS_FLUSHER_URL"),
         redis_gateway_url=_env("TEST_REDIS_GATEWAY_URL"),
+        redis_timeline_url=_env("TEST_REDIS_TIMELINE_URL"),
         mysql_admin_url=_env("TEST_MYSQL_ADMIN_URL"),
         mysql_flusher_url=_env("TEST_MYSQL_FLUSHER_URL"),
         mysql_timeline_url=_env("TEST_MYSQL_TIMELINE_URL"),
@@ -273,12 +276,17 @@ def flusher_settings(env: Env) -> FlusherSettings:
 
 
 @asynccontextmanager
-async def serving(service: Service) -> AsyncIterator[GrpcServer]:
-    """A built service's gRPC server, started; stopped and closed afterwards."""
+async def serving(service: Service, *, background: bool = False) -> AsyncIterator[GrpcServer]:
+    """A built service's gRPC server, started (with `background`, its background jobs too, as
+    the process runs them); stopped and closed afterwards."""
     await service.server.start()
+    stop = asyncio.Event()
+    jobs = [asyncio.create_task(job(stop)) for job in service.background] if background else []
     try:
         yield service.server
     finally:
+        stop.set()
+        await asyncio.gather(*jobs, return_exceptions=True)
         await service.server.stop()
         await service.close()
 
@@ -296,9 +304,11 @@ async def timeline_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterato
     settings = TimelineSettings(
         mysql_url=env.mysql_timeline_url,
         postgres_url=env.pg_timeline_url,
+        redis_url=env.redis_timeline_url,
         **as_service("timeline", env.jwt_secret),
     )
-    async with serving(await timeline_service.build(settings)) as server:
+    # Its background job is the live feeds' hub: the watches need it.
+    async with serving(await timeline_service.build(settings), background=True) as server:
         yield server
 
 

@@ -110,8 +110,13 @@ class Flusher:
         self.pg = pg
         self.repo = MessageRepository(db, archive=settings.archive_enabled)
         self.likes = LikeRepository(pg)
+        # As the process publishes: each batch's changes on the live feeds before its ACK.
+        durable = redis_client.DurableScripts(
+            client, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+        self.live = messages.publication(settings, db, durable)
         self.consumers = [
-            messages.consumer(settings, client, self.repo, shard)
+            messages.consumer(settings, client, self.repo, shard, live=self.live)
             for shard in range(settings.message_stream_shards)
         ]
         self.like_consumers = [

@@ -2,9 +2,10 @@
 
 `make up` (and the test suite) run this: var/tls/ca.pem is the CA every service and client
 trusts; var/tls/<identity>.pem / .key is the certificate and key of one identity (gateway,
-listener, ingest, timeline, likes, flusher, operator). Each certificate carries its identity as a
-SPIFFE URI SAN (spiffe://agora/sa/<identity>) and as its common name, and is valid for the server
-name `localhost` (and 127.0.0.1), so it serves as both a server and a client certificate.
+listener, ingest, timeline, likes, flusher, operator, watcher). Each certificate carries its
+identity as a SPIFFE URI SAN (spiffe://agora/sa/<identity>) and as its common name, and is valid
+for the server name `localhost` (and 127.0.0.1), so it serves as both a server and a client
+certificate.
 
 LOCAL DEVELOPMENT ONLY: on Kubernetes, cert-manager (dev overlay) or the platform's PKI (prod)
 issues them; nothing here is a secret worth anything outside a laptop.
@@ -34,6 +35,7 @@ IDENTITIES = (
     "likes",
     "flusher",
     "operator",
+    "watcher",
     "mariadb",
 )
 TRUST_DOMAIN = "agora"

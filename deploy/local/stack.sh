@@ -217,7 +217,14 @@ write_redis_acl() {
   local flusher_dirty="(~forum:{dirty}:* +sadd +spop)"
   local flusher_prune="(~agora:prune:{prune}:* +zadd +zrem +zrangebyscore +zcard)"
   local flusher_locks="(~agora:prune:lock:* ~agora:jobs:* +get +set +del +pexpire +pttl)"
-  local flusher_scripts="(~agora:msg:* ~agora:prune:* ~agora:jobs:* ~forum:{ls*}:* ~forum:like-lease-members ~forum:{dirty}:* +evalsha)"
+  # Both add to the live feeds what they committed (trimming them, recording what a trim removed,
+  # expiring idle ones), and wake the feeds' watchers.
+  local live_append="(~live:{a*}:inbox ~live:{f*}:course +xadd +xrevrange +xrange +xlen +xtrim +xsetid +expire)"
+  local live_wake="(~live:{w*}:wake +xadd)"
+  local flusher_scripts="(~agora:msg:* ~agora:prune:* ~agora:jobs:* ~forum:{ls*}:* ~forum:like-lease-members ~forum:{dirty}:* ~live:{a*}:inbox ~live:{f*}:course ~live:{w*}:wake +evalsha)"
+  # timeline: reads the live feeds (its script looks at a feed and reads it in one step) and the
+  # wake streams; writes nothing.
+  local timeline_live="(~live:{a*}:inbox ~live:{f*}:course ~live:{w*}:wake +exists +xinfo|stream +xrange +xread +evalsha)"
   # gateway: its rate-limit windows, counted and expiring.
   local gateway_limits="(~agora:ratelimit:* +incr +expire +evalsha)"
   mkdir -p "$var/redis"
@@ -225,7 +232,8 @@ write_redis_acl() {
 user default on >$REDIS_PASSWORD ~* &* +@all
 user agora-ingest $base $cluster >$REDIS_INGEST_PASSWORD $ingest_append $ingest_backlog $ingest_reserved $ingest_rates $ingest_access $ingest_scripts
 user agora-likes $base $cluster >$REDIS_LIKES_PASSWORD $likes_users $likes_append $likes_bytes $likes_access $likes_dirty $likes_scripts
-user agora-flusher $base +multi +exec +discard $cluster >$REDIS_FLUSHER_PASSWORD $flusher_consume $flusher_failures $flusher_dead $flusher_backlog $flusher_leases $flusher_members $flusher_ops $flusher_dirty $flusher_prune $flusher_locks $flusher_scripts
+user agora-flusher $base +multi +exec +discard $cluster >$REDIS_FLUSHER_PASSWORD $flusher_consume $flusher_failures $flusher_dead $flusher_backlog $flusher_leases $flusher_members $flusher_ops $flusher_dirty $flusher_prune $flusher_locks $live_append $live_wake $flusher_scripts
+user agora-timeline $base $cluster >$REDIS_TIMELINE_PASSWORD $timeline_live
 user agora-gateway $base $cluster >$REDIS_GATEWAY_PASSWORD $gateway_limits
 EOF
   # ACL LOAD drops the connections of every user it redefines: only when the users changed.

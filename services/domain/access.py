@@ -1,9 +1,9 @@
 """Who may call what: the one table of gRPC access (enforced by services/runtime/access.py).
 
 The gateway calls what its routes use, always for an end user whose verified token it forwards;
-a Zalo listener may only ingest messages; the flusher, ingest, timeline and likes call nothing;
-an operator certificate (grpcurl, tools) may ask health and, where it is on, reflection.
-Everything not listed is refused with PERMISSION_DENIED.
+a Zalo listener may only ingest messages; a watcher may only watch the live feeds; the flusher,
+ingest, timeline and likes call nothing; an operator certificate (grpcurl, tools) may ask health
+and, where it is on, reflection. Everything not listed is refused with PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from services.runtime.tokens import JwtSettings, TokenVerifier
 
 GATEWAY = "gateway"
 LISTENER = "listener"
+# Internal consumers of the live feeds (an auto-reply worker, a notifier, a search indexer): they
+# may watch any account or course, for no end user.
+WATCHER = "watcher"
 
 _ON_BEHALF = frozenset({GATEWAY})
 
@@ -38,8 +41,10 @@ RULES: dict[str, Rule] = {
         GATEWAY, user_field="agent_user_id"
     ),
     "/agora.messaging.v1.TimelineService/*": for_account(GATEWAY),
+    "/agora.messaging.v1.TimelineService/WatchInbox": for_account(GATEWAY, WATCHER),
     "/agora.forum.v1.ForumWriteService/*": for_user(GATEWAY),
     "/agora.forum.v1.ForumReadService/*": for_user(GATEWAY),
+    "/agora.forum.v1.ForumReadService/WatchCourse": for_user(GATEWAY, WATCHER),
     "/agora.forum.v1.LikeService/*": for_user(GATEWAY),
     "/grpc.health.v1.Health/*": Rule(frozenset({ANYONE})),
     # Registered only where GRPC_REFLECTION is on.

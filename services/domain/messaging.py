@@ -3,6 +3,10 @@ columns of a stored message (zalo_messages and its archive share them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
 from agora.messaging.v1 import message_pb2
 
 THREAD_TYPE_NAMES = {message_pb2.THREAD_TYPE_USER: "user", message_pb2.THREAD_TYPE_GROUP: "group"}
@@ -33,3 +37,57 @@ MESSAGE_COLUMNS = (
     "created_at",
     "updated_at",
 )
+SENT_AT = MESSAGE_COLUMNS.index("sent_at")
+
+# Before any message can have been sent: "never read" compares against this.
+NEVER = datetime(1970, 1, 1)
+
+# Conversations as the inbox shows them (conversation_fields): its unread count is the incoming
+# messages after the read marker. %s: "never read" (a time before any message); a WHERE follows.
+INBOX_ROWS = """
+SELECT c.id, c.zalo_account_id, c.thread_id, c.thread_type, c.last_message_at, c.last_read_at,
+  (SELECT COUNT(*) FROM zalo_messages m
+    WHERE m.zalo_conversation_id = c.id AND m.direction = 'in'
+      AND m.sent_at > COALESCE(c.last_read_at, %s)) AS unread
+FROM zalo_conversations c"""
+_CREATED_AT = MESSAGE_COLUMNS.index("created_at")
+_UPDATED_AT = MESSAGE_COLUMNS.index("updated_at")
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def timestamp_fields(value: datetime) -> dict[str, int]:
+    """A naive-UTC DATETIME(3) as a Timestamp's fields: a dict the message constructor copies
+    into the field, several times cheaper than building a Timestamp object per value."""
+    delta = value - _EPOCH
+    return {"seconds": delta.days * 86_400 + delta.seconds, "nanos": delta.microseconds * 1000}
+
+
+def stored_message_fields(row: Sequence[Any]) -> dict[str, Any]:
+    """A row as StoredMessage fields, for the response's constructor (the hot loop of every
+    timeline page): the columns by name (None leaves an optional field unset), the enums as
+    numbers, the times as Timestamp fields."""
+    fields = dict(zip(MESSAGE_COLUMNS, row, strict=True))
+    fields["thread_type"] = THREAD_TYPES[fields["thread_type"]]
+    fields["direction"] = DIRECTIONS[fields["direction"]]
+    fields["sent_at"] = timestamp_fields(row[SENT_AT])
+    created, updated = row[_CREATED_AT], row[_UPDATED_AT]
+    if created is not None:
+        fields["created_at"] = timestamp_fields(created)
+    if updated is not None:
+        fields["updated_at"] = timestamp_fields(updated)
+    return fields
+
+
+def conversation_fields(row: Sequence[Any]) -> dict[str, Any]:
+    """An inbox row as Conversation fields (see stored_message_fields)."""
+    conv_id, account_id, thread_id, thread_type, last_message_at, last_read_at, unread = row
+    return {
+        "id": conv_id,
+        "zalo_account_id": account_id,
+        "thread_id": thread_id,
+        "thread_type": THREAD_TYPES[thread_type],
+        "last_message_at": timestamp_fields(last_message_at),
+        "last_read_at": None if last_read_at is None else timestamp_fields(last_read_at),
+        "unread_count": int(unread),
+    }

@@ -12,6 +12,7 @@ from services.streams.consumer import ConsumerConfig
 from services.streams.fencing import Fence
 from services.streams.leases import ShardedLayout
 from services.streams.likes import LikeStreamSettings
+from services.streams.live import LiveSettings
 from services.streams.messages import MessageStreamSettings
 
 
@@ -19,7 +20,7 @@ def _default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings):
+class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings, LiveSettings):
     """flusher reads REDIS_URL, MYSQL_URL and POSTGRES_URL (required) and the tuning below."""
 
     redis_url: str

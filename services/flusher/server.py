@@ -67,6 +67,13 @@ async def build(settings: FlusherSettings) -> service.Service:
             statement_cache_size=settings.postgres_statement_cache_size,
         )
         resources.push_async_callback(pg.close)
+        # Live feed appends are acknowledged like every producer's (REDIS_WAIT_REPLICAS): the
+        # batch is ACKed after them.
+        durable = redis_client.DurableScripts(
+            redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+        resources.push_async_callback(durable.aclose)
+        live = messages.publication(settings, mysql, durable)
         mysql_ready = functools.partial(schema.mysql_ready, mysql)
         pg_ready = functools.partial(schema.postgres_ready, pg)
 
@@ -76,7 +83,7 @@ async def build(settings: FlusherSettings) -> service.Service:
 
         # Nothing is consumed or maintained against a schema older than this build's.
         background: list[service.BackgroundJob] = [
-            schema.after_schema(messages.supervisor(settings, redis, mysql).run, mysql_ready),
+            schema.after_schema(messages.supervisor(settings, redis, mysql, live).run, mysql_ready),
             schema.after_schema(likes.supervisor(settings, redis, pg).run, pg_ready),
             monitor(settings, redis).run,
             *(

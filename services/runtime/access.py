@@ -45,6 +45,10 @@ class AccessPolicy:
         self._rules = dict(rules)
         self._tokens = tokens
 
+    @property
+    def tokens(self) -> TokenVerifier:
+        return self._tokens
+
     def rule(self, method: str) -> Rule | None:
         return self._rules.get(method) or self._rules.get(method.rsplit("/", 1)[0] + "/*")
 

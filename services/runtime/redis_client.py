@@ -144,6 +144,7 @@ class DurableScripts:
     redirected script on another connection, and a WAIT after it would prove nothing)."""
 
     def __init__(self, client: redis.Redis, replicas: int, timeout_ms: int) -> None:
+        self.client = client
         self._client = client
         self._cluster = as_cluster(client)
         self.replicas = replicas

@@ -19,10 +19,11 @@ configured `aud` and `iss`. Only `JWT_DEV_MODE` lets a deployment leave audience
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,6 +65,8 @@ class Principal:
 
     user_id: int
     accounts: frozenset[int]
+    # The token's exp (a time.time()): a long-lived call (a watch) ends there.
+    expires_at: float = field(default=math.inf, compare=False)
 
 
 @dataclass(frozen=True)
@@ -236,8 +239,9 @@ class TokenVerifier:
         except jwt.InvalidTokenError as exc:
             raise TokenError(f"invalid token: {exc}") from exc
         self._check_lifetime(claims)
-        principal = Principal(user_id=_user_id(claims["sub"]), accounts=_accounts(claims))
-        return principal, float(claims["exp"])
+        expires = float(claims["exp"])
+        principal = Principal(_user_id(claims["sub"]), _accounts(claims), expires)
+        return principal, expires
 
     def _check_lifetime(self, claims: dict[str, Any]) -> None:
         # PyJWT has checked both are numbers, exp not past and iat not ahead.

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
+
 import grpc
+from agora.events.v1 import live_events_pb2
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
 from google.protobuf.message import Message
 
-from services.domain.forum import comment_fields, post_fields, require_enrolled
+from services.domain.forum import NOT_ENROLLED, comment_fields, post_fields, require_enrolled
 from services.domain.ids import MAX_ROW_ID, check_row_id
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.timeline.forum_repository import ForumReadRepository
+from services.timeline.watch import Delivery, Watches
 
 MAX_LIMIT = 100
 POST_NOT_FOUND = "post not found in this course"
@@ -38,8 +42,34 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     answers PERMISSION_DENIED (not enrolled) before NOT_FOUND (no such live post or comment in
     the course) before the page."""
 
-    def __init__(self, repo: ForumReadRepository) -> None:
+    def __init__(self, repo: ForumReadRepository, watches: Watches) -> None:
         self._repo = repo
+        self._watches = watches
+
+    async def WatchCourse(
+        self, request: pb.WatchCourseRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchCourseResponse]:
+        problems = _checks(course_id=request.course_id)
+        after, violation = self._watches.after(request.after)
+        if violation is not None:
+            problems.append(violation)
+        # For an end user (the gateway forwards their token): they must be enrolled, and stay so.
+        for_user = self._watches.token_expires(context) is not None
+        if for_user and (user_violation := check_row_id(request.user_id, "user_id")) is not None:
+            problems.append(user_violation)
+        if problems:
+            await abort_invalid(context, problems)
+        course, user = request.course_id, request.user_id
+
+        async def still_allowed() -> str | None:
+            if not for_user or await self._repo.is_member(course, user):
+                return None
+            return NOT_ENROLLED
+
+        async for response in self._watches.stream(
+            context, self._watches.feeds.course(course), after, still_allowed, _course_response
+        ):
+            yield response
 
     async def ListPosts(
         self, request: pb.ListPostsRequest, context: grpc.aio.ServicerContext
@@ -131,3 +161,17 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             has_more=page.has_more,
             next_after_id=rows[-1]["id"],
         )
+
+
+def _course_response(delivery: Delivery) -> tuple[pb.WatchCourseResponse, Mapping[str, str]]:
+    """A feed entry (an agora.events.v1.CourseEvent) or a reset as the RPC's response."""
+    position = str(delivery.position)
+    if delivery.payload is None:
+        reset = pb.FeedReset(reason=delivery.reason)
+        return pb.WatchCourseResponse(position=position, reset=reset), {}
+    event = live_events_pb2.CourseEvent.FromString(delivery.payload)
+    response = pb.WatchCourseResponse(position=position, trace_context=event.trace_context)
+    change = event.WhichOneof("change")
+    if change is not None:
+        getattr(response, change).CopyFrom(getattr(event, change))
+    return response, event.trace_context

@@ -27,6 +27,7 @@ from asyncpg import Record
 from services.domain.forum import (
     COMMENT_COLUMNS,
     ENROLLED_IN_COURSE,
+    IS_MEMBER,
     LIVE_POST_IN_COURSE,
     POST_COLUMNS,
 )
@@ -123,6 +124,9 @@ class ForumReadRepository:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+
+    async def is_member(self, course_id: int, user_id: int) -> bool:
+        return await self._pool.fetchval(IS_MEMBER, course_id, user_id) is not None
 
     async def feed(
         self, course_id: int, user_id: int, limit: int, before_id: int | None

@@ -2,31 +2,57 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
 import grpc
+from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
 from services.domain.ids import check_id
-from services.domain.messaging import DIRECTIONS, MESSAGE_COLUMNS, THREAD_TYPES
+from services.domain.messaging import (
+    SENT_AT,
+    conversation_fields,
+    stored_message_fields,
+    timestamp_fields,
+)
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
-from services.runtime.mysql import Row
 from services.runtime.timeutil import to_datetime, to_timestamp
 from services.timeline.repository import TimelineRepository
+from services.timeline.watch import Delivery, Watches
 
 MAX_LIMIT = 100
-_SENT_AT = MESSAGE_COLUMNS.index("sent_at")
-_CREATED_AT = MESSAGE_COLUMNS.index("created_at")
-_UPDATED_AT = MESSAGE_COLUMNS.index("updated_at")
 
 
 class TimelineHandlers(pb_grpc.TimelineServiceServicer):
-    """Read-only RPCs over the MySQL inbox tables."""
+    """Read-only RPCs over the MySQL inbox tables, and the accounts' live feeds."""
 
-    def __init__(self, repo: TimelineRepository) -> None:
+    def __init__(self, repo: TimelineRepository, watches: Watches) -> None:
         self._repo = repo
+        self._watches = watches
+
+    async def WatchInbox(
+        self, request: pb.WatchInboxRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchInboxResponse]:
+        problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
+        after, violation = self._watches.after(request.after)
+        if violation is not None:
+            problems.append(violation)
+        if problems:
+            await abort_invalid(context, problems)
+        account = request.account_id
+
+        async def still_allowed() -> str | None:
+            if await self._repo.account_exists(account):
+                return None
+            return f"zalo account {account} does not exist (any more)"
+
+        async for response in self._watches.stream(
+            context, self._watches.feeds.inbox(account), after, still_allowed, _inbox_response
+        ):
+            yield response
 
     async def ListMessages(
         self, request: pb.ListMessagesRequest, context: grpc.aio.ServicerContext
@@ -49,9 +75,9 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             return pb.ListMessagesResponse(has_more=page.has_more)
         oldest = rows[-1]
         return pb.ListMessagesResponse(
-            messages=[_stored_message(row) for row in rows],
+            messages=[stored_message_fields(row) for row in rows],
             has_more=page.has_more,
-            next_before_sent_at=_timestamp(oldest[_SENT_AT]),
+            next_before_sent_at=timestamp_fields(oldest[SENT_AT]),
             next_before_id=oldest[0],
         )
 
@@ -119,9 +145,9 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             return pb.ListConversationsResponse(has_more=page.has_more)
         oldest = rows[-1]
         return pb.ListConversationsResponse(
-            conversations=[_conversation(row) for row in rows],
+            conversations=[conversation_fields(row) for row in rows],
             has_more=page.has_more,
-            next_before_last_message_at=_timestamp(oldest[4]),
+            next_before_last_message_at=timestamp_fields(oldest[4]),
             next_before_id=oldest[0],
         )
 
@@ -157,41 +183,15 @@ def _cursor(
     return (to_datetime(ts), id_value), []
 
 
-_EPOCH = datetime(1970, 1, 1)
-
-
-def _timestamp(value: datetime) -> dict[str, int]:
-    """A naive-UTC DATETIME(3) as a Timestamp's fields: a dict the message constructor copies
-    into the field, several times cheaper than building a Timestamp object per value."""
-    delta = value - _EPOCH
-    return {"seconds": delta.days * 86_400 + delta.seconds, "nanos": delta.microseconds * 1000}
-
-
-def _stored_message(row: Row) -> dict[str, Any]:
-    """A row as StoredMessage fields, for the response's constructor (the hot loop of every
-    timeline page): the columns by name (None leaves an optional field unset), the enums as
-    numbers, the times as Timestamp fields."""
-    fields = dict(zip(MESSAGE_COLUMNS, row, strict=True))
-    fields["thread_type"] = THREAD_TYPES[fields["thread_type"]]
-    fields["direction"] = DIRECTIONS[fields["direction"]]
-    fields["sent_at"] = _timestamp(row[_SENT_AT])
-    created, updated = row[_CREATED_AT], row[_UPDATED_AT]
-    if created is not None:
-        fields["created_at"] = _timestamp(created)
-    if updated is not None:
-        fields["updated_at"] = _timestamp(updated)
-    return fields
-
-
-def _conversation(row: Row) -> dict[str, Any]:
-    """An inbox row as Conversation fields (see _stored_message)."""
-    conv_id, account_id, thread_id, thread_type, last_message_at, last_read_at, unread = row
-    return {
-        "id": conv_id,
-        "zalo_account_id": account_id,
-        "thread_id": thread_id,
-        "thread_type": THREAD_TYPES[thread_type],
-        "last_message_at": _timestamp(last_message_at),
-        "last_read_at": None if last_read_at is None else _timestamp(last_read_at),
-        "unread_count": int(unread),
-    }
+def _inbox_response(delivery: Delivery) -> tuple[pb.WatchInboxResponse, Mapping[str, str]]:
+    """A feed entry (an agora.events.v1.InboxEvent) or a reset as the RPC's response."""
+    position = str(delivery.position)
+    if delivery.payload is None:
+        reset = pb.FeedReset(reason=delivery.reason)
+        return pb.WatchInboxResponse(position=position, reset=reset), {}
+    event = live_events_pb2.InboxEvent.FromString(delivery.payload)
+    response = pb.WatchInboxResponse(position=position, trace_context=event.trace_context)
+    change = event.WhichOneof("change")
+    if change is not None:
+        getattr(response, change).CopyFrom(getattr(event, change))
+    return response, event.trace_context

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from services.domain.messaging import MESSAGE_COLUMNS
+from services.domain.messaging import INBOX_ROWS, MESSAGE_COLUMNS, NEVER
 from services.domain.paging import Page
 from services.runtime.mysql import MysqlDatabase, Row
 
@@ -46,15 +46,12 @@ WHERE zalo_conversation_id = %s AND direction = 'in'
 ORDER BY sent_at DESC, msg_id DESC
 LIMIT 1"""
 
+ACCOUNT_EXISTS = "SELECT 1 FROM zalo_accounts WHERE id = %s"
+
 QUOTE_PAYLOAD = """
 SELECT quote_payload FROM zalo_messages WHERE zalo_account_id = %s AND msg_id = %s"""
 
-_INBOX_SELECT = """
-SELECT c.id, c.zalo_account_id, c.thread_id, c.thread_type, c.last_message_at, c.last_read_at,
-  (SELECT COUNT(*) FROM zalo_messages m
-    WHERE m.zalo_conversation_id = c.id AND m.direction = 'in'
-      AND m.sent_at > COALESCE(c.last_read_at, %s)) AS unread
-FROM zalo_conversations c
+_INBOX_SELECT = f"""{INBOX_ROWS}
 WHERE c.zalo_account_id = %s"""
 
 INBOX_FIRST_PAGE = f"""{_INBOX_SELECT}
@@ -65,9 +62,6 @@ INBOX_NEXT_PAGE = f"""{_INBOX_SELECT}
   AND (c.last_message_at < %s OR (c.last_message_at = %s AND c.id < %s))
 ORDER BY c.last_message_at DESC, c.id DESC
 LIMIT %s"""
-
-# Before any message can have been sent: "never read" compares against this.
-NEVER = datetime(1970, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -99,6 +93,9 @@ class TimelineRepository:
         if len(self._ids) > self._id_cache_size:
             self._ids.popitem(last=False)
         return found.id
+
+    async def account_exists(self, account_id: int) -> bool:
+        return await self._db.fetchone(ACCOUNT_EXISTS, (account_id,)) is not None
 
     async def find_conversation(self, account_id: int, thread_id: str) -> ConversationRef | None:
         row = await self._db.fetchone(FIND_CONVERSATION, (account_id, thread_id))

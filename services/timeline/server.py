@@ -1,4 +1,5 @@
-"""timeline's composition root: MySQL and PostgreSQL pools, handlers, the gRPC server."""
+"""timeline's composition root: MySQL and PostgreSQL pools, the live feeds' hub, handlers, the gRPC
+server."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
 from services.domain import access, schema
-from services.runtime import postgres, service
+from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
+from services.streams.live import LiveFeeds
 from services.timeline.config import TimelineSettings
 from services.timeline.forum_handlers import ForumReadHandlers
 from services.timeline.forum_repository import ForumReadRepository
 from services.timeline.handlers import TimelineHandlers
 from services.timeline.repository import TimelineRepository
+from services.timeline.watch import FeedHub, Watches
 
 MESSAGING = timeline_service_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name
 FORUM = forum_read_service_pb2.DESCRIPTOR.services_by_name["ForumReadService"].full_name
@@ -37,8 +40,23 @@ async def build(settings: TimelineSettings) -> service.Service:
             statement_cache_size=settings.postgres_statement_cache_size,
         )
         resources.push_async_callback(pool.close)
-        messages = TimelineHandlers(TimelineRepository(mysql))
-        forum = ForumReadHandlers(ForumReadRepository(pool))
+        redis = redis_client.connect(
+            settings.redis_url,
+            timeout=settings.redis_timeout_seconds,
+            cluster=settings.redis_cluster,
+        )
+        resources.push_async_callback(redis.aclose)
+        # One blocking read per wake stream, shorter than a Redis call's deadline.
+        hub = FeedHub(
+            redis,
+            LiveFeeds.from_settings(settings),
+            settings.live_poll_seconds,
+            block_ms=int(settings.redis_timeout_seconds * 500),
+        )
+        policy = access.policy(settings)
+        watches = Watches(hub, policy.tokens, settings.live_recheck_seconds)
+        messages = TimelineHandlers(TimelineRepository(mysql), watches)
+        forum = ForumReadHandlers(ForumReadRepository(pool), watches)
 
         def register(server: object) -> None:
             timeline_service_pb2_grpc.add_TimelineServiceServicer_to_server(messages, server)
@@ -49,11 +67,12 @@ async def build(settings: TimelineSettings) -> service.Service:
             health_port=settings.grpc_health_port,
             apis=[Api(settings.grpc_port, [MESSAGING, FORUM], register)],
             tls=settings.tls_material(),
-            access=access.policy(settings),
+            access=policy,
         )
         return service.Service(
             server,
             resources,
+            background=[hub.run],
             dependencies=[
                 Dependency("mysql", lambda: schema.mysql_ready(mysql), (MESSAGING,)),
                 Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),

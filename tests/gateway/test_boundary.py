@@ -100,6 +100,7 @@ async def upstream(
     timeline = TimelineSettings(
         mysql_url=env.mysql_timeline_url,
         postgres_url=env.pg_timeline_url,
+        redis_url=env.redis_timeline_url,
         **_verifying("timeline"),
     )
     likes = LikesSettings(

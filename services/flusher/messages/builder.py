@@ -7,10 +7,13 @@ import redis.asyncio as redis
 from services.flusher.config import FlusherSettings
 from services.flusher.maintenance.builder import prune_queue
 from services.flusher.messages.handler import MessageEntryHandler
+from services.flusher.messages.live import InboxPublication
 from services.flusher.messages.repository import MessageRepository
 from services.runtime.mysql import MysqlDatabase
+from services.runtime.redis_client import DurableScripts
 from services.streams import messages
 from services.streams.consumer import Backlog, ConsumerConfig, ShardConsumer
+from services.streams.live import LiveFeeds, LivePublisher
 from services.streams.supervisor import ShardSupervisor
 
 MessageConsumer = ShardConsumer[messages.MessageStreamEntry]
@@ -31,10 +34,13 @@ def consumer(
     repo: MessageRepository,
     shard: int,
     epoch: int | None = None,
+    live: InboxPublication | None = None,
 ) -> MessageConsumer:
     """The consumer of one message stream shard, fenced by its lease's epoch."""
     layout = streams(settings)
-    handler = MessageEntryHandler(repo, prune_queue(settings, client), settings.prune_debounce_ms)
+    handler = MessageEntryHandler(
+        repo, prune_queue(settings, client), settings.prune_debounce_ms, live
+    )
     return ShardConsumer(
         client,
         stream=layout.stream(shard),
@@ -48,14 +54,25 @@ def consumer(
 
 
 def supervisor(
-    settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase
+    settings: FlusherSettings,
+    client: redis.Redis,
+    mysql: MysqlDatabase,
+    live: InboxPublication | None = None,
 ) -> ShardSupervisor:
     """Follows this replica's message shard leases, running a consumer per shard held."""
     repo = MessageRepository(mysql, archive=settings.archive_enabled)
     return ShardSupervisor.leased(
         client,
         streams(settings),
-        lambda shard, epoch: consumer(settings, client, repo, shard, epoch),
+        lambda shard, epoch: consumer(settings, client, repo, shard, epoch, live),
         member=settings.flusher_consumer_name,
         ttl_ms=settings.flusher_lease_ttl_ms,
     )
+
+
+def publication(
+    settings: FlusherSettings, mysql: MysqlDatabase, durable: DurableScripts
+) -> InboxPublication:
+    """What puts each committed batch's changes on the accounts' live feeds."""
+    feeds = LiveFeeds.from_settings(settings)
+    return InboxPublication(mysql, LivePublisher(durable.client, feeds, durable), feeds)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from agora.events.v1 import message_events_pb2 as events
 
 from services.flusher.maintenance.prune import PruneQueue
+from services.flusher.messages.live import InboxPublication
 from services.flusher.messages.repository import MessageRepository
 from services.streams import messages
 from services.streams.entries import Entry
@@ -14,14 +15,20 @@ from services.streams.fencing import Fence
 
 
 class MessageEntryHandler:
-    """BatchHandler for the message streams; schedules a prune of what each batch touched."""
+    """BatchHandler for the message streams; publishes what each batch changed to the live feeds
+    and schedules a prune of what it touched."""
 
     def __init__(
-        self, repo: MessageRepository, prune_queue: PruneQueue | None, debounce_ms: int = 0
+        self,
+        repo: MessageRepository,
+        prune_queue: PruneQueue | None,
+        debounce_ms: int = 0,
+        live: InboxPublication | None = None,
     ) -> None:
         self._repo = repo
         self._prune_queue = prune_queue
         self._debounce_ms = debounce_ms
+        self._live = live
 
     def decode(self, entry: Entry) -> events.MessageStreamEntry:
         return messages.decode(entry)
@@ -50,8 +57,10 @@ class MessageEntryHandler:
 
     async def apply(self, items: Sequence[events.MessageStreamEntry], fence: Fence | None) -> None:
         touched = await self._repo.apply(items, fence)
-        # After COMMIT and before ACK: a crash in between redelivers the batch, which schedules
-        # again, so no conversation misses its prune.
+        # After COMMIT and before ACK: a crash in between redelivers the batch, which publishes
+        # and schedules again, so no watcher misses an event and no conversation its prune.
+        if self._live is not None:
+            await self._live.publish(items)
         if self._prune_queue is not None:
             await self._prune_queue.schedule(touched, self._debounce_ms)
 

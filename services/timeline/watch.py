@@ -1,0 +1,261 @@
+"""Following live feeds for WatchInbox and WatchCourse (docs/live.md).
+
+A watcher reads its feed from its own position, always: the hub only wakes it. The hub reads the
+wake streams (one blocking read per wake shard for the whole process) and sets the event of every
+watcher of a feed named there; a watcher clears its event before each read, so a wake-up that
+comes during a read is never lost. Wake streams are bounded, and a process can be away from Redis:
+each watcher also looks on its own every LIVE_POLL_SECONDS, and after any trouble reading the wake
+streams the hub wakes every watcher. Nothing is delivered out of a buffer the process keeps, so a
+process killed at any point loses nothing: the client resumes elsewhere from its last position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import redis.asyncio as redis
+from google.protobuf.message import Message
+from opentelemetry import propagate, trace
+
+from services.runtime.grpc_errors import FieldViolation, abort
+from services.runtime.redis_client import REDIS_ERRORS
+from services.runtime.tokens import TokenError, TokenVerifier
+from services.streams.live import FeedReader, LiveFeeds, Position, Reset
+
+R = TypeVar("R", bound=Message)
+log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+
+# Entries read per look: a watcher far behind catches up in pages of this size.
+PAGE = 200
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One entry of a feed (payload set) or a reset (payload None), with its position."""
+
+    position: Position
+    payload: bytes | None
+    reason: str = ""
+
+
+class FeedHub:
+    """The watchers of this process, by feed, and the wake readers that rouse them."""
+
+    def __init__(
+        self, client: redis.Redis, feeds: LiveFeeds, poll_seconds: float, block_ms: int = 2000
+    ) -> None:
+        self._redis = client
+        self._block_ms = block_ms
+        self.feeds = feeds
+        self.reader = FeedReader(client, feeds)
+        self.poll_seconds = poll_seconds
+        self._watchers: dict[str, set[asyncio.Event]] = defaultdict(set)
+
+    @property
+    def watching(self) -> int:
+        return sum(len(w) for w in self._watchers.values())
+
+    @contextlib.contextmanager
+    def watch(self, feed: str) -> Iterator[asyncio.Event]:
+        woken = asyncio.Event()
+        self._watchers[feed].add(woken)
+        try:
+            yield woken
+        finally:
+            watchers = self._watchers.get(feed)
+            if watchers is not None:
+                watchers.discard(woken)
+                if not watchers:
+                    del self._watchers[feed]
+
+    def _wake(self, feed: str) -> None:
+        for woken in self._watchers.get(feed, ()):
+            woken.set()
+
+    def _wake_all(self) -> None:
+        for watchers in self._watchers.values():
+            for woken in watchers:
+                woken.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read every wake stream until `stop` (a background job of the process)."""
+        readers = [asyncio.create_task(self._follow(wake)) for wake in self.feeds.all_wakes()]
+        try:
+            await stop.wait()
+        finally:
+            for reader in readers:
+                reader.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+
+    async def _follow(self, wake: str) -> None:
+        last: Any = "$"
+        trouble = False
+        while True:
+            try:
+                if last == "$":
+                    # Where the wake stream is now; what came before, each watcher reads itself.
+                    last = "0-0"
+                    if await self._redis.exists(wake):
+                        last = (await self._redis.xinfo_stream(wake))["last-generated-id"]
+                reply: Any = await self._redis.xread({wake: last}, count=1000, block=self._block_ms)
+            except REDIS_ERRORS as exc:
+                if not trouble:
+                    log.warning("live: cannot read %s, watchers look on their own: %s", wake, exc)
+                trouble = True
+                await asyncio.sleep(1)
+                continue
+            if trouble:
+                # Wake-ups may have come and gone meanwhile: every watcher looks once.
+                trouble = False
+                self._wake_all()
+            for _stream, entries in reply or ():
+                for entry_id, fields in entries:
+                    last = entry_id
+                    feed = fields.get(b"k") or fields.get("k")
+                    if feed is not None:
+                        self._wake(feed.decode() if isinstance(feed, bytes) else str(feed))
+
+    async def follow(self, feed: str, after: Position, until: float) -> AsyncIterator[Delivery]:
+        """Every entry of `feed` after `after`, then each new one as it comes; a reset (payload
+        None) when `after` is older than what the feed keeps. Returns at `until` (time.time())."""
+        position = after
+        with self.watch(feed) as woken:
+            while True:
+                woken.clear()
+                got = await self.reader.after(feed, position, PAGE)
+                if isinstance(got, Reset):
+                    position = got.position
+                    yield Delivery(position, None, got.reason)
+                    continue
+                for at, payload in got.items:
+                    yield Delivery(at, payload)
+                position = got.position
+                timeout = min(self.poll_seconds, until - time.time())
+                if timeout <= 0:
+                    return
+                if got.full:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), timeout)
+
+
+class WatchEnded(Exception):
+    """The watch may not go on: the status and the reason the client is told."""
+
+    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+async def watching(
+    hub: FeedHub,
+    feed: str,
+    after: Position | None,
+    *,
+    token_expires: float | None,
+    still_allowed: Callable[[], Awaitable[str | None]],
+    recheck_seconds: float,
+) -> AsyncIterator[Delivery]:
+    """hub.follow for one caller, as long as it may watch: until its end user's token expires
+    (WatchEnded UNAUTHENTICATED) and while `still_allowed` (asked every `recheck_seconds`)
+    names no reason to stop (WatchEnded PERMISSION_DENIED)."""
+    position = after if after is not None else await hub.reader.head(feed)
+    while True:
+        until = time.time() + recheck_seconds
+        if token_expires is not None:
+            until = min(until, token_expires)
+        async for delivery in hub.follow(feed, position, until):
+            yield delivery
+            position = delivery.position
+        if token_expires is not None and time.time() >= token_expires:
+            raise WatchEnded(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "the end user's token expired: resume from the last position with a fresh one",
+            )
+        reason = await still_allowed()
+        if reason is not None:
+            raise WatchEnded(grpc.StatusCode.PERMISSION_DENIED, reason)
+
+
+def parse_after(text: str) -> Position | None:
+    """A request's `after`: None for "from now on"; ValueError when it is no position."""
+    return Position.parse(text) if text else None
+
+
+class Watches:
+    """What both watch RPCs share: the hub, the end user's token expiry, the recheck, ending a
+    stream with the right status, and a span per delivery linked to the write's trace."""
+
+    def __init__(self, hub: FeedHub, tokens: TokenVerifier, recheck_seconds: float) -> None:
+        self.hub = hub
+        self.feeds = hub.feeds
+        self._tokens = tokens
+        self._recheck = recheck_seconds
+
+    @staticmethod
+    def after(text: str) -> tuple[Position | None, FieldViolation | None]:
+        try:
+            return parse_after(text), None
+        except ValueError as exc:
+            return None, FieldViolation("after", str(exc))
+
+    def token_expires(self, context: grpc.aio.ServicerContext) -> float | None:
+        """When the forwarded end-user token expires; None for a caller acting for no one (the
+        interceptor has refused a missing or invalid token where one is needed)."""
+        metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        scheme, _, token = metadata.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        try:
+            return self._tokens.verify(token.strip()).expires_at
+        except TokenError:
+            return time.time()
+
+    async def stream(
+        self,
+        context: grpc.aio.ServicerContext,
+        feed: str,
+        after: Position | None,
+        still_allowed: Callable[[], Awaitable[str | None]],
+        respond: Callable[[Delivery], tuple[R, Mapping[str, str]]],
+    ) -> AsyncIterator[R]:
+        expires = self.token_expires(context)
+        reason = await still_allowed()
+        if reason is not None:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, reason)
+        # The watch is allowed: the headers say so at once (the gateway answers its HTTP request
+        # only then), before any event, which may be minutes away.
+        await context.send_initial_metadata(())
+        try:
+            async for delivery in watching(
+                self.hub,
+                feed,
+                after,
+                token_expires=expires,
+                still_allowed=still_allowed,
+                recheck_seconds=self._recheck,
+            ):
+                response, written_in = respond(delivery)
+                with _tracer.start_as_current_span(
+                    "live.deliver", links=_links(written_in), kind=trace.SpanKind.PRODUCER
+                ):
+                    yield response
+        except WatchEnded as ended:
+            await abort(context, ended.code, str(ended))
+
+
+def _links(written_in: Mapping[str, str]) -> list[trace.Link]:
+    """The span of the write that produced the event, when its context came with it."""
+    if not written_in:
+        return []
+    context = trace.get_current_span(propagate.extract(dict(written_in))).get_span_context()
+    return [trace.Link(context)] if context.is_valid else []

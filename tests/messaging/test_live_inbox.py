@@ -1,0 +1,248 @@
+"""WatchInbox: every committed change of an account's inbox, pushed to its watchers after the
+COMMIT, resumable from the last position received, a reset instead of a gap (docs/live.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TypeAlias
+
+import grpc
+import pytest
+import pytest_asyncio
+import redis.asyncio as redis
+from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
+from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
+from agora.messaging.v1 import timeline_service_pb2 as pb
+
+from services.runtime.grpc_server import GrpcServer
+from services.streams.live import LiveFeeds, LiveSettings, Position
+from tests.conftest import Env
+from tests.helpers import Flusher, as_gateway, at, message
+from tools import callers
+from tools.jwt_token import mint
+
+pytestmark = pytest.mark.asyncio
+FEEDS = LiveFeeds.from_settings(LiveSettings())
+Stream: TypeAlias = grpc.aio.UnaryStreamCall
+
+
+@pytest_asyncio.fixture
+async def watch(
+    timeline_server: GrpcServer, env: Env, clean: None
+) -> AsyncIterator[timeline_service_pb2_grpc.TimelineServiceStub]:
+    """TimelineService as the gateway calls it; each watch passes its user's token itself."""
+    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
+        yield timeline_service_pb2_grpc.TimelineServiceStub(channel)
+
+
+def token(env: Env, accounts: list[int], ttl: int = 600, user: int = 7) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {mint(env.jwt_secret, user, accounts, ttl)}")]
+
+
+def open_watch(
+    stub: timeline_service_pb2_grpc.TimelineServiceStub,
+    env: Env,
+    account: int = 1,
+    after: str = "",
+    accounts: list[int] | None = None,
+    ttl: int = 600,
+) -> Stream:
+    return stub.WatchInbox(
+        pb.WatchInboxRequest(account_id=account, after=after),
+        metadata=token(env, accounts if accounts is not None else [account], ttl),
+        timeout=30,
+    )
+
+
+async def take(stream: Stream, n: int, within: float = 10) -> list[pb.WatchInboxResponse]:
+    """The next `n` responses of the stream."""
+    got: list[pb.WatchInboxResponse] = []
+    async with asyncio.timeout(within):
+        while len(got) < n:
+            got.append(await stream.read())
+    return got
+
+
+async def started(stream: Stream) -> None:
+    """Wait until the server has taken the watch's starting position (its initial metadata)."""
+    await stream.initial_metadata()
+    await asyncio.sleep(0.2)
+
+
+async def ingest_and_flush(
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    *msgs: tuple[str, str],
+    account: int = 1,
+) -> None:
+    await ingest.IngestMessages(
+        ingest_pb.IngestMessagesRequest(
+            account_id=account,
+            messages=[message(m, thread=t, sent_at=at(i)) for i, (m, t) in enumerate(msgs)],
+        )
+    )
+    await flusher.drain()
+
+
+async def test_a_stored_message_and_its_conversation_reach_the_watcher_after_the_commit(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    env: Env,
+) -> None:
+    stream = open_watch(watch, env)
+    await started(stream)
+    await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+
+    sent, state = await take(stream, 2)
+    assert sent.WhichOneof("item") == "message"
+    assert sent.message.msg_id == "m1"
+    assert sent.message.id > 0
+    assert sent.message.zalo_conversation_id > 0
+    assert sent.message.HasField("created_at")
+    assert state.WhichOneof("item") == "conversation"
+    assert (state.conversation.thread_id, state.conversation.unread_count) == ("t1", 1)
+    assert Position.parse(sent.position) < Position.parse(state.position)
+    assert "traceparent" in sent.trace_context  # the flusher's batch, linked to ingest
+
+    read = ingest_pb.MarkReadRequest(account_id=1, conversation_key="t1")
+    await ingest.MarkRead(read)
+    await flusher.drain()
+    [marked] = await take(stream, 1)
+    assert marked.conversation.unread_count == 0
+    assert marked.conversation.HasField("last_read_at")
+    stream.cancel()
+
+
+async def test_a_watch_resumed_after_its_last_position_misses_nothing_and_repeats_nothing(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    env: Env,
+) -> None:
+    first = open_watch(watch, env)
+    await started(first)
+    await ingest_and_flush(ingest, flusher, ("m1", "t1"), ("m2", "t2"))
+    seen = await take(first, 4)  # two messages, two conversations
+    first.cancel()
+    # Away: three more messages commit meanwhile.
+    await ingest_and_flush(ingest, flusher, ("m3", "t1"), ("m4", "t1"), ("m5", "t2"))
+
+    resumed = open_watch(watch, env, after=seen[1].position)
+    got = await take(resumed, 2 + 5)  # the rest of the first batches, then the second ones
+    delivered = seen[:2] + got
+    positions = [r.position for r in delivered]
+    assert len(set(positions)) == len(positions)  # nothing twice
+    by_thread: dict[str, list[str]] = {}
+    for r in delivered:
+        if r.WhichOneof("item") == "message":
+            by_thread.setdefault(r.message.thread_id, []).append(r.message.msg_id)
+    # Every message once, in order per conversation (conversations on other shards interleave).
+    assert by_thread == {"t1": ["m1", "m3", "m4"], "t2": ["m2", "m5"]}
+    # Live again: a message after the resume comes through the same stream.
+    await ingest_and_flush(ingest, flusher, ("m6", "t2"))
+    [live, _state] = await take(resumed, 2)
+    assert live.message.msg_id == "m6"
+    resumed.cancel()
+
+
+async def test_a_watch_sees_only_its_own_account(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    env: Env,
+    redis_client: redis.Redis,
+) -> None:
+    stream = open_watch(watch, env, account=1)
+    await started(stream)
+    await ingest_and_flush(ingest, flusher, ("other", "t1"), account=2)
+    await ingest_and_flush(ingest, flusher, ("mine", "t1"), account=1)
+    [sent, _state] = await take(stream, 2)
+    assert sent.message.msg_id == "mine"
+    assert sent.message.zalo_account_id == 1
+    assert await redis_client.xlen(FEEDS.inbox(2)) == 2  # account 2's feed had its own events
+    stream.cancel()
+
+
+async def test_a_position_older_than_the_feed_keeps_gets_a_reset_then_the_live_events(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    env: Env,
+) -> None:
+    # Nothing was published for account 1 within the retention: a position from 1970 may have
+    # missed anything, so the watcher must refetch.
+    stream = open_watch(watch, env, after="1000-0")
+    [reset] = await take(stream, 1)
+    assert reset.WhichOneof("item") == "reset"
+    assert "retention" in reset.reset.reason
+    await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+    [sent, _state] = await take(stream, 2)
+    assert sent.message.msg_id == "m1"
+    stream.cancel()
+
+
+async def test_a_position_the_feed_never_had_gets_a_reset(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    env: Env,
+) -> None:
+    await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+    stream = open_watch(watch, env, after="99999999999999-0")
+    [reset] = await take(stream, 1)
+    assert reset.WhichOneof("item") == "reset"
+    stream.cancel()
+
+
+async def test_a_position_that_is_no_position_is_invalid(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub, env: Env
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await take(open_watch(watch, env, after="yesterday"), 1)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "after" in (refused.value.details() or "")
+
+
+async def test_another_accounts_token_is_refused_and_no_token_is_unauthenticated(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub, env: Env, timeline_server: GrpcServer
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await take(open_watch(watch, env, account=1, accounts=[2]), 1)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    async with callers.connect(f"127.0.0.1:{timeline_server.port}", "gateway") as bare:
+        stub = timeline_service_pb2_grpc.TimelineServiceStub(bare)
+        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+            await take(stub.WatchInbox(pb.WatchInboxRequest(account_id=1), timeout=10), 1)
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_the_stream_ends_unauthenticated_when_the_token_expires(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub, env: Env
+) -> None:
+    stream = open_watch(watch, env, ttl=2)
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        await take(stream, 1, within=15)
+    assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "expired" in (ended.value.details() or "")
+
+
+async def test_an_internal_watcher_may_watch_any_account_and_call_nothing_else(
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    timeline_server: GrpcServer,
+    clean: None,
+) -> None:
+    """An auto-reply worker: its own certificate, no end user."""
+    async with callers.connect(f"127.0.0.1:{timeline_server.port}", "watcher") as channel:
+        stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
+        stream = stub.WatchInbox(pb.WatchInboxRequest(account_id=1), timeout=30)
+        await started(stream)
+        await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+        [sent, _state] = await take(stream, 2)
+        assert sent.message.msg_id == "m1"
+        stream.cancel()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.CountUnread(pb.CountUnreadRequest(account_id=1, conversation_key="t1"))
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
