@@ -28,7 +28,7 @@ from services.gateway.config import GatewaySettings
 from services.gateway.load_shedding import InFlightLimit
 from services.gateway.rate_limit import RateLimiter
 from services.gateway.request_body import BodyLimit
-from services.gateway.routes import forum, messaging
+from services.gateway.routes import forum, live, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, docs_page, hardening
 from services.gateway.tracing import TraceContext
@@ -95,6 +95,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     errors.install(app)
     app.include_router(messaging.router)
     app.include_router(forum.router)
+    app.include_router(live.router)
+    app.state.settings = settings
+    app.state.stream_bounds = live.StreamBounds(
+        settings.live_streams_per_user, settings.live_streams_per_process
+    )
 
     @app.get("/docs", include_in_schema=False)
     async def docs(request: Request) -> HTMLResponse:
@@ -108,7 +113,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     if records_spans():
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
     # Starlette wraps each middleware around those added before it: innermost first.
-    app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight)
+    app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight, exempt=live.STREAM_PATH)
     batch = next(
         r
         for r in messaging.router.routes

@@ -31,8 +31,20 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     # Rate-limit counters only: the gateway keeps no other state.
     redis_url: str
     like_toggles_per_minute: int = Field(default=60, ge=1)
-    # Requests in flight past this are answered 503 at once (load shedding, not timeouts).
+    # Requests in flight past this are answered 503 at once (load shedding, not timeouts). Event
+    # streams do not count: they have bounds of their own.
     gateway_max_in_flight: int = Field(default=256, ge=1)
+    # Server-Sent Event streams (…/events) this process holds, in all and per user; past either
+    # a new one is answered 503 with Retry-After.
+    live_streams_per_process: int = Field(default=20_000, ge=1)
+    live_streams_per_user: int = Field(default=16, ge=1)
+    # A comment this often keeps proxies from closing an idle stream.
+    live_heartbeat_seconds: float = Field(default=15.0, gt=0)
+    # A client that has not taken an event within this is disconnected (it resumes) instead of
+    # having its events buffered without bound.
+    live_send_timeout_seconds: float = Field(default=10.0, gt=0)
+    # The reconnection delay the stream tells browsers (retry:).
+    live_retry_ms: int = Field(default=2000, ge=100)
     gateway_host: str = "0.0.0.0"
     gateway_port: int = 8080
     # HTTP parsing and JSON are CPU-bound: one process per core by default (WORKERS).

@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import orjson
+from agora.forum.v1 import forum_pb2
 from agora.messaging.v1 import message_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
@@ -194,3 +195,37 @@ def _json_text(value: JsonValue) -> str:
         # orjson stops at 64-bit integers; a larger one is still JSON (MySQL keeps it as a double)
         # and schemas.RequestModel has already refused what JSON text cannot carry.
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+# Exactly schemas.Post and schemas.Comment (same keys, same order), straight to JSON bytes.
+
+
+def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "course_id": p.course_id,
+        "user_id": p.user_id,
+        "title": p.title,
+        "body": p.body,
+        "like_count": p.like_count,
+        "comment_count": p.comment_count,
+        "created_at": time_text(p.created_at),
+        "liked_by_me": liked_by_me,
+    }
+
+
+def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, Any]:
+    has = c.HasField
+    return {
+        "id": c.id,
+        "post_id": c.post_id,
+        "parent_id": c.parent_id if has("parent_id") else None,
+        "user_id": c.user_id,
+        "body": c.body,
+        "like_count": c.like_count,
+        "reply_count": c.reply_count,
+        "reply_to_comment_id": c.reply_to_comment_id if has("reply_to_comment_id") else None,
+        "reply_to_user_id": c.reply_to_user_id if has("reply_to_user_id") else None,
+        "created_at": time_text(c.created_at),
+        "liked_by_me": liked_by_me,
+    }

@@ -84,6 +84,12 @@ class ApiError(Exception):
         return cls(403, "permission_denied", message)
 
     @classmethod
+    def unavailable(cls, message: str, retry_after: int) -> ApiError:
+        error = cls(503, "unavailable", message)
+        error.retry_after = retry_after
+        return error
+
+    @classmethod
     def not_found(cls, message: str) -> ApiError:
         return cls(404, "not_found", message)
 

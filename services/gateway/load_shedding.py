@@ -8,6 +8,7 @@ the slots count work the gateway is doing, never a client that uploads slowly.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -28,15 +29,22 @@ _BODY = orjson.dumps(
 
 
 class InFlightLimit:
-    """ASGI middleware: at most `limit` HTTP requests in flight; /healthz is never shed."""
+    """ASGI middleware: at most `limit` HTTP requests in flight; /healthz is never shed, nor a
+    long-lived stream (paths matching `exempt`), which would hold a slot for hours."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, exempt: re.Pattern[str] | None = None) -> None:
         self.app = app
         self.limit = limit
         self.in_flight = 0
+        self._exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") == "/healthz":
+        path = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or path == "/healthz"
+            or (self._exempt is not None and self._exempt.fullmatch(path))
+        ):
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:

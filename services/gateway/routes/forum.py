@@ -7,10 +7,9 @@ comment belongs to the course of the URL (404).
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 import grpc
-from agora.forum.v1 import forum_pb2
 from agora.forum.v1 import forum_read_service_pb2 as read_pb
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from agora.forum.v1 import like_service_pb2 as like_pb
@@ -19,7 +18,7 @@ from fastapi import APIRouter, Path, Query
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, Principal
 from services.gateway.clients import Clients, Upstream
-from services.gateway.convert import JsonBytes, ok, optional_value, time_text
+from services.gateway.convert import JsonBytes, comment_json, ok, optional_value, post_json
 from services.gateway.errors import ApiError
 from services.gateway.rate_limit import LikeLimiter, RateLimiter
 
@@ -63,40 +62,6 @@ def _posts(ids: list[int]) -> list[Target]:
 
 def _comments(ids: list[int]) -> list[Target]:
     return [{"kind": like_pb.TARGET_KIND_COMMENT, "id": i} for i in ids]
-
-
-# Exactly schemas.Post and schemas.Comment (same keys, same order), straight to JSON bytes.
-
-
-def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
-    return {
-        "id": p.id,
-        "course_id": p.course_id,
-        "user_id": p.user_id,
-        "title": p.title,
-        "body": p.body,
-        "like_count": p.like_count,
-        "comment_count": p.comment_count,
-        "created_at": time_text(p.created_at),
-        "liked_by_me": liked_by_me,
-    }
-
-
-def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, Any]:
-    has = c.HasField
-    return {
-        "id": c.id,
-        "post_id": c.post_id,
-        "parent_id": c.parent_id if has("parent_id") else None,
-        "user_id": c.user_id,
-        "body": c.body,
-        "like_count": c.like_count,
-        "reply_count": c.reply_count,
-        "reply_to_comment_id": c.reply_to_comment_id if has("reply_to_comment_id") else None,
-        "reply_to_user_id": c.reply_to_user_id if has("reply_to_user_id") else None,
-        "created_at": time_text(c.created_at),
-        "liked_by_me": liked_by_me,
-    }
 
 
 @router.get("/posts", summary="The course feed, newest first", response_model=schemas.PostsPage)

@@ -1,0 +1,202 @@
+"""GET /api/zalo-accounts/{id}/events and /api/courses/{id}/events: Server-Sent Events through the
+real gateway app under uvicorn (a stream needs a real server: an in-memory transport would wait
+for the end of a response that never ends)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import pytest_asyncio
+import uvicorn
+from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
+from agora.messaging.v1 import ingest_service_pb2_grpc
+
+from services.gateway.app import create_app
+from services.gateway.config import GatewaySettings
+from services.runtime.grpc_server import GrpcServer
+from tests.conftest import Env
+from tests.helpers import Flusher, at, message, mint_token
+from tools import callers
+
+pytestmark = pytest.mark.asyncio
+STREAMS_PER_USER = 3
+
+
+@pytest_asyncio.fixture(scope="module")
+async def base_url(
+    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
+) -> AsyncIterator[str]:
+    settings = GatewaySettings(
+        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
+        ingest_addr=f"127.0.0.1:{ingest_server.port}",
+        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
+        timeline_addr=f"127.0.0.1:{timeline_server.port}",
+        likes_addr=f"127.0.0.1:{likes_server.port}",
+        redis_url=env.redis_gateway_url,
+        live_streams_per_user=STREAMS_PER_USER,
+        live_heartbeat_seconds=1,
+        **callers.tls_files("gateway"),
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), log_config=None, access_log=False, lifespan="on")
+    )
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        assert not serving.done(), serving
+        await asyncio.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    await asyncio.wait_for(serving, 15)
+    sock.close()
+
+
+@dataclass
+class Event:
+    id: str | None
+    event: str | None
+    data: Any
+
+
+class EventStream:
+    """One open SSE response, read event by event (comments are kept apart)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._lines = response.aiter_lines()
+        self.comments: list[str] = []
+        self.retry: int | None = None
+
+    async def next(self, within: float = 10) -> Event:
+        fields: dict[str, str] = {}
+        async with asyncio.timeout(within):
+            async for line in self._lines:
+                if not line:
+                    if "data" in fields:
+                        return Event(
+                            fields.get("id"), fields.get("event"), orjson.loads(fields["data"])
+                        )
+                    continue
+                name, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if name == "":
+                    self.comments.append(value)
+                elif name == "retry":
+                    self.retry = int(value)
+                else:
+                    fields[name] = value
+        raise AssertionError("the stream ended")
+
+
+@contextlib.asynccontextmanager
+async def events(
+    base_url: str, path: str, token: str | None, last_event_id: str | None = None
+) -> AsyncIterator[EventStream]:
+    headers = {"Accept": "text/event-stream"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = last_event_id
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
+        client.stream("GET", path, headers=headers) as response,
+    ):
+        yield EventStream(response)
+
+
+async def send(
+    ingest: ingest_service_pb2_grpc.IngestServiceStub, flusher: Flusher, *msg_ids: str
+) -> None:
+    await ingest.IngestMessages(
+        ingest_pb.IngestMessagesRequest(
+            account_id=1, messages=[message(m, sent_at=at(i)) for i, m in enumerate(msg_ids)]
+        )
+    )
+    await flusher.drain()
+
+
+async def test_a_message_is_pushed_as_it_commits_and_a_resume_misses_nothing(
+    base_url: str,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    env: Env,
+) -> None:
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with events(base_url, "/api/zalo-accounts/1/events", token) as stream:
+        assert stream.response.status_code == 200
+        assert stream.response.headers["content-type"].startswith("text/event-stream")
+        await asyncio.sleep(0.3)
+        await send(ingest, flusher, "m1")
+        sent = await stream.next()
+        state = await stream.next()
+        assert stream.retry is not None
+    assert (sent.event, sent.data["msg_id"], sent.data["direction"]) == ("message", "m1", "in")
+    assert sent.id is not None
+    assert (state.event, state.data["thread_id"], state.data["unread_count"]) == (
+        "conversation",
+        "t1",
+        1,
+    )
+    # Away while two more commit; back with the last id it saw.
+    await send(ingest, flusher, "m2", "m3")
+    async with events(base_url, "/api/zalo-accounts/1/events", token, state.id) as resumed:
+        got = [await resumed.next() for _ in range(3)]
+    assert [e.data.get("msg_id") for e in got] == ["m2", "m3", None]
+    assert got[2].event == "conversation"
+
+
+async def test_idle_streams_get_heartbeats(base_url: str, env: Env, clean: None) -> None:
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with events(base_url, "/api/zalo-accounts/1/events", token) as stream:
+        with pytest.raises(TimeoutError):
+            await stream.next(within=2.5)
+        assert any("ping" in c for c in stream.comments)
+
+
+@pytest.mark.parametrize(
+    ("accounts", "last_event_id", "status"),
+    [(None, None, 401), ([2], None, 403), ([1], "not-a-position", 422)],
+)
+async def test_a_stream_that_may_not_start_is_refused_with_json(
+    base_url: str,
+    env: Env,
+    clean: None,
+    accounts: list[int] | None,
+    last_event_id: str | None,
+    status: int,
+) -> None:
+    token = None if accounts is None else mint_token(env.jwt_secret, sub=7, accounts=accounts)
+    async with events(base_url, "/api/zalo-accounts/1/events", token, last_event_id) as stream:
+        assert stream.response.status_code == status
+        body = orjson.loads(await stream.response.aread())
+    assert body["success"] is False
+
+
+async def test_streams_past_the_per_user_bound_are_refused_with_retry_after(
+    base_url: str, env: Env, clean: None
+) -> None:
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with contextlib.AsyncExitStack() as open_streams:
+        for _ in range(STREAMS_PER_USER):
+            stream = await open_streams.enter_async_context(
+                events(base_url, "/api/zalo-accounts/1/events", token)
+            )
+            assert stream.response.status_code == 200
+        async with events(base_url, "/api/zalo-accounts/1/events", token) as refused:
+            assert refused.response.status_code == 503
+            assert int(refused.response.headers["retry-after"]) >= 1
+        other = mint_token(env.jwt_secret, sub=8, accounts=[1])
+        async with events(base_url, "/api/zalo-accounts/1/events", other) as someone_else:
+            assert someone_else.response.status_code == 200
+    # Closed streams give their places back.
+    async with events(base_url, "/api/zalo-accounts/1/events", token) as again:
+        assert again.response.status_code == 200
