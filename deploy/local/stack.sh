@@ -184,6 +184,13 @@ write_redis_acl() {
   # redirections (ASKING, READONLY, READWRITE); WAIT holds an acknowledgement until replicas have
   # the write (REDIS_WAIT_REPLICAS). None is @dangerous; on the single Redis they are harmless.
   local cluster="+cluster|slots +cluster|shards +cluster|nodes +cluster|info +cluster|myid +readonly +readwrite +asking +wait"
+  # Writers add to the live feeds what they committed (trimming them, recording what a trim
+  # removed, expiring idle ones) and wake the feeds' watchers: the flusher to the accounts' and
+  # courses' feeds, ingest (forum writes) and likes (direct modes) to the courses'. The feeds are
+  # derived, so trimming them loses nothing stored.
+  local live_append="(~live:{a*}:inbox ~live:{f*}:course +xadd +xrevrange +xrange +xlen +xtrim +xsetid +expire)"
+  local course_append="(~live:{f*}:course +xadd +xrevrange +xrange +xlen +xtrim +xsetid +expire)"
+  local live_wake="(~live:{w*}:wake +xadd)"
   # ingest: appends to the message streams; counts their backlog (messages, bytes), holds room for
   # a call on a cluster, keeps the accounts' fair-share rates; drops a course's likes access
   # version after a forum write changed what the likes service may cache.
@@ -193,7 +200,7 @@ write_redis_acl() {
   local ingest_rates="(~agora:msg:{m*}:backlog-rates ~agora:msg:{m*}:backlog-rate:* +get +set)"
   local ingest_access="(~forum:{c*}:access-version +del)"
   # A script's keys grant nothing (each command it runs is checked): every family of the user.
-  local ingest_scripts="(~agora:msg:{m*}:events ~agora:msg:{m*}:backlog* ~forum:{c*}:access-version +evalsha)"
+  local ingest_scripts="(~agora:msg:{m*}:events ~agora:msg:{m*}:backlog* ~forum:{c*}:access-version ~live:{f*}:course ~live:{w*}:wake +evalsha)"
   # likes: its users' liked SETs, last operations and direct-write guards (a cache it expires and
   # deletes), appends to the like streams and counts their bytes, the courses' access versions,
   # the dirty marks of a counterless pod.
@@ -202,7 +209,7 @@ write_redis_acl() {
   local likes_bytes="(~forum:{ls*}:like-events:bytes +get +incrby)"
   local likes_access="(~forum:{c*}:access-version +get +set)"
   local likes_dirty="(~forum:{dirty}:* +sadd)"
-  local likes_scripts="(~forum:{ls*}:u:* ~forum:{ls*}:like-events ~forum:{ls*}:like-events:bytes ~forum:{c*}:access-version ~forum:{dirty}:* +evalsha)"
+  local likes_scripts="(~forum:{ls*}:u:* ~forum:{ls*}:like-events ~forum:{ls*}:like-events:bytes ~forum:{c*}:access-version ~forum:{dirty}:* ~live:{f*}:course ~live:{w*}:wake +evalsha)"
   # flusher: consumes both stream families and acknowledges (XACK + XDEL) what it stored, gives
   # the backlog back, counts each pending entry's failed attempts (a hash beside the stream,
   # expiring), dead-letters (a capped stream), holds its shard leases and their epochs,
@@ -217,10 +224,6 @@ write_redis_acl() {
   local flusher_dirty="(~forum:{dirty}:* +sadd +spop)"
   local flusher_prune="(~agora:prune:{prune}:* +zadd +zrem +zrangebyscore +zcard)"
   local flusher_locks="(~agora:prune:lock:* ~agora:jobs:* +get +set +del +pexpire +pttl)"
-  # Both add to the live feeds what they committed (trimming them, recording what a trim removed,
-  # expiring idle ones), and wake the feeds' watchers.
-  local live_append="(~live:{a*}:inbox ~live:{f*}:course +xadd +xrevrange +xrange +xlen +xtrim +xsetid +expire)"
-  local live_wake="(~live:{w*}:wake +xadd)"
   local flusher_scripts="(~agora:msg:* ~agora:prune:* ~agora:jobs:* ~forum:{ls*}:* ~forum:like-lease-members ~forum:{dirty}:* ~live:{a*}:inbox ~live:{f*}:course ~live:{w*}:wake +evalsha)"
   # timeline: reads the live feeds (its script looks at a feed and reads it in one step) and the
   # wake streams; writes nothing.
@@ -230,8 +233,8 @@ write_redis_acl() {
   mkdir -p "$var/redis"
   (umask 077 && cat >"$var/redis/users.acl.new") <<EOF
 user default on >$REDIS_PASSWORD ~* &* +@all
-user agora-ingest $base $cluster >$REDIS_INGEST_PASSWORD $ingest_append $ingest_backlog $ingest_reserved $ingest_rates $ingest_access $ingest_scripts
-user agora-likes $base $cluster >$REDIS_LIKES_PASSWORD $likes_users $likes_append $likes_bytes $likes_access $likes_dirty $likes_scripts
+user agora-ingest $base $cluster >$REDIS_INGEST_PASSWORD $ingest_append $ingest_backlog $ingest_reserved $ingest_rates $ingest_access $course_append $live_wake $ingest_scripts
+user agora-likes $base $cluster >$REDIS_LIKES_PASSWORD $likes_users $likes_append $likes_bytes $likes_access $likes_dirty $course_append $live_wake $likes_scripts
 user agora-flusher $base +multi +exec +discard $cluster >$REDIS_FLUSHER_PASSWORD $flusher_consume $flusher_failures $flusher_dead $flusher_backlog $flusher_leases $flusher_members $flusher_ops $flusher_dirty $flusher_prune $flusher_locks $live_append $live_wake $flusher_scripts
 user agora-timeline $base $cluster >$REDIS_TIMELINE_PASSWORD $timeline_live
 user agora-gateway $base $cluster >$REDIS_GATEWAY_PASSWORD $gateway_limits
