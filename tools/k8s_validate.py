@@ -11,8 +11,10 @@ with a runbook). Each rendering as a whole is checked for what only a cluster wo
 (rendering_errors): the overlay's image reaching the containers, a migrate Job named per release,
 no replica count under an HPA, hash-suffixed configuration, each workload's own Secrets, policies
 that name their peers, gRPC clients balancing over headless Services, probe timeouts, topology
-spread, headless StatefulSet Services, the Collector's health extension, Redis's maxmemory, the
-metrics ports scraped, and the connection budget of every datastore.
+spread, headless StatefulSet Services, the Collector's health extension, Redis's maxmemory, every
+service's required settings, the live feeds' shared settings and the event streams' heartbeat
+against the ingress's timeouts, the metrics ports scraped, and the connection budget of every
+datastore.
 The generic workload policy (probes, requests and limits, non-root, read-only root filesystem,
 capabilities, privilege, service account tokens) is checkov's, on every overlay:
 CHECKOV_WORKLOAD_CHECKS lists the checks relied on.
@@ -724,14 +726,19 @@ def arg_value(args: list[str], *names: str) -> str | None:
     return value
 
 
+def settings_fields(workload: str) -> dict[str, Any]:
+    """The service's settings fields by name (lower case, as pydantic names them)."""
+    module, cls = SERVICE_SETTINGS[workload].split(":")
+    fields: dict[str, Any] = getattr(importlib.import_module(module), cls).model_fields
+    return fields
+
+
 def setting(workload: str, name: str, env: dict[str, str | None]) -> str:
     """A variable as the service reads it: from its environment, else its settings' default."""
     value = env.get(name)
     if value is not None:
         return value
-    module, cls = SERVICE_SETTINGS[workload].split(":")
-    settings = getattr(importlib.import_module(module), cls)
-    return str(settings.model_fields[name.lower()].default)
+    return str(settings_fields(workload)[name.lower()].default)
 
 
 SERVICE_SETTINGS = {
@@ -741,6 +748,96 @@ SERVICE_SETTINGS = {
     "likes": "services.likes.config:LikesSettings",
     "flusher": "services.flusher.config:FlusherSettings",
 }
+
+
+def required_setting_errors(docs: list[Doc]) -> list[str]:
+    """Every setting a service has no default for is in its environment (a value from a Secret
+    the platform provides counts): without one the process exits at start-up, which only a
+    rollout would show."""
+    problems = []
+    for doc in (d for d in docs if d["kind"] == "Deployment" and app_name(d) in SERVICE_SETTINGS):
+        env = environment(doc, docs)
+        for name, field in settings_fields(app_name(doc)).items():
+            if field.is_required() and name.upper() not in env:
+                problems.append(f"{where(doc)}: {name.upper()} is required and not set")
+    return problems
+
+
+# The live feeds' layout: writers (the flusher; ingest and likes for the courses' feeds) append
+# to the feeds and wake streams that the watchers (timeline) read, so each of these must be one
+# value for all; the Redis users' key patterns name the prefix (live:{a*}:inbox, ...).
+LIVE_SHARED = (
+    "LIVE_PREFIX",
+    "LIVE_RETENTION_SECONDS",
+    "LIVE_MAX_EVENTS_PER_FEED",
+    "LIVE_WAKE_SHARDS",
+)
+LIVE_PREFIX = "live"
+# The gateway's event streams go through the ingress (ingress-nginx: the cluster settings'
+# ingress-namespace). nginx closes a proxied connection that sends nothing for proxy-read-timeout
+# (or accepts nothing for proxy-send-timeout), 60 s unless an Ingress annotation says otherwise:
+# a heartbeat must come well within them. Its proxy-buffering is off by default and the streams
+# send X-Accel-Buffering: no; an Ingress of the gateway must not turn it on.
+NGINX_ANNOTATION = "nginx.ingress.kubernetes.io/"
+NGINX_DEFAULT_TIMEOUT = 60
+
+
+def live_errors(docs: list[Doc]) -> list[str]:
+    """The live feeds' settings agree between writers and watchers, and the gateway's streams
+    outlive the ingress's timeouts."""
+    problems = []
+    services = {
+        app_name(d): environment(d, docs)
+        for d in docs
+        if d["kind"] == "Deployment" and app_name(d) in SERVICE_SETTINGS
+    }
+    for name in LIVE_SHARED:
+        seen = {
+            app: setting(app, name, env)
+            for app, env in services.items()
+            if name.lower() in settings_fields(app)
+        }
+        if len(set(seen.values())) > 1:
+            values = ", ".join(f"{app} {value}" for app, value in sorted(seen.items()))
+            problems.append(f"{name} must be one value for every writer and watcher: {values}")
+    for app, env in services.items():
+        if (
+            "live_prefix" in settings_fields(app)
+            and setting(app, "LIVE_PREFIX", env) != LIVE_PREFIX
+        ):
+            problems.append(f"{app}: LIVE_PREFIX must be {LIVE_PREFIX!r}, the ACLs' key patterns")
+    if "gateway" not in services:
+        return problems
+    heartbeat = float(setting("gateway", "LIVE_HEARTBEAT_SECONDS", services["gateway"]))
+    ingresses = [d for d in docs if d["kind"] == "Ingress" and routes_to(d, "gateway")]
+    # Without an Ingress here, the platform's, with the controller's defaults.
+    timeouts = {} if ingresses else {"ingress-nginx default": NGINX_DEFAULT_TIMEOUT}
+    for ingress in ingresses:
+        annotations = ingress["metadata"].get("annotations", {})
+        for name in ("proxy-read-timeout", "proxy-send-timeout"):
+            value = annotations.get(NGINX_ANNOTATION + name, NGINX_DEFAULT_TIMEOUT)
+            timeouts[f"{where(ingress)} {name}"] = int(value)
+        if annotations.get(NGINX_ANNOTATION + "proxy-buffering", "off") != "off":
+            problems.append(f"{where(ingress)}: proxy-buffering must stay off for event streams")
+    for source, timeout in timeouts.items():
+        # Twice: one heartbeat late (a busy process) must not close the stream.
+        if 2 * heartbeat > timeout:
+            problems.append(
+                f"gateway: LIVE_HEARTBEAT_SECONDS {heartbeat:g} is not within half of the "
+                f"{source} ({timeout} s): idle event streams would be closed"
+            )
+    return problems
+
+
+def routes_to(ingress: Doc, service: str) -> bool:
+    """Whether an Ingress sends any path (or its default) to `service`."""
+    spec = ingress.get("spec", {})
+    backends = [spec.get("defaultBackend", {})] + [
+        path.get("backend", {})
+        for rule in spec.get("rules", [])
+        for path in rule.get("http", {}).get("paths", [])
+    ]
+    return any(b.get("service", {}).get("name") == service for b in backends)
 
 
 def redis_errors(docs: list[Doc]) -> list[str]:
@@ -1004,6 +1101,8 @@ def rendering_errors(directory: Path, docs: list[Doc]) -> list[str]:
         + statefulset_errors(docs)
         + collector_errors(docs)
         + redis_errors(docs)
+        + required_setting_errors(docs)
+        + live_errors(docs)
         + scrape_errors(docs)
         + (budget_errors(docs) if deployed else [])
     )
