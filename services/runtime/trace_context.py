@@ -15,7 +15,11 @@ from typing import Any
 
 import grpc
 from opentelemetry import propagate, trace
-from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
+from opentelemetry.instrumentation.grpc import (
+    aio_client_interceptors,
+    aio_server_interceptor,
+    filters,
+)
 from opentelemetry.trace import SpanKind
 
 
@@ -30,8 +34,18 @@ def records_spans() -> bool:
     return sampler is None or sampler.get_description() != "AlwaysOffSampler"
 
 
+# The live watches are left to their own spans (one per delivery, linked to the write's): the
+# instrumentation keeps its span current across every response of a stream, and a watch the
+# client cancels is closed from another context, which it logs as an error each time.
+_NOT_WATCHES = filters.negate(
+    filters.any_of(filters.method_name("WatchInbox"), filters.method_name("WatchCourse"))
+)
+
+
 def server_interceptor() -> grpc.aio.ServerInterceptor:
-    return aio_server_interceptor() if records_spans() else _ContinueContext()
+    if records_spans():
+        return aio_server_interceptor(filter_=_NOT_WATCHES)
+    return _ContinueContext()
 
 
 def client_interceptors() -> list[grpc.aio.ClientInterceptor]:

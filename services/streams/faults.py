@@ -1,8 +1,9 @@
 """Fault points of the consumer pipeline, for the fault-injection suite: kill -9 by setting.
 
 FAULT_POINT=before_commit kills the process inside an apply transaction, just before COMMIT;
-FAULT_POINT=after_commit kills it after the COMMIT, before the ACK. Unset in production: the
-check is one comparison.
+FAULT_POINT=before_publish kills it after the COMMIT, before the batch's changes are on the live
+feeds; FAULT_POINT=after_commit kills it after the COMMIT, before the ACK. Unset in production:
+the check is one comparison.
 """
 
 from __future__ import annotations

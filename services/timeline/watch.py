@@ -28,7 +28,7 @@ from opentelemetry import propagate, trace
 from services.runtime.grpc_errors import FieldViolation, abort
 from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.tokens import TokenError, TokenVerifier
-from services.streams.live import FeedReader, LiveFeeds, Position, Reset
+from services.streams.live import POSITION_HEADER, FeedReader, LiveFeeds, Position, Reset
 
 R = TypeVar("R", bound=Message)
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class WatchEnded(Exception):
 async def watching(
     hub: FeedHub,
     feed: str,
-    after: Position | None,
+    after: Position,
     *,
     token_expires: float | None,
     still_allowed: Callable[[], Awaitable[str | None]],
@@ -168,7 +168,7 @@ async def watching(
     """hub.follow for one caller, as long as it may watch: until its end user's token expires
     (WatchEnded UNAUTHENTICATED) and while `still_allowed` (asked every `recheck_seconds`)
     names no reason to stop (WatchEnded PERMISSION_DENIED)."""
-    position = after if after is not None else await hub.reader.head(feed)
+    position = after
     while True:
         until = time.time() + recheck_seconds
         if token_expires is not None:
@@ -232,23 +232,28 @@ class Watches:
         reason = await still_allowed()
         if reason is not None:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, reason)
-        # The watch is allowed: the headers say so at once (the gateway answers its HTTP request
-        # only then), before any event, which may be minutes away.
-        await context.send_initial_metadata(())
+        # A watch "from now on" starts at the feed's newest position, and the client is told it
+        # (with the headers, at once: the gateway answers its HTTP request only then, and the
+        # first event may be minutes away): cut before any event, it resumes from there, not
+        # from a later "now" that would skip what came between.
+        start = after if after is not None else await self.hub.reader.head(feed)
+        await context.send_initial_metadata(((POSITION_HEADER, str(start)),))
         try:
             async for delivery in watching(
                 self.hub,
                 feed,
-                after,
+                start,
                 token_expires=expires,
                 still_allowed=still_allowed,
                 recheck_seconds=self._recheck,
             ):
                 response, written_in = respond(delivery)
-                with _tracer.start_as_current_span(
+                # Ended before the yield: a span current across it would be detached in
+                # whatever context resumes or closes this generator.
+                _tracer.start_span(
                     "live.deliver", links=_links(written_in), kind=trace.SpanKind.PRODUCER
-                ):
-                    yield response
+                ).end()
+                yield response
         except WatchEnded as ended:
             await abort(context, ended.code, str(ended))
 

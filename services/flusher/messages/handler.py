@@ -11,6 +11,7 @@ from services.flusher.messages.live import InboxPublication
 from services.flusher.messages.repository import MessageRepository
 from services.streams import messages
 from services.streams.entries import Entry
+from services.streams.faults import fault
 from services.streams.fencing import Fence
 
 
@@ -59,6 +60,7 @@ class MessageEntryHandler:
         touched = await self._repo.apply(items, fence)
         # After COMMIT and before ACK: a crash in between redelivers the batch, which publishes
         # and schedules again, so no watcher misses an event and no conversation its prune.
+        fault("before_publish")
         if self._live is not None:
             await self._live.publish(items)
         if self._prune_queue is not None:

@@ -36,6 +36,7 @@ from services.gateway.convert import (
 )
 from services.gateway.errors import ApiError
 from services.streams.likes import KIND_NAMES
+from services.streams.live import POSITION_HEADER
 
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
@@ -154,7 +155,7 @@ async def _stream(
     bounds.admit(user_id)
     try:
         # timeline sends its headers once the watch is allowed; a refusal ends the call first.
-        await call.initial_metadata()
+        headers = await call.initial_metadata()
         if call.done():
             code = await call.code()
             if code != grpc.StatusCode.OK:
@@ -167,18 +168,21 @@ async def _stream(
         call.cancel()
         bounds.release(user_id)
         raise
+    start = dict(headers or ()).get(POSITION_HEADER)
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         try:
-            # The reconnection delay a browser should wait after the stream ends.
-            yield ServerSentEvent(comment="live", retry=settings.live_retry_ms)
+            # The reconnection delay a browser should wait after the stream ends, and the
+            # position the stream starts after (an id-only event): a client cut before the
+            # first event resumes from it instead of from a later "now".
+            yield ServerSentEvent(comment="live", retry=settings.live_retry_ms, id=start)
             async for response in call:
                 kind, data = event_of(response)
-                links = _links(dict(response.trace_context))
-                with _tracer.start_as_current_span("live.sse", links=links):
-                    yield ServerSentEvent(
-                        data=orjson.dumps(data).decode(), event=kind, id=response.position
-                    )
+                # Ended before the yield (a span current across it would be detached elsewhere).
+                _tracer.start_span("live.sse", links=_links(dict(response.trace_context))).end()
+                yield ServerSentEvent(
+                    data=orjson.dumps(data).decode(), event=kind, id=response.position
+                )
         except grpc.aio.AioRpcError as ended:
             # Token expired, access revoked, timeline restarting: the client resumes with the
             # last id (and a fresh token when that is what ended it).
