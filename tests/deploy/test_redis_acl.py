@@ -4,8 +4,10 @@ or a backlog counter — directly or from a script, which Redis checks command b
 the caller's ACL. Both ACL files are tried: the local stack's (deploy/local/stack.sh, the Redis
 these tests run on; every service under test runs as its own user, so the suite also proves the
 grants are enough) by running each command, and the dev overlay's (deploy/k8s) with ACL DRYRUN
-on a throwaway Redis. And a Redis that refuses to say how it evicts does not stop a service that
-declares the policy."""
+on a throwaway Redis. The live feeds are derived data with writers and one reader: the flusher,
+ingest and likes append to the feeds they write (and may trim them: nothing stored is lost),
+timeline reads them and writes nothing. And a Redis that refuses to say how it evicts does not
+stop a service that declares the policy."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import logging
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -21,12 +24,24 @@ import redis.asyncio as redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from services.runtime import redis_client
+from services.runtime.redis_client import DurableScripts
+from services.streams import live
+from services.streams.live import (
+    ORIGIN,
+    Entries,
+    FeedReader,
+    LiveFeeds,
+    LivePublisher,
+    LiveSettings,
+    Position,
+    Reset,
+)
 from tests.conftest import Env
 from tests.helpers import ROOT, redis_server
 
 pytestmark = pytest.mark.asyncio
 
-USERS = ("ingest", "likes", "flusher", "gateway")
+USERS = ("ingest", "likes", "flusher", "gateway", "timeline")
 GROUP = "flusher"
 
 EVENTS = "agora:msg:{m0}:events"
@@ -40,6 +55,16 @@ LIKE_DEAD = "forum:{ls0}:like-events:dead"
 LIKED = "forum:{ls0}:u:7:c:42:liked"
 OPS = "forum:{ls0}:u:7:c:42:ops"
 RATE = "agora:ratelimit:like:7:1700000000"
+# The live feeds (an account's inbox, a course) and a wake stream, as services/streams/live.py
+# names them.
+FEEDS_LAYOUT = LiveFeeds.from_settings(LiveSettings())
+INBOX = FEEDS_LAYOUT.inbox(7)
+COURSE = FEEDS_LAYOUT.course(42)
+WAKE = FEEDS_LAYOUT.wake(0)
+FEEDS = (INBOX, COURSE, WAKE)
+# Who appends to which feeds (and wakes their watchers): the flusher what its batches stored, ingest
+# the forum writes, likes the like counts of its direct modes.
+FEED_WRITERS = {"flusher": (INBOX, COURSE), "ingest": (COURSE,), "likes": (COURSE,)}
 
 # Where acknowledged data waits to be flushed, and what bounds it.
 STREAMS = (EVENTS, LIKE_EVENTS, DEAD, LIKE_DEAD)
@@ -85,7 +110,10 @@ def erasing(key: str, db: int) -> list[Command]:
 # No Redis ACL can refuse these: an ACL allows a command on a key, never its options (XADD's
 # MAXLEN / MINID trim the stream it appends to), and scripts run with the caller's rights. What
 # each user can so erase is only what its work needs: a producer trims its own append streams,
-# the flusher deletes entries it acknowledged and caps the dead letters.
+# the flusher deletes entries it acknowledged and caps the dead letters. A feed writer keeps its
+# feeds bounded (APPEND trims by age and count, records what it removed, expires an idle feed)
+# and caps the wake streams: it can cut the feeds it writes, which are derived from what is
+# stored (a watcher that missed entries is told to reset and refetch), never another's.
 INHERENT = {
     ("ingest", "XADD", EVENTS),
     ("likes", "XADD", LIKE_EVENTS),
@@ -93,10 +121,58 @@ INHERENT = {
     ("flusher", "XDEL", LIKE_EVENTS),
     ("flusher", "XADD", DEAD),
     ("flusher", "XADD", LIKE_DEAD),
+    *(
+        (writer, command, feed)
+        for writer, feeds in FEED_WRITERS.items()
+        for feed in feeds
+        for command in ("XADD", "XTRIM", "XSETID", "EXPIRE")
+    ),
+    *((writer, "XADD", WAKE) for writer in FEED_WRITERS),
 }
 
 # Server-wide erasures: tried with ACL DRYRUN only (the test database is not the only one).
 SERVER_WIDE: list[Command] = [("FLUSHALL",), ("SWAPDB", 0, 1), ("FLUSHDB",)]
+
+
+def appending(feed: str) -> list[Command]:
+    """What a feed writer runs on `feed` (live.APPEND: add, find what to trim, trim, record the
+    newest id removed, expire when idle) and on a wake stream (live.WAKE), any hash tag."""
+    return [
+        ("XADD", feed, "*", "e", "x"),
+        ("XREVRANGE", feed, "(1-0", "-", "COUNT", 1),
+        ("XRANGE", feed, "-", "+", "COUNT", 1),
+        ("XLEN", feed),
+        ("XTRIM", feed, "MINID", "1"),
+        ("XTRIM", feed, "MAXLEN", 20_000),
+        ("XSETID", feed, "9999999999999-0", "MAXDELETEDID", "1-0"),
+        ("EXPIRE", feed, 7200),
+        ("EVALSHA", "0" * 40, 1, feed),
+        ("XADD", WAKE, "MAXLEN", "~", live.WAKE_MAXLEN, "*", "k", feed),
+        ("XADD", FEEDS_LAYOUT.wake(7), "*", "k", feed),
+        ("EVALSHA", "0" * 40, 1, WAKE),
+    ]
+
+
+# The feeds' watcher: the feed READ script (EXISTS, XINFO STREAM, XRANGE) and the hub's reads of
+# the wake streams (EXISTS, XINFO STREAM, a blocking XREAD).
+WATCHING: list[Command] = [
+    *(
+        command
+        for feed in (INBOX, COURSE, FEEDS_LAYOUT.inbox(123456), FEEDS_LAYOUT.course(9))
+        for command in (
+            ("EXISTS", feed),
+            ("XINFO", "STREAM", feed),
+            ("XRANGE", feed, "(0-0", "+", "COUNT", 200),
+            ("EVALSHA", "0" * 40, 1, feed),
+        )
+    ),
+    ("EXISTS", WAKE),
+    ("XINFO", "STREAM", WAKE),
+    ("XREAD", "COUNT", 1000, "BLOCK", 1, "STREAMS", WAKE, "0-0"),
+    ("XREAD", "COUNT", 1000, "STREAMS", WAKE, FEEDS_LAYOUT.wake(7), "0-0", "0-0"),
+    ("INFO", "memory"),
+]
+
 
 # What each service runs (its code and its Lua scripts, by key family), and must keep running.
 ALLOWED: dict[str, list[Command]] = {
@@ -116,6 +192,7 @@ ALLOWED: dict[str, list[Command]] = {
         ("INCRBY", "agora:msg:{m3}:backlog-bytes", 1),
         ("WAIT", 0, 10),
         ("INFO", "memory"),
+        *appending(COURSE),
     ],
     "likes": [
         ("EXISTS", LIKED),
@@ -140,6 +217,7 @@ ALLOWED: dict[str, list[Command]] = {
         ("SADD", "forum:{dirty}:posts", "1"),
         ("XLEN", "forum:{ls2}:like-events"),
         ("WAIT", 0, 10),
+        *appending(COURSE),
     ],
     "flusher": [
         ("XGROUP", "CREATE", EVENTS, "other", "0", "MKSTREAM"),
@@ -184,9 +262,31 @@ ALLOWED: dict[str, list[Command]] = {
         ("SET", "agora:jobs:capacity-sample:period", "1", "NX", "PX", 1000),
         ("DEL", "agora:jobs:capacity-sample:period"),
         ("INFO", "stats"),
+        *appending(INBOX),
+        *appending(COURSE),
     ],
     "gateway": [("INCR", RATE), ("EXPIRE", RATE, 61)],
+    "timeline": WATCHING,
 }
+
+# The feeds a user may not write, and the reads that are the watchers' (timeline's).
+FEED_REFUSED: dict[str, list[Command]] = {
+    "inbox": [
+        ("XADD", INBOX, "*", "e", "x"),
+        ("XADD", FEEDS_LAYOUT.inbox(99), "*", "e", "x"),
+        ("XREVRANGE", INBOX, "+", "-", "COUNT", 1),
+        ("XLEN", INBOX),
+        ("EVALSHA", "0" * 40, 1, INBOX),
+    ],
+    "read": [
+        ("XINFO", "STREAM", COURSE),
+        ("EXISTS", COURSE),
+        ("XREAD", "COUNT", 1, "STREAMS", WAKE, "0"),
+        ("XRANGE", WAKE, "-", "+"),
+        ("XINFO", "STREAM", WAKE),
+    ],
+}
+
 
 # What each user must not do beyond erasing: read or write another service's keys, consume or
 # acknowledge what it produces, administer the server.
@@ -206,6 +306,9 @@ REFUSED: dict[str, list[Command]] = {
         ("KEYS", "*"),
         ("CONFIG", "GET", "requirepass"),
         ("EVAL", "return 1", 0),
+        # The courses' feeds only (forum writes): no inbox, no reading the feeds or the wakes.
+        *FEED_REFUSED["inbox"],
+        *FEED_REFUSED["read"],
     ],
     "likes": [
         ("XADD", EVENTS, "*", "a", "1"),
@@ -217,6 +320,8 @@ REFUSED: dict[str, list[Command]] = {
         ("DEL", "forum:{c42}:access-version"),
         ("KEYS", "*"),
         ("SCAN", 0),
+        *FEED_REFUSED["inbox"],
+        *FEED_REFUSED["read"],
     ],
     "flusher": [
         ("GET", RATE),
@@ -230,6 +335,8 @@ REFUSED: dict[str, list[Command]] = {
         ("CONFIG", "GET", "maxmemory-policy"),
         ("ACL", "LIST"),
         ("CLIENT", "KILL", "TYPE", "normal"),
+        # It writes the feeds; the watchers read them (and the wakes).
+        *FEED_REFUSED["read"],
     ],
     "gateway": [
         ("XRANGE", EVENTS, "-", "+"),
@@ -240,6 +347,38 @@ REFUSED: dict[str, list[Command]] = {
         ("DEL", RATE),
         ("SET", RATE, "0"),
         ("INCRBY", RATE, -100),
+        *FEED_REFUSED["inbox"],
+        *FEED_REFUSED["read"],
+        ("XADD", COURSE, "*", "e", "x"),
+        ("XADD", WAKE, "*", "k", COURSE),
+    ],
+    "timeline": [
+        # Writes nothing: not to a feed, not to a wake stream, not from a script.
+        ("XADD", INBOX, "*", "e", "x"),
+        ("XADD", COURSE, "*", "e", "x"),
+        ("XADD", WAKE, "*", "k", INBOX),
+        ("XDEL", INBOX, "0-1"),
+        ("XLEN", COURSE),
+        ("XREVRANGE", INBOX, "+", "-", "COUNT", 1),
+        ("XINFO", "GROUPS", INBOX),
+        ("XGROUP", "CREATE", WAKE, "hub", "$", "MKSTREAM"),
+        ("XREADGROUP", "GROUP", "hub", "t", "COUNT", 1, "STREAMS", WAKE, ">"),
+        # Touches neither the message nor the like streams, nor any other service's keys.
+        ("XRANGE", EVENTS, "-", "+"),
+        ("XREAD", "COUNT", 1, "STREAMS", EVENTS, "0"),
+        ("XINFO", "STREAM", LIKE_EVENTS),
+        ("EXISTS", LIKE_EVENTS),
+        ("XADD", EVENTS, "*", "a", "1"),
+        ("XADD", LIKE_EVENTS, "*", "a", "1"),
+        ("EXISTS", LIKED),
+        ("GET", BACKLOG),
+        ("GET", "forum:{c42}:access-version"),
+        ("INCR", RATE),
+        ("EVALSHA", "0" * 40, 1, EVENTS),
+        ("EVAL", "return 1", 0),
+        ("KEYS", "live:*"),
+        ("SCAN", 0, "MATCH", "live:*"),
+        ("CONFIG", "GET", "maxmemory-policy"),
     ],
 }
 
@@ -259,11 +398,11 @@ CLUSTER: list[Command] = [
 
 
 def erasures(user: str, db: int = 0) -> list[Command]:
-    """Every erasure of every stream and counter that `user` must be refused (`db`: the database
-    the keys are in)."""
+    """Every erasure of every stream, counter and live feed that `user` must be refused (`db`:
+    the database the keys are in)."""
     return [
         command
-        for key in (*STREAMS, *COUNTERS)
+        for key in (*STREAMS, *COUNTERS, *FEEDS)
         for command in erasing(key, db)
         if (user, command[0], key) not in INHERENT
     ]
@@ -295,6 +434,7 @@ async def users(env: Env) -> AsyncIterator[dict[str, redis.Redis]]:
         "likes": redis.Redis.from_url(env.redis_likes_url),
         "flusher": redis.Redis.from_url(env.redis_flusher_url),
         "gateway": redis.Redis.from_url(env.redis_gateway_url),
+        "timeline": redis.Redis.from_url(env.redis_timeline_url),
     }
     admin = redis.Redis.from_url(env.redis_url)
     await admin.flushdb()
@@ -307,13 +447,17 @@ async def users(env: Env) -> AsyncIterator[dict[str, redis.Redis]]:
 
 
 async def seed(admin: redis.Redis) -> None:
-    """One entry in every stream (each with the flusher's group), a value in every counter."""
+    """One entry in every stream (each with the flusher's group), a value in every counter, two
+    in every feed."""
     for stream in STREAMS:
         await admin.xadd(stream, {"a": "1"})
         await admin.xgroup_create(stream, GROUP, "0")
     for counter in COUNTERS:
         await admin.set(counter, "5")
     await admin.set(RATE, "1")
+    for feed in FEEDS:
+        for n in (1, 2):
+            await admin.xadd(feed, {"e": str(n)})
 
 
 async def intact(admin: redis.Redis) -> dict[str, object]:
@@ -326,7 +470,10 @@ async def intact(admin: redis.Redis) -> dict[str, object]:
         state[stream] = (info["length"], info["last-generated-id"], groups)
     for counter in COUNTERS:
         state[counter] = await admin.get(counter)
-    for key in (*STREAMS, *COUNTERS):
+    for feed in FEEDS:
+        info = await admin.xinfo_stream(feed)
+        state[feed] = (info["length"], info["last-generated-id"], info["max-deleted-entry-id"])
+    for key in (*STREAMS, *COUNTERS, *FEEDS):
         state[f"ttl {key}"] = await admin.pttl(key)
     return state
 
@@ -404,6 +551,134 @@ async def test_what_no_acl_can_refuse_reaches_only_the_users_own_streams(
             with pytest.raises(NoPermissionError):
                 await users[user].execute_command("XADD", stream, "MAXLEN", 0, "*", "a", "1")
         assert await admin.xlen(LIKE_EVENTS) == await admin.xlen(DEAD) == 1
+    finally:
+        await admin.aclose()
+
+
+# ---- the live feeds: the code's own scripts, as each user runs them ----
+
+# One entry kept per feed: APPEND then trims on every call (XRANGE, XTRIM, XSETID run too).
+TIGHT = LiveFeeds(FEEDS_LAYOUT.prefix, FEEDS_LAYOUT.retention_ms, 1, FEEDS_LAYOUT.wake_shards)
+
+
+def refused(error: BaseException) -> bool:
+    """A Redis error that is the ACL's refusal (from a script: the command it could not run)."""
+    return isinstance(error, NoPermissionError) or any(
+        why in str(error) for why in ("permission", "can't run", "can't access")
+    )
+
+
+async def test_feed_writers_append_and_wake_and_timeline_reads_with_the_codes_scripts(
+    users: dict[str, redis.Redis], env: Env
+) -> None:
+    """A writer appends (live.APPEND: add, trim, record what the trim removed, expire) to the
+    feeds it writes and wakes their watchers (live.WAKE); timeline reads a feed after a position
+    (live.READ) and is told to reset from before the trim."""
+    admin = redis.Redis.from_url(env.redis_url)
+    try:
+        for writer, feeds in FEED_WRITERS.items():
+            await admin.delete(*TIGHT.all_wakes())
+            client = users[writer]
+            publisher = LivePublisher(client, TIGHT, DurableScripts(client, 0, 1000))
+            await publisher.publish(
+                {feed: [f"{writer} 1".encode(), f"{writer} 2".encode()] for feed in feeds}
+            )
+            for feed in feeds:
+                info = await admin.xinfo_stream(feed)
+                assert info["length"] == 1, (writer, feed)
+                assert info["last-entry"][1] == {b"e": f"{writer} 2".encode()}, (writer, feed)
+                assert info["max-deleted-entry-id"] != b"0-0", (writer, feed)
+                assert 0 < await admin.ttl(feed) <= TIGHT.retention_ms // 1000 * 2, (writer, feed)
+                # Its watchers are woken (publish logs a refused wake-up and goes on: look).
+                woken: Any = await admin.xrange(TIGHT.wake_of(feed))
+                assert feed.encode() in {fields[b"k"] for _, fields in woken}, (writer, feed)
+
+        reader = FeedReader(users["timeline"], FEEDS_LAYOUT)
+        for feed in (INBOX, COURSE):
+            info = await admin.xinfo_stream(feed)
+            last = Position.parse(info["last-generated-id"])
+            trimmed = Position.parse(info["max-deleted-entry-id"])
+            assert await reader.head(feed) == last
+            assert isinstance(await reader.after(feed, ORIGIN, 10), Reset)
+            resumed = await reader.after(feed, trimmed, 10)
+            assert isinstance(resumed, Entries)
+            assert [payload for _, payload in resumed.items] == [info["last-entry"][1][b"e"]]
+            assert resumed.position == last
+        # No feed at all (nothing written for longer than the retention): nothing to read.
+        nothing = await reader.after(FEEDS_LAYOUT.inbox(555), ORIGIN, 10)
+        assert nothing == Entries([], ORIGIN, False)
+    finally:
+        await admin.aclose()
+
+
+# Feeds each user's scripts must not write: ingest and likes write courses' feeds only, the
+# gateway and timeline none.
+APPEND_REFUSED = {
+    "ingest": (INBOX,),
+    "likes": (INBOX, FEEDS_LAYOUT.inbox(99)),
+    "gateway": (INBOX, COURSE),
+    "timeline": (INBOX, COURSE),
+}
+
+
+@pytest.mark.parametrize("user", sorted(APPEND_REFUSED))
+async def test_the_feed_scripts_write_only_their_writers_feeds(
+    users: dict[str, redis.Redis], env: Env, user: str
+) -> None:
+    admin = redis.Redis.from_url(env.redis_url)
+    try:
+        before = await intact(admin)
+        client = users[user]
+        publisher = LivePublisher(client, FEEDS_LAYOUT, DurableScripts(client, 0, 1000))
+        for feed in APPEND_REFUSED[user]:
+            with pytest.raises(ResponseError) as error:
+                await publisher.publish({feed: [b"forged"]})
+            assert refused(error.value), (user, feed, error.value)
+        if user not in FEED_WRITERS:
+            # Nor wake anyone.
+            with pytest.raises(ResponseError) as error:
+                await client.register_script(live.WAKE)(keys=[WAKE], args=[COURSE])
+            assert refused(error.value), (user, error.value)
+        if user != "timeline":
+            # Reading a feed is the watchers': READ's EXISTS and XINFO STREAM are timeline's.
+            with pytest.raises(ResponseError) as error:
+                await FeedReader(client, FEEDS_LAYOUT).after(COURSE, ORIGIN, 10)
+            assert refused(error.value), (user, error.value)
+        assert await intact(admin) == before
+    finally:
+        await admin.aclose()
+
+
+async def test_a_feed_writer_can_cut_only_the_feeds_it_writes(
+    users: dict[str, redis.Redis], env: Env
+) -> None:
+    """APPEND trims and expires the feeds it writes, so their writers hold XTRIM, XSETID and
+    EXPIRE there and no ACL tells APPEND's trim from any other: a writer's credentials can cut
+    or expire those feeds (and cap a wake stream). The feeds are derived (what they carry is
+    stored in MariaDB and PostgreSQL): a cut loses live events, never data, and a client's next
+    refetch has everything. Never another writer's feeds, never the message or like streams
+    (docs/security.md)."""
+    admin = redis.Redis.from_url(env.redis_url)
+    try:
+        await users["ingest"].execute_command("XTRIM", COURSE, "MAXLEN", 0)
+        assert await admin.xlen(COURSE) == 0
+        await users["flusher"].execute_command("EXPIRE", INBOX, 1000)
+        assert 0 < await admin.ttl(INBOX) <= 1000
+        await users["likes"].execute_command("XADD", WAKE, "MAXLEN", 0, "*", "k", COURSE)
+        assert await admin.xlen(WAKE) == 0
+        for user, command in (
+            ("ingest", ("XTRIM", INBOX, "MAXLEN", 0)),
+            ("likes", ("EXPIRE", INBOX, 1)),
+            ("likes", ("XTRIM", EVENTS, "MAXLEN", 0)),
+            ("ingest", ("XTRIM", LIKE_EVENTS, "MAXLEN", 0)),
+            ("flusher", ("XTRIM", EVENTS, "MAXLEN", 0)),
+            ("timeline", ("XTRIM", COURSE, "MAXLEN", 0)),
+            ("timeline", ("XADD", WAKE, "MAXLEN", 0, "*", "k", COURSE)),
+        ):
+            with pytest.raises(NoPermissionError):
+                await users[user].execute_command(*command)
+        assert await admin.xlen(INBOX) == 2
+        assert await admin.xlen(EVENTS) == await admin.xlen(LIKE_EVENTS) == 1
     finally:
         await admin.aclose()
 
