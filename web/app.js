@@ -2,6 +2,7 @@
 import { h, fill } from './js/dom.js';
 import { forumView } from './js/forum.js';
 import { inboxView } from './js/inbox.js';
+import { stopFollowing } from './js/live.js';
 import { route, setRenderer, go } from './js/router.js';
 import { session } from './js/session.js';
 import { signInView } from './js/signin.js';
@@ -37,6 +38,7 @@ async function render(reason = null) {
   const [section, ...rest] = route();
   header(section);
   if (!session.signedIn) {
+    stopFollowing();
     await signInView(main, reason);
     return;
   }
