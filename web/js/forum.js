@@ -1,7 +1,9 @@
 // The course forum: a course's feed, a post with its comments and two-level replies, writing,
-// deleting your own, and likes that answer at once and then settle on the server's state.
+// deleting your own, and likes that answer at once and then settle on the server's state; live
+// from the course's event stream (new posts and comments appear, deleted ones go, counts move).
 import { api, devGateway, explain } from './api.js';
 import { fill, h, plural, timeEl } from './dom.js';
+import { follow, gate, stopFollowing } from './live.js';
 import { go } from './router.js';
 import { session } from './session.js';
 import { busyButton, deleteButton, errorPanel, notify } from './ui.js';
@@ -16,12 +18,45 @@ export async function forumView(main, [coursePart, section, postPart]) {
   const body = h('div', { class: 'forum-body' });
   fill(main, h('div', { class: 'forum' }, await coursePicker(course), body));
   if (!course) {
+    stopFollowing();
     fill(body, h('p', { class: 'muted' }, 'Open a course to read its forum.'));
     return;
   }
   remember(course);
-  if (section === 'posts' && /^[1-9][0-9]*$/.test(postPart ?? '')) await postView(body, course, postPart);
-  else await feedView(body, course);
+  const shown = section === 'posts' && /^[1-9][0-9]*$/.test(postPart ?? '')
+    ? new PostPage(body, course, postPart)
+    : new FeedPage(body, course);
+  // Held while the page reads, applied on top after; a reset reads the page's lists again.
+  const live = gate((kind, data) => {
+    if (kind === 'reset') live.during(() => shown.reload());
+    else shown.onEvent(kind, data);
+  });
+  // The stream first, then the lists: whatever commits after the read is in the stream.
+  await follow(`api/courses/${course}/events`, (kind, data) => live.take(kind, data));
+  await live.during(() => shown.load());
+}
+
+/** What the stream says about counts, applied once per comment however often it is delivered:
+ * a new comment adds one to its post; a deleted root takes itself and its replies, a reply one. */
+class CommentTally {
+  constructor() {
+    this.applied = new Map(); // comment id -> 'created' | 'deleted'
+  }
+
+  /** How much the post's comment_count moves for `comment` (0 when already counted). */
+  delta(comment, deleted = comment.deleted_at != null) {
+    const state = deleted ? 'deleted' : 'created';
+    const before = this.applied.get(comment.id);
+    if (before === state || before === 'deleted') return 0;
+    this.applied.set(comment.id, state);
+    if (!deleted) return 1;
+    return comment.parent_id == null ? -1 - comment.reply_count : -1;
+  }
+}
+
+/** A comment or post that reached this reader by the stream was just written: not liked yet. */
+function fresh(item) {
+  return { ...item, liked_by_me: item.liked_by_me ?? false };
 }
 
 // --- the course ---------------------------------------------------------------------------------
@@ -85,38 +120,74 @@ function who(userId) {
 
 // --- the feed -------------------------------------------------------------------------------------
 
-async function feedView(body, course) {
-  const list = h('ol', { class: 'feed', 'aria-label': `Posts of course ${course}` });
-  const more = h('div', { class: 'list-more' });
-  let cursor = null;
-  const seen = new Set();
+class FeedPage {
+  constructor(body, course) {
+    this.body = body;
+    this.course = course;
+    this.list = h('ol', { class: 'feed', 'aria-label': `Posts of course ${course}` });
+    this.more = h('div', { class: 'list-more' });
+    this.cards = new Map(); // post id -> its card
+    this.gone = new Set(); // deleted post ids: a repeat of their creation must not bring them back
+    this.tally = new CommentTally();
+    this.cursor = null;
+    const composer = postComposer(course, (post) => this.place(post, true));
+    fill(body, h('h1', {}, `Course ${course}`), composer, this.list, this.more);
+  }
 
-  const load = async () => {
+  async load() {
     let page;
     try {
-      page = await api(`api/courses/${course}/posts`, { query: { limit: POSTS_PER_PAGE, before_id: cursor } });
+      page = await api(`api/courses/${this.course}/posts`, { query: { limit: POSTS_PER_PAGE, before_id: this.cursor } });
     } catch (error) {
-      if (cursor == null) fill(body, h('h1', {}, `Course ${course}`), courseError(error, course));
-      else notify(explain(error, `course ${course}`), 'error');
+      if (this.cursor == null) fill(this.body, h('h1', {}, `Course ${this.course}`), courseError(error, this.course));
+      else notify(explain(error, `course ${this.course}`), 'error');
       return;
     }
-    for (const post of page.data) {
-      if (seen.has(post.id)) continue;
-      seen.add(post.id);
-      list.append(h('li', {}, postCard(course, post, { onDeleted: (el) => el.closest('li').remove() })));
-    }
-    if (!seen.size) fill(list, h('li', { class: 'muted' }, 'No posts yet: write the first one.'));
-    cursor = page.pagination.has_more ? page.pagination.next_before_id : null;
-    fill(more, cursor ? busyButton('Older posts', load, { class: 'ghost wide' }) : seen.size ? h('p', { class: 'muted center' }, 'That is every post.') : null);
-  };
+    for (const post of page.data) this.place(post);
+    if (!this.cards.size) fill(this.list, h('li', { class: 'muted empty-feed' }, 'No posts yet: write the first one.'));
+    this.cursor = page.pagination.has_more ? page.pagination.next_before_id : null;
+    fill(this.more, this.cursor ? busyButton('Older posts', () => this.load(), { class: 'ghost wide' }) : this.cards.size ? h('p', { class: 'muted center' }, 'That is every post.') : null);
+  }
 
-  const composer = postComposer(course, (post) => {
-    if (!seen.size) list.replaceChildren();
-    seen.add(post.id);
-    list.prepend(h('li', {}, postCard(course, post, { onDeleted: (el) => el.closest('li').remove() })));
-  });
-  fill(body, h('h1', {}, `Course ${course}`), composer, list, more);
-  await load();
+  /** The feed from its first page again (after a reset); what is being written stays. */
+  async reload() {
+    this.list.replaceChildren();
+    this.cards.clear();
+    this.tally = new CommentTally();
+    this.cursor = null;
+    await this.load();
+  }
+
+  /** A post in its place (newest first), once; one older than the loaded pages waits for them. */
+  place(post, mine = false) {
+    if (this.cards.has(post.id) || this.gone.has(post.id)) return;
+    const next = [...this.list.children].find((li) => li.post?.id < post.id) ?? null;
+    if (!next && this.cursor != null && !mine) return;
+    this.list.querySelector('.empty-feed')?.remove();
+    const card = postCard(this.course, post, { onDeleted: () => this.remove(post.id) });
+    const li = h('li', {}, card);
+    li.post = post;
+    this.cards.set(post.id, card);
+    this.list.insertBefore(li, next);
+  }
+
+  remove(postId) {
+    this.gone.add(postId);
+    this.cards.get(postId)?.closest('li').remove();
+    this.cards.delete(postId);
+  }
+
+  onEvent(kind, data) {
+    if (kind === 'post') {
+      if (data.deleted_at != null) this.remove(data.id);
+      else if (this.cards.has(data.id)) this.cards.get(data.id).update(data);
+      else this.place(fresh(data));
+    } else if (kind === 'comment') {
+      this.cards.get(data.post_id)?.commentCount(this.tally.delta(data));
+    } else if (kind === 'likes' && data.target.kind === 'post') {
+      this.cards.get(data.target.id)?.likeCount(data.like_count);
+    }
+  }
 }
 
 function postComposer(course, created) {
@@ -162,9 +233,16 @@ function postCard(course, post, { full = false, onDeleted }) {
         notify(explain(error, 'this post'), 'error');
       }
     }) : null));
+  const like = card.querySelector('.like');
   card.commentCount = (delta) => {
     post.comment_count = Math.max(0, post.comment_count + delta);
     comments.textContent = `💬 ${plural(post.comment_count, 'comment')}`;
+  };
+  card.likeCount = (n) => like.setCount(n);
+  /** The server's counts for this post (a post event, a refetch); the reader's like stays. */
+  card.update = (latest) => {
+    card.commentCount(latest.comment_count - post.comment_count);
+    card.likeCount(latest.like_count);
   };
   return card;
 }
@@ -194,19 +272,21 @@ function likeButton(course, kind, item) {
     if (busy) return;
     busy = true;
     button.setAttribute('aria-busy', 'true');
-    const before = { liked: item.liked_by_me === true, count: item.like_count };
-    const like = !before.liked;
+    const before = item.liked_by_me === true;
+    const like = !before;
+    // A step, not a value: a count the stream brings meanwhile is kept, and the step undone.
+    const step = like ? 1 : -1;
     item.liked_by_me = like;
-    item.like_count = Math.max(0, before.count + (like ? 1 : -1));
+    item.like_count = Math.max(0, item.like_count + step);
     paint();
     try {
       const reply = await api(`api/courses/${course}/${kind}s/${item.id}/like`, { method: 'POST', body: { like } });
       item.liked_by_me = reply.liked;
       // Unchanged: the server already was in that state, which the shown count included.
-      if (!reply.changed || reply.liked !== like) item.like_count = before.count;
+      if (!reply.changed || reply.liked !== like) item.like_count = Math.max(0, item.like_count - step);
     } catch (error) {
-      item.liked_by_me = before.liked;
-      item.like_count = before.count;
+      item.liked_by_me = before;
+      item.like_count = Math.max(0, item.like_count - step);
       notify(likeRefused(error, kind, like), 'error');
     } finally {
       busy = false;
@@ -215,6 +295,11 @@ function likeButton(course, kind, item) {
     }
   }
 
+  /** The stored count from the stream (the flusher's, after a like of anyone's). */
+  button.setCount = (n) => {
+    item.like_count = n;
+    paint();
+  };
   paint();
   return button;
 }
@@ -231,20 +316,59 @@ function likeRefused(error, kind, like) {
 
 // --- a post and its comments ----------------------------------------------------------------------
 
-async function postView(body, course, postId) {
-  const back = h('a', { href: `#/forum/${course}`, class: 'back' }, `← Course ${course}`);
-  fill(body, back, h('p', { class: 'muted' }, 'Loading the post…'));
-  let post;
-  try {
-    post = (await api(`api/courses/${course}/posts/${postId}`)).data;
-  } catch (error) {
-    fill(body, back, error.status === 403 ? courseError(error, course) : errorPanel(error, `post ${postId} of course ${course}`));
-    return;
+class PostPage {
+  constructor(body, course, postId) {
+    Object.assign(this, { body, course, postId: Number(postId), thread: null });
+    this.back = h('a', { href: `#/forum/${course}`, class: 'back' }, `← Course ${course}`);
+    fill(body, this.back, h('p', { class: 'muted' }, 'Loading the post…'));
   }
-  const card = postCard(course, post, { full: true, onDeleted: () => go(`#/forum/${course}`) });
-  const thread = new Thread(course, post, card);
-  fill(body, back, card, thread.section);
-  await thread.loadComments();
+
+  async load() {
+    let post;
+    try {
+      post = (await api(`api/courses/${this.course}/posts/${this.postId}`)).data;
+    } catch (error) {
+      fill(this.body, this.back, error.status === 403 ? courseError(error, this.course) : errorPanel(error, `post ${this.postId} of course ${this.course}`));
+      return;
+    }
+    const card = postCard(this.course, post, { full: true, onDeleted: () => go(`#/forum/${this.course}`) });
+    this.thread = new Thread(this.course, post, card);
+    fill(this.body, this.back, card, this.thread.section);
+    await this.thread.loadComments();
+  }
+
+  /** After a reset: the post's counts, and its comments from the first page (the comment being
+   * written stays). */
+  async reload() {
+    if (!this.thread) return this.load();
+    let post;
+    try {
+      post = (await api(`api/courses/${this.course}/posts/${this.postId}`)).data;
+    } catch (error) {
+      if (error.status === 404) this.deleted();
+      return;
+    }
+    this.thread.card.update(post);
+    await this.thread.reload();
+  }
+
+  deleted() {
+    this.thread = null;
+    fill(this.body, this.back, h('div', { class: 'error-panel post-gone', role: 'status' }, 'This post was deleted.'));
+  }
+
+  onEvent(kind, data) {
+    if (!this.thread) return;
+    if (kind === 'post' && data.id === this.postId) {
+      if (data.deleted_at != null) this.deleted();
+      else this.thread.card.update(data);
+    } else if (kind === 'comment' && data.post_id === this.postId) {
+      this.thread.arrived(data);
+    } else if (kind === 'likes' && data.post_id === this.postId) {
+      if (data.target.kind === 'post') this.thread.card.likeCount(data.like_count);
+      else this.thread.likeCount(data.target.id, data.like_count);
+    }
+  }
 }
 
 class Thread {
@@ -253,6 +377,7 @@ class Thread {
     this.post = post;
     this.card = card;
     this.cursor = null;
+    this.tally = new CommentTally();
     this.roots = new Map(); // root comment id -> {comment, el, replies, more, seen, cursor, loaded}
     this.list = h('ol', { class: 'comments', 'aria-label': 'Comments' });
     this.more = h('div', { class: 'list-more' });
@@ -280,6 +405,58 @@ class Thread {
     if (!this.roots.size) fill(this.list, h('li', { class: 'muted empty-comments' }, 'No comments yet.'));
     this.cursor = page.pagination.has_more ? page.pagination.next_after_id : null;
     fill(this.more, this.cursor ? busyButton('More comments', () => this.loadComments(), { class: 'ghost wide' }) : null);
+  }
+
+  /** The comments from their first page again (after a reset); the open reply form goes. */
+  async reload() {
+    this.roots.clear();
+    this.tally = new CommentTally();
+    this.cursor = null;
+    this.openForm = null;
+    this.list.replaceChildren();
+    await this.loadComments();
+  }
+
+  /** A comment of this post from the stream: new ones where the pages would put them (a root
+   * after the loaded ones only once every page is in), deleted ones out; counts once each. */
+  arrived(comment) {
+    const deleted = comment.deleted_at != null;
+    const delta = this.tally.delta(comment);
+    this.card.commentCount(delta);
+    if (comment.parent_id == null) {
+      if (deleted) this.dropRoot(comment.id);
+      else if (this.cursor == null) this.addRoot(fresh(comment));
+      return;
+    }
+    const root = this.roots.get(comment.parent_id);
+    if (!root) return;
+    if (deleted) {
+      if (!this.dropReply(root, comment.id) && delta) root.comment.reply_count = Math.max(0, root.comment.reply_count - 1);
+    } else {
+      if (delta) root.comment.reply_count += 1;
+      if (root.loaded && root.cursor == null) this.addReply(root, fresh(comment));
+    }
+    this.paintRepliesButton(root);
+  }
+
+  likeCount(commentId, n) {
+    this.list.querySelector(`.comment[data-id="${commentId}"] > .comment-block .like`)?.setCount(n);
+  }
+
+  dropRoot(id) {
+    this.roots.get(id)?.el.remove();
+    this.roots.delete(id);
+    if (!this.roots.size && this.cursor == null) fill(this.list, h('li', { class: 'muted empty-comments' }, 'No comments yet.'));
+  }
+
+  /** Take a shown reply out (its root's count with it); false when it was not shown. */
+  dropReply(root, id) {
+    if (!root.seen.has(id)) return false;
+    root.replies.querySelector(`[data-id="${id}"]`)?.remove();
+    root.seen.delete(id);
+    root.comment.reply_count = Math.max(0, root.comment.reply_count - 1);
+    this.paintRepliesButton(root);
+    return true;
   }
 
   addRoot(comment) {
@@ -383,7 +560,9 @@ class Thread {
   /** A new comment where the server put it: a reply (to a comment or to a reply) goes under its
    * root comment (parent_id), after the replies already there. */
   async placeNew(created) {
-    this.card.commentCount(1);
+    // Its event may have come first: then it is counted and maybe shown already.
+    const counted = this.tally.delta(created);
+    this.card.commentCount(counted);
     if (created.parent_id == null) {
       this.addRoot(created);
       this.roots.get(created.id).el.scrollIntoView({ block: 'nearest' });
@@ -391,7 +570,7 @@ class Thread {
     }
     const root = this.roots.get(created.parent_id);
     if (!root) return;
-    root.comment.reply_count += 1;
+    if (counted) root.comment.reply_count += 1;
     if (!root.loaded) await this.loadReplies(root);
     // Replies are oldest first: load on to the end, where the new one is.
     while (root.cursor != null && !root.seen.has(created.id)) await this.loadReplies(root);
@@ -412,19 +591,15 @@ class Thread {
       notify(explain(error, isReply ? 'this reply' : 'this comment'), 'error');
       return;
     }
+    // Its event may have come first and done all this already (the tally says 0 then).
     if (isReply) {
       const entry = this.roots.get(root.id);
-      entry?.replies.querySelector(`[data-id="${comment.id}"]`)?.remove();
-      if (entry) {
-        entry.comment.reply_count = Math.max(0, entry.comment.reply_count - 1);
-        entry.seen.delete(comment.id);
-      }
-      this.card.commentCount(-1);
+      this.card.commentCount(this.tally.delta(comment, true));
+      if (entry) this.dropReply(entry, comment.id);
     } else {
       const entry = this.roots.get(comment.id);
-      entry?.el.remove();
-      this.roots.delete(comment.id);
-      this.card.commentCount(-1 - (entry ? entry.comment.reply_count : 0));
+      this.card.commentCount(this.tally.delta(entry?.comment ?? comment, true));
+      this.dropRoot(comment.id);
     }
     notify(isReply ? 'Reply deleted.' : 'Comment and its replies deleted.');
   }
