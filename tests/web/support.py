@@ -3,11 +3,14 @@ records every request, refuses any that would leave 127.0.0.1, and keeps its scr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -134,3 +137,54 @@ async def watched_page(browser: Browser) -> AsyncIterator[Watched]:
         yield watched
     finally:
         await context.close()
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def sign_in(watched: Watched, base: str, user: int, *, shot: str | None = None) -> None:
+    """The sign-in page, then the demo user `user` (the development gateway mints the token)."""
+    page = watched.page
+    await page.goto(f"{base}/")
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    demo = page.locator(f'.demo-user[data-sub="{user}"]')
+    await expect(demo).to_be_visible()
+    if shot:
+        await watched.screenshot(shot)
+    await demo.click()
+    await expect(page.locator("#who")).to_contain_text(f"User {user}")
+
+
+def conversation(thread: str, count: int, start: datetime) -> list[dict[str, Any]]:
+    """`count` messages a minute apart (every fifth at the same instant as the one before, so
+    the (sent_at, id) cursor shows), two incoming for one outgoing, every tenth quoting the one
+    before; Vietnamese text and emoji."""
+    messages = []
+    for i in range(count):
+        step = i - 1 if i % 5 == 1 else i
+        incoming = i % 3 != 2
+        message: dict[str, Any] = {
+            "msg_id": f"{thread}-{i}",
+            "thread_id": thread,
+            "direction": "in" if incoming else "out",
+            "sender_id": "khach-1" if incoming else "shop",
+            "sender_name": "Nguyễn Thị Hoa" if incoming else "Cửa hàng Demo",
+            "content": f"Tin nhắn số {i}: xin chào, cảm ơn bạn 😀👍",
+            "msg_type": "webchat",
+            "sent_at": (start + timedelta(minutes=step)).isoformat(),
+        }
+        if i % 10 == 9:
+            message["quote"] = {
+                "msg_id": f"{thread}-{i - 1}",
+                "payload": {"msg": f"Tin nhắn số {i - 1}: xin chào, cảm ơn bạn 😀👍"},
+            }
+        messages.append(message)
+    return messages
