@@ -4,6 +4,10 @@
 -- ingest: forum writes (posts, comments and their counters); reads enrolment.
 GRANT SELECT ON courses, course_members TO agora_ingest;
 GRANT SELECT, INSERT, UPDATE ON posts, comments TO agora_ingest;
+-- ingest: the events of its forum writes, added in the write's transaction and deleted once
+-- published.
+GRANT SELECT, INSERT, DELETE ON live_outbox TO agora_ingest;
+GRANT USAGE ON SEQUENCE live_outbox_id_seq TO agora_ingest;
 
 -- timeline: reads only.
 GRANT SELECT ON courses, course_members, posts, comments, post_likes, comment_likes
@@ -25,6 +29,9 @@ GRANT UPDATE (like_count) ON posts, comments TO agora_likes_writer;
 
 -- flusher: the fencing rows of its like stream shards.
 GRANT SELECT, INSERT, UPDATE ON stream_fences TO agora_flusher;
+
+-- flusher: relays the course events a forum writer committed and did not publish (it died).
+GRANT SELECT, DELETE ON live_outbox TO agora_flusher;
 
 -- Every service: which migrations are applied (readiness waits for the one its build needs).
 GRANT SELECT ON schema_migrations
