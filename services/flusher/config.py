@@ -63,6 +63,11 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     # Like counters (seed 002 level 2 job): recount what flushes touched, and everything nightly.
     reconcile_interval_seconds: float = Field(default=5, gt=0)
     reconcile_full_interval_seconds: float = Field(default=86_400, gt=0)
+    # Course events a forum writer committed and did not publish (it died in between) are
+    # relayed from the outbox once this old (ingest publishes its own within milliseconds; a
+    # relay of one it is still publishing is a repeat, which is harmless), looked for this often.
+    live_outbox_relay_after_seconds: float = Field(default=5, gt=0, le=3600)
+    live_outbox_poll_seconds: float = Field(default=1, gt=0, le=3600)
 
     def consumer_config(self, group: str, **tuning: int) -> ConsumerConfig:
         """A shard consumer's configuration for `group`, with per-role tuning on top."""

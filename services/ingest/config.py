@@ -7,12 +7,16 @@ from pydantic import Field
 from services.runtime.config import ServiceSettings
 from services.runtime.tls import MtlsSettings
 from services.runtime.tokens import JwtSettings
+from services.streams.live import LiveSettings
 from services.streams.messages import MessageStreamSettings
 
 
-class IngestSettings(ServiceSettings, MessageStreamSettings, JwtSettings, MtlsSettings):
+class IngestSettings(
+    ServiceSettings, MessageStreamSettings, LiveSettings, JwtSettings, MtlsSettings
+):
     """ingest reads REDIS_URL, POSTGRES_URL and MYSQL_URL (required), its certificate, the
-    end-user token keys and the limits below."""
+    end-user token keys, the live feeds' layout (its forum writes add to the courses' feeds) and
+    the limits below."""
 
     redis_url: str
     postgres_url: str

@@ -1,4 +1,5 @@
-"""The ForumWriteService RPC surface: checks, enrolment, then one statement per write."""
+"""The ForumWriteService RPC surface: checks, enrolment, then one statement per write; once it
+committed, its course event goes to the course's live feed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 
 from services.domain.forum import comment_from_row, post_from_row, require_enrolled
 from services.domain.ids import MAX_ROW_ID, check_row_id
-from services.ingest.forum_repository import ForumWriteRepository
+from services.ingest.forum_live import CourseOutbox
+from services.ingest.forum_repository import ForumWriteRepository, Written
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import AccessSignal
@@ -39,9 +41,20 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     """Posts, comments, replies and their soft deletes. A delete, once committed, resets its
     course's access version, so the likes service stops taking likes of the target at once."""
 
-    def __init__(self, repo: ForumWriteRepository, access: AccessSignal | None = None) -> None:
+    def __init__(
+        self,
+        repo: ForumWriteRepository,
+        access: AccessSignal | None = None,
+        outbox: CourseOutbox | None = None,
+    ) -> None:
         self._repo = repo
         self._access = access
+        self._outbox = outbox
+
+    async def _committed(self, written: Written) -> None:
+        """Publish the write's event (it committed with the write; see forum_live.py)."""
+        if self._outbox is not None and written.event is not None:
+            await self._outbox.publish(written.event)
 
     async def _deleted(self, course_id: int) -> None:
         """After a delete committed (each is one autocommitted statement). Without the signal the
@@ -69,10 +82,11 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         await require_enrolled(
             await self._repo.is_member(request.course_id, request.user_id), context
         )
-        row = await self._repo.create_post(
+        written = await self._repo.create_post(
             request.course_id, request.user_id, request.title.strip(), request.body
         )
-        return pb.CreatePostResponse(post=post_from_row(row))
+        await self._committed(written)
+        return pb.CreatePostResponse(post=post_from_row(written.row))
 
     async def CreateComment(
         self, request: pb.CreateCommentRequest, context: grpc.aio.ServicerContext
@@ -95,12 +109,13 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
 
         if not request.HasField("parent_id"):
-            row = await self._repo.create_comment(
+            written = await self._repo.create_comment(
                 request.course_id, request.post_id, request.user_id, request.body
             )
-            if row is None:  # deleted meanwhile
+            if written is None:  # deleted meanwhile
                 await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
-            return pb.CreateCommentResponse(comment=comment_from_row(row))
+            await self._committed(written)
+            return pb.CreateCommentResponse(comment=comment_from_row(written.row))
 
         parent = await self._repo.find_parent(request.parent_id)
         if parent is None or parent.deleted:
@@ -110,7 +125,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         # Two levels only (seed 002 §2.3): a reply to a reply goes under its root comment and
         # remembers which reply, and whose, it answered.
         reply_to = (parent.id, parent.user_id) if parent.is_reply else None
-        row = await self._repo.create_reply(
+        written = await self._repo.create_reply(
             request.course_id,
             request.post_id,
             parent.root_id,
@@ -118,11 +133,12 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             request.body,
             reply_to,
         )
-        if row is None:
+        if written is None:
             await abort_invalid(
                 context, [FieldViolation("parent_id", "the comment thread was deleted")]
             )
-        return pb.CreateCommentResponse(comment=comment_from_row(row))
+        await self._committed(written)
+        return pb.CreateCommentResponse(comment=comment_from_row(written.row))
 
     async def DeletePost(
         self, request: pb.DeletePostRequest, context: grpc.aio.ServicerContext
@@ -140,9 +156,11 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
         if post.user_id != request.user_id:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
-        if not await self._repo.delete_post(request.course_id, request.post_id, request.user_id):
+        deleted = await self._repo.delete_post(request.course_id, request.post_id, request.user_id)
+        if deleted is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
         await self._deleted(request.course_id)
+        await self._committed(deleted)
         return pb.DeletePostResponse()
 
     async def DeleteComment(
@@ -161,7 +179,11 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
         if comment.user_id != request.user_id:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
-        if not await self._repo.delete_comment(request.comment_id, request.user_id):
+        deleted = await self._repo.delete_comment(
+            comment.course_id, request.comment_id, request.user_id
+        )
+        if deleted is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
         await self._deleted(comment.course_id)
+        await self._committed(deleted)
         return pb.DeleteCommentResponse()

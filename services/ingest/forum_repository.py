@@ -2,17 +2,29 @@
 
 Every write is one statement (CTEs), so a counter can never disagree with the rows it counts, under
 any concurrency: the row lock on the counted row serializes the increments, and each statement adds
-only what it actually inserted or deleted (seed 002 §2.1, §2.3).
+only what it actually inserted or deleted (seed 002 §2.1, §2.3). With it, in the same transaction,
+the write's course event goes to the outbox (services/ingest/forum_live.py): built from the row the
+statement returned, so it is the object the read routes return.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 from asyncpg import Record
 
-from services.domain.forum import COMMENT_COLUMNS, POST_COLUMNS, is_member
+from services.domain.forum import (
+    COMMENT_COLUMNS,
+    POST_COLUMNS,
+    comment_from_row,
+    is_member,
+    post_from_row,
+)
+from services.ingest.forum_live import CourseOutbox, Pending
+from services.streams.course_events import CourseEvent, comment_event, post_event
 
 INSERT_POST = f"""
 INSERT INTO posts (course_id, user_id, title, body) VALUES ($1, $2, $3, $4)
@@ -56,10 +68,10 @@ SELECT {COMMENT_COLUMNS} FROM ins"""
 
 FIND_POST = "SELECT course_id, user_id FROM posts WHERE id = $1 AND deleted_at IS NULL"
 
-DELETE_POST = """
+DELETE_POST = f"""
 UPDATE posts SET deleted_at = now()
 WHERE id = $1 AND course_id = $2 AND user_id = $3 AND deleted_at IS NULL
-RETURNING id"""
+RETURNING {POST_COLUMNS}, deleted_at"""
 
 FIND_COMMENT = """
 SELECT c.user_id, p.course_id
@@ -71,11 +83,11 @@ WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL
 # A deleted reply leaves its root's reply_count and, while the root is visible, the post's
 # comment_count; a deleted root takes itself and its visible replies out of the post's count. Row
 # locks on the root order a concurrent reply/delete pair, and each side reads the other's result.
-DELETE_COMMENT = """
+DELETE_COMMENT = f"""
 WITH del AS (
   UPDATE comments SET deleted_at = now()
   WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
-  RETURNING id, post_id, parent_id, reply_count),
+  RETURNING {COMMENT_COLUMNS}, deleted_at),
 root AS (
   UPDATE comments r SET reply_count = r.reply_count - 1
   FROM del WHERE r.id = del.parent_id
@@ -86,7 +98,7 @@ counted AS (
       WHEN (SELECT visible FROM root) THEN 1
       ELSE 0 END
   FROM del WHERE p.id = del.post_id)
-SELECT id FROM del"""
+SELECT {COMMENT_COLUMNS}, deleted_at FROM del"""
 
 
 @dataclass(frozen=True)
@@ -107,26 +119,58 @@ class Author:
     course_id: int
 
 
-class ForumWriteRepository:
-    """Forum writes; every method is one round trip or one transaction."""
+@dataclass(frozen=True)
+class Written:
+    """A committed write: the row its statement returned, and its event in the outbox."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    row: Record
+    event: Pending | None
+
+
+class ForumWriteRepository:
+    """Forum writes; every method is one round trip or one transaction. Without an outbox the
+    writes publish nothing (each is then one autocommitted statement)."""
+
+    def __init__(self, pool: asyncpg.Pool, outbox: CourseOutbox | None = None) -> None:
         self._pool = pool
+        self._outbox = outbox
+
+    async def _write(
+        self, sql: str, args: Sequence[Any], event: Callable[[Record], CourseEvent]
+    ) -> Written | None:
+        """The statement and, when it wrote something, its event: one transaction."""
+        if self._outbox is None:
+            row = await self._pool.fetchrow(sql, *args)
+            return None if row is None else Written(row, None)
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql, *args)
+            if row is None:
+                return None
+            pending = await self._outbox.add(conn, event(row))
+        return Written(row, pending)
 
     async def is_member(self, course_id: int, user_id: int) -> bool:
         return await is_member(self._pool, course_id, user_id)
 
-    async def create_post(self, course_id: int, user_id: int, title: str, body: str) -> Record:
-        row = await self._pool.fetchrow(INSERT_POST, course_id, user_id, title, body)
-        if row is None:  # an INSERT … RETURNING always returns its row
+    async def create_post(self, course_id: int, user_id: int, title: str, body: str) -> Written:
+        written = await self._write(
+            INSERT_POST,
+            (course_id, user_id, title, body),
+            lambda r: post_event(course_id, post_from_row(r)),
+        )
+        if written is None:  # an INSERT … RETURNING always returns its row
             raise RuntimeError("INSERT INTO posts returned no row")
-        return row
+        return written
 
     async def create_comment(
         self, course_id: int, post_id: int, user_id: int, body: str
-    ) -> Record | None:
+    ) -> Written | None:
         """The new top-level comment, or None when the post is not live in the course."""
-        return await self._pool.fetchrow(INSERT_COMMENT, post_id, course_id, user_id, body)
+        return await self._write(
+            INSERT_COMMENT,
+            (post_id, course_id, user_id, body),
+            lambda r: comment_event(course_id, comment_from_row(r)),
+        )
 
     async def find_parent(self, comment_id: int) -> Parent | None:
         row = await self._pool.fetchrow(FIND_PARENT, comment_id)
@@ -152,24 +196,36 @@ class ForumWriteRepository:
         user_id: int,
         body: str,
         reply_to: tuple[int, int] | None,
-    ) -> Record | None:
+    ) -> Written | None:
         """The new reply under `root_id`, or None when the root or its post went away."""
         to_comment, to_user = reply_to if reply_to else (None, None)
-        return await self._pool.fetchrow(
-            INSERT_REPLY, root_id, post_id, course_id, user_id, body, to_comment, to_user
+        return await self._write(
+            INSERT_REPLY,
+            (root_id, post_id, course_id, user_id, body, to_comment, to_user),
+            lambda r: comment_event(course_id, comment_from_row(r)),
         )
 
     async def find_post(self, post_id: int) -> Author | None:
         row = await self._pool.fetchrow(FIND_POST, post_id)
         return None if row is None else Author(row["user_id"], row["course_id"])
 
-    async def delete_post(self, course_id: int, post_id: int, user_id: int) -> bool:
-        return await self._pool.fetchval(DELETE_POST, post_id, course_id, user_id) is not None
+    async def delete_post(self, course_id: int, post_id: int, user_id: int) -> Written | None:
+        """The post as deleted, or None when it was not the user's live post in the course."""
+        return await self._write(
+            DELETE_POST,
+            (post_id, course_id, user_id),
+            lambda r: post_event(course_id, post_from_row(r), r["deleted_at"]),
+        )
 
     async def find_comment(self, comment_id: int) -> Author | None:
         """The author and course of a visible comment."""
         row = await self._pool.fetchrow(FIND_COMMENT, comment_id)
         return None if row is None else Author(row["user_id"], row["course_id"])
 
-    async def delete_comment(self, comment_id: int, user_id: int) -> bool:
-        return await self._pool.fetchval(DELETE_COMMENT, comment_id, user_id) is not None
+    async def delete_comment(self, course_id: int, comment_id: int, user_id: int) -> Written | None:
+        """The comment as deleted, or None when it was not the user's visible comment."""
+        return await self._write(
+            DELETE_COMMENT,
+            (comment_id, user_id),
+            lambda r: comment_event(course_id, comment_from_row(r), r["deleted_at"]),
+        )

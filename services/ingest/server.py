@@ -10,6 +10,7 @@ from services.domain import access, schema
 from services.ingest.accounts import AccountDirectory
 from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
+from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import ForumWriteRepository
 from services.ingest.handlers import IngestHandlers
 from services.ingest.repository import FairShare, MessageStreamRepository
@@ -19,6 +20,7 @@ from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import AccessSignal, LikeStreams, LikeStreamSettings
+from services.streams.live import LiveFeeds, LivePublisher
 from services.streams.messages import MessageStreams
 from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
@@ -77,7 +79,10 @@ async def build(settings: IngestSettings) -> service.Service:
         # A delete resets its course's access version in Redis: the likes service stops taking
         # likes of the target at once (the key's layout: LIKE_STREAM_PREFIX, as likes reads it).
         signal = AccessSignal(redis, LikeStreams.from_settings(LikeStreamSettings()))
-        forum = ForumWriteHandlers(ForumWriteRepository(pool), signal)
+        # Each write's course event commits with it (the outbox) and is published right after.
+        feeds = LiveFeeds.from_settings(settings)
+        outbox = CourseOutbox(pool, LivePublisher(redis, feeds, durable), feeds)
+        forum = ForumWriteHandlers(ForumWriteRepository(pool, outbox), signal, outbox)
 
         server = GrpcServer.from_settings(
             settings,

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import redis.asyncio as redis
 
 from services.flusher.config import FlusherSettings
 from services.flusher.likes.reconcile import Reconciler
+from services.flusher.maintenance.outbox import OutboxRelay
 from services.flusher.maintenance.periodic import Job, PeriodicJobs
 from services.flusher.maintenance.prune import PruneQueue, Pruner, PruneSettings
 from services.flusher.maintenance.retention import RetentionJobs
 from services.flusher.maintenance.retention_repository import RetentionRepository
 from services.runtime.loops import until_done
 from services.runtime.mysql import MysqlDatabase
+from services.runtime.redis_client import DurableScripts
 from services.runtime.service import BackgroundJob
+from services.streams.live import LiveFeeds, LivePublisher
 
 PRUNE_PREFIX = "agora:prune"
 JOBS_PREFIX = "agora:jobs"
@@ -38,6 +42,19 @@ def pruner(settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase)
             concurrency=settings.prune_concurrency,
         ),
         lock_prefix=f"{PRUNE_PREFIX}:lock",
+    )
+
+
+def outbox_relay(
+    settings: FlusherSettings, pg: asyncpg.Pool, durable: DurableScripts
+) -> OutboxRelay:
+    """The relay of course events a forum writer left in the outbox."""
+    feeds = LiveFeeds.from_settings(settings)
+    return OutboxRelay(
+        pg,
+        LivePublisher(durable.client, feeds, durable),
+        after_seconds=settings.live_outbox_relay_after_seconds,
+        every_seconds=settings.live_outbox_poll_seconds,
     )
 
 
