@@ -84,12 +84,13 @@ async def build(settings: FlusherSettings) -> service.Service:
         # Nothing is consumed or maintained against a schema older than this build's.
         background: list[service.BackgroundJob] = [
             schema.after_schema(messages.supervisor(settings, redis, mysql, live).run, mysql_ready),
-            schema.after_schema(likes.supervisor(settings, redis, pg).run, pg_ready),
+            schema.after_schema(likes.supervisor(settings, redis, pg, durable).run, pg_ready),
+            schema.after_schema(maintenance.outbox_relay(settings, pg, durable).run, pg_ready),
             monitor(settings, redis).run,
             *(
                 schema.after_schema(job, both_ready)
                 for job in maintenance.build(
-                    settings, redis, mysql, likes.reconciler(settings, redis, pg)
+                    settings, redis, mysql, likes.reconciler(settings, redis, pg, durable)
                 )
             ),
         ]

@@ -10,11 +10,13 @@ from services.runtime.config import ServiceSettings
 from services.runtime.tls import MtlsSettings
 from services.runtime.tokens import JwtSettings
 from services.streams.likes import LikeStreamSettings
+from services.streams.live import LiveSettings
 
 
-class LikesSettings(ServiceSettings, LikeStreamSettings, JwtSettings, MtlsSettings):
+class LikesSettings(ServiceSettings, LikeStreamSettings, LiveSettings, JwtSettings, MtlsSettings):
     """likes reads POSTGRES_URL (read-only role) and, by mode, REDIS_URL or POSTGRES_WRITE_URL;
-    its certificate and the end-user token keys."""
+    its certificate, the end-user token keys and the live feeds' layout (a sync pod publishes
+    the like counts it commits)."""
 
     # buffered (seed level 3, the default): Redis SET + Lua + stream, the flusher writes batches.
     # sync (seed level 1): one INSERT … ON CONFLICT DO NOTHING RETURNING statement per like.

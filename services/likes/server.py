@@ -11,7 +11,7 @@ from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 from services.domain import access, schema
 from services.likes.access import AccessCache, AccessLimits
 from services.likes.config import LikesSettings
-from services.likes.counterless_store import CounterlessLikes
+from services.likes.counterless_store import CounterlessLikes, DirtyMarks
 from services.likes.direct_writes import DirectWrites
 from services.likes.handlers import LikeHandlers, LikeStore
 from services.likes.redis_store import BacklogBound, BufferedLikes
@@ -21,7 +21,9 @@ from services.runtime import postgres, redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
+from services.streams.course_events import LikeCountPublication
 from services.streams.likes import LikeStreams
+from services.streams.live import LiveFeeds, LivePublisher
 
 log = logging.getLogger(__name__)
 LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
@@ -110,12 +112,20 @@ async def build(settings: LikesSettings) -> service.Service:
             store = CounterlessLikes(cache, write_pool, redis, streams, direct)
         elif settings.likes_mode == "sync" and write_pool is not None:
             # Seed level 1 as the seed has it: the checks, then one statement, every like.
-            if direct is None:
+            live, mark_dirty = None, None
+            if redis is None or durable is None:
                 log.warning(
                     "LIKES_MODE=sync without REDIS_URL: this pod must not serve next to buffered"
-                    " pods (a toggle could be lost, see docs/likes.md)"
+                    " pods (a toggle could be lost, see docs/likes.md), and publishes no like"
+                    " counts to the courses' live feeds"
                 )
-            store = SyncLikes(checks, write_pool, direct)
+            else:
+                # Its committed counts go to the courses' feeds; the buffered pods' are the
+                # flusher's, the counterless pods' the recount's.
+                feeds = LiveFeeds.from_settings(settings)
+                live = LikeCountPublication(LivePublisher(redis, feeds, durable), feeds)
+                mark_dirty = DirtyMarks(redis, streams).mark
+            store = SyncLikes(checks, write_pool, direct, live, mark_dirty)
         else:
             raise SystemExit("likes: no store configured")
         handlers = LikeHandlers(store)

@@ -4,6 +4,11 @@ INSERT … ON CONFLICT DO NOTHING RETURNING adds to like_count only when a row w
 DELETE … RETURNING subtracts only what was really deleted (seed §2.1). Right for forums without hot
 posts; a hot post serializes every like on its row lock.
 
+With Redis (REDIS_URL), each like that changed a row publishes the target's new count (from the
+statement's RETURNING) to its course's live feed after the COMMIT. The target is marked dirty
+first, as a counterless pod marks it: a pod that dies between the COMMIT and the publication
+leaves the mark, and the flusher's recount publishes the count.
+
 A counter never goes below zero here: a counterless pod (LIKES_MODE=counterless, during a switch)
 inserts like rows without counting them, so an unlike of such a row may find like_count lower than
 the rows. It stops at zero instead of failing the CHECK; that pod marked the target for the
@@ -12,7 +17,8 @@ recount, which sets the exact value.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 from agora.forum.v1 import like_service_pb2
@@ -20,7 +26,11 @@ from agora.forum.v1 import like_service_pb2
 from services.likes.direct_writes import DirectWrites
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
+from services.runtime.errors import is_transient
+from services.streams.course_events import LikeCount, LikeCountPublication
 from services.streams.likes import COMMENT, POST, TargetKind, member
+
+log = logging.getLogger(__name__)
 
 LIKE_POST = """
 WITH ins AS (
@@ -28,12 +38,13 @@ WITH ins AS (
   SELECT id, $2 FROM posts WHERE id = $1 AND course_id = $3 AND deleted_at IS NULL
   ON CONFLICT DO NOTHING
   RETURNING post_id)
-UPDATE posts SET like_count = like_count + 1 WHERE id IN (SELECT post_id FROM ins) RETURNING id"""
+UPDATE posts SET like_count = like_count + 1 WHERE id IN (SELECT post_id FROM ins)
+RETURNING like_count, id AS post_id"""
 
 UNLIKE_POST = """
 WITH del AS (DELETE FROM post_likes WHERE post_id = $1 AND user_id = $2 RETURNING post_id)
 UPDATE posts SET like_count = GREATEST(like_count - 1, 0)
-WHERE id IN (SELECT post_id FROM del) AND course_id = $3 RETURNING id"""
+WHERE id IN (SELECT post_id FROM del) AND course_id = $3 RETURNING like_count, id AS post_id"""
 
 LIKE_COMMENT = """
 WITH ins AS (
@@ -43,7 +54,7 @@ WITH ins AS (
   ON CONFLICT DO NOTHING
   RETURNING comment_id)
 UPDATE comments SET like_count = like_count + 1
-WHERE id IN (SELECT comment_id FROM ins) RETURNING id"""
+WHERE id IN (SELECT comment_id FROM ins) RETURNING like_count, post_id"""
 
 UNLIKE_COMMENT = """
 WITH del AS (
@@ -51,7 +62,7 @@ WITH del AS (
 UPDATE comments c SET like_count = GREATEST(c.like_count - 1, 0)
 FROM posts p
 WHERE c.id IN (SELECT comment_id FROM del) AND p.id = c.post_id AND p.course_id = $3
-RETURNING c.id"""
+RETURNING c.like_count, c.post_id"""
 
 LIKED_POSTS = "SELECT post_id FROM post_likes WHERE user_id = $1 AND post_id = ANY($2::bigint[])"
 LIKED_COMMENTS = """
@@ -71,11 +82,18 @@ class SyncLikes:
     (services/likes/direct_writes.py); without, this pod must never serve next to a buffered one."""
 
     def __init__(
-        self, checks: ForumChecks, pool: asyncpg.Pool, direct: DirectWrites | None = None
+        self,
+        checks: ForumChecks,
+        pool: asyncpg.Pool,
+        direct: DirectWrites | None = None,
+        live: LikeCountPublication | None = None,
+        mark_dirty: Callable[[TargetKind, int], Awaitable[None]] | None = None,
     ) -> None:
         self._checks = checks
         self._pool = pool
         self._direct = direct
+        self._live = live
+        self._mark_dirty = mark_dirty
 
     async def set_like(
         self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
@@ -86,10 +104,19 @@ class SyncLikes:
         if not check.target:
             raise TargetNotFoundError
         sql = _STATEMENTS[(kind, like)]
+        if self._live is not None and self._mark_dirty is not None:
+            # Before the statement: whatever happens after its COMMIT, the recount publishes.
+            await self._mark_dirty(kind, target_id)
         if self._direct is None:
-            return await self._pool.fetchval(sql, target_id, user_id, course_id) is not None
-        async with self._direct.writing(user_id, course_id, kind, target_id):
-            return await self._pool.fetchval(sql, target_id, user_id, course_id) is not None
+            row = await self._pool.fetchrow(sql, target_id, user_id, course_id)
+        else:
+            async with self._direct.writing(user_id, course_id, kind, target_id):
+                row = await self._pool.fetchrow(sql, target_id, user_id, course_id)
+        if row is None:
+            return False
+        if self._live is not None:
+            await _publish(self._live, LikeCount(kind, target_id, row[0], course_id, row[1]))
+        return True
 
     async def liked_map(
         self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
@@ -97,6 +124,18 @@ class SyncLikes:
         if not (await self._checks.check(course_id, user_id, None, False)).member:
             raise NotEnrolledError
         return await liked_flags(self._pool, user_id, course_id, targets, self._direct)
+
+
+async def _publish(live: LikeCountPublication, count: LikeCount) -> None:
+    """The like committed and stands whatever happens here: the dirty mark has the recount
+    publish what this could not."""
+    try:
+        await live.publish([count])
+    except Exception as exc:
+        if is_transient(exc):
+            log.warning("live: like count left for the recount to publish: %s", exc)
+        else:
+            log.error("live: like count left for the recount to publish", exc_info=exc)
 
 
 async def liked_flags(

@@ -1,4 +1,5 @@
-"""Wires the like role: one consumer per like stream shard held, and the reconciler."""
+"""Wires the like role: one consumer per like stream shard held, and the reconciler; both put the
+like counts they commit on the courses' live feeds."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from services.flusher.config import FlusherSettings
 from services.flusher.likes.handler import LikeEntryHandler, LikeEvent
 from services.flusher.likes.reconcile import Reconciler
 from services.flusher.likes.repository import LikeRepository
+from services.runtime.redis_client import DurableScripts
 from services.streams import likes
 from services.streams.consumer import Backlog, ConsumerConfig, ShardConsumer
+from services.streams.course_events import LikeCountPublication
+from services.streams.live import LiveFeeds, LivePublisher
 from services.streams.supervisor import ShardSupervisor
 
 LikeConsumer = ShardConsumer[LikeEvent]
@@ -27,14 +31,29 @@ def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
     )
 
 
+def publication(
+    settings: FlusherSettings, client: redis.Redis, durable: DurableScripts | None = None
+) -> LikeCountPublication:
+    """What puts committed like counts on the courses' live feeds, acknowledged like every
+    producer's write (REDIS_WAIT_REPLICAS)."""
+    if durable is None:
+        durable = DurableScripts(
+            client, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+    feeds = LiveFeeds.from_settings(settings)
+    return LikeCountPublication(LivePublisher(client, feeds, durable), feeds)
+
+
 def consumer(
     settings: FlusherSettings,
     client: redis.Redis,
     repo: LikeRepository,
     shard: int,
     epoch: int | None = None,
+    live: LikeCountPublication | None = None,
 ) -> LikeConsumer:
-    """The consumer of one like stream shard, fenced by its lease's epoch."""
+    """The consumer of one like stream shard, fenced by its lease's epoch (its own publication
+    unless given one)."""
     layout = streams(settings)
     return ShardConsumer(
         client,
@@ -42,24 +61,39 @@ def consumer(
         dead_letters=layout.dead_letters(shard),
         # The stream's length counts its unflushed events; only the bytes need a counter.
         backlog=Backlog(bytes_key=layout.backlog_bytes(shard)),
-        handler=LikeEntryHandler(repo, client, layout),
+        handler=LikeEntryHandler(
+            repo, client, layout, live if live is not None else publication(settings, client)
+        ),
         config=consumer_config(settings),
         family="likes",
         fence=settings.fence(layout, layout.stream(shard), shard, epoch),
     )
 
 
-def reconciler(settings: FlusherSettings, client: redis.Redis, pg: asyncpg.Pool) -> Reconciler:
-    return Reconciler(LikeRepository(pg), client, streams(settings))
+def reconciler(
+    settings: FlusherSettings,
+    client: redis.Redis,
+    pg: asyncpg.Pool,
+    durable: DurableScripts | None = None,
+) -> Reconciler:
+    return Reconciler(
+        LikeRepository(pg), client, streams(settings), live=publication(settings, client, durable)
+    )
 
 
-def supervisor(settings: FlusherSettings, client: redis.Redis, pg: asyncpg.Pool) -> ShardSupervisor:
+def supervisor(
+    settings: FlusherSettings,
+    client: redis.Redis,
+    pg: asyncpg.Pool,
+    durable: DurableScripts | None = None,
+) -> ShardSupervisor:
     """Follows this replica's like shard leases, running a consumer per shard held."""
     repo = LikeRepository(pg)
+    live = publication(settings, client, durable)
     return ShardSupervisor.leased(
         client,
         streams(settings),
-        lambda shard, epoch: consumer(settings, client, repo, shard, epoch),
+        lambda shard, epoch: consumer(settings, client, repo, shard, epoch, live),
         member=settings.flusher_consumer_name,
         ttl_ms=settings.flusher_lease_ttl_ms,
     )

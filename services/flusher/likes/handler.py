@@ -1,5 +1,6 @@
 """Turns like stream entries into LikeRepository batches; after each COMMIT marks the touched
-counters dirty and forgets the users' last operations that are now in the database."""
+counters dirty, publishes the batch's targets' like counts to their courses' live feeds and forgets
+the users' last operations that are now in the database."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from redis.commands.core import AsyncScript
 from services.flusher.likes import metrics
 from services.flusher.likes.repository import LikeOp, LikeRepository
 from services.streams import likes
+from services.streams.course_events import LikeCountPublication
 from services.streams.entries import Entry
+from services.streams.faults import fault
 from services.streams.fencing import Fence
 from services.streams.likes import COMMENT, POST
 
@@ -45,10 +48,15 @@ class LikeEntryHandler:
     """BatchHandler for the like streams."""
 
     def __init__(
-        self, repo: LikeRepository, client: redis.Redis, streams: likes.LikeStreams
+        self,
+        repo: LikeRepository,
+        client: redis.Redis,
+        streams: likes.LikeStreams,
+        live: LikeCountPublication | None = None,
     ) -> None:
         self._repo = repo
         self._streams = streams
+        self._live = live
         self._mark_dirty = client.register_script(likes.MARK_DIRTY)
         self._forget = client.register_script(likes.FORGET_FLUSHED)
         self._mark_dead = client.register_script(likes.MARK_DEAD)
@@ -87,11 +95,25 @@ class LikeEntryHandler:
                 keys=[self._streams.dirty(POST), self._streams.dirty(COMMENT)],
                 args=[len(posts), *posts, *comments],
             )
+        fault("before_publish")
+        if self._live is not None:
+            await self._publish(last)
         await self._compare_and(self._forget, last)
         now_ms = time.time() * 1000
         for item in items:
             metrics.LIKE_FLUSH_LAG.observe(max(now_ms - item.appended_ms, 0) / 1000)
         metrics.LIKES_FLUSHED.inc(len(items))
+
+    async def _publish(self, last: Sequence[LikeEvent]) -> None:
+        """One like count per target of the batch, read back after the COMMIT (one query). Every
+        target the batch names, not only those whose counter moved: a batch redelivered after a
+        crash here moves nothing (its rows are in), and its counts must go out all the same. A
+        count another shard's batch overtook is set right by the recount of the dirty marks."""
+        if self._live is None:
+            return
+        posts = sorted({e.op.target_id for e in last if e.op.kind == POST})
+        comments = sorted({e.op.target_id for e in last if e.op.kind == COMMENT})
+        await self._live.publish(await self._repo.like_counts(posts, comments))
 
     async def dead_lettered(self, items: Sequence[LikeEvent]) -> None:
         """These never reached the database: warming a liked SET must not pretend they did."""

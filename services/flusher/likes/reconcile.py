@@ -1,4 +1,10 @@
-"""Counter reconciliation (seed 002 level 2): recount dirty targets often, everything nightly."""
+"""Counter reconciliation (seed 002 level 2): recount dirty targets often, everything nightly.
+
+After a recount of dirty targets their counts go to the courses' live feeds, one event per target
+per pass: a counterless like is counted only here, a sync like whose pod died before publishing
+marked its target first, and a buffered batch's count that another shard's overtook is set right.
+The nightly pass publishes only what it fixed.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ from opentelemetry import trace
 from services.flusher.likes import metrics
 from services.flusher.likes.repository import Drift, LikeRepository
 from services.runtime.redis_client import REDIS_ERRORS
-from services.streams.likes import COMMENT, POST, LikeStreams
+from services.streams.course_events import LikeCountPublication
+from services.streams.likes import COMMENT, POST, LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -23,12 +30,18 @@ class Reconciler:
     """Fixes like_count rows that drifted from COUNT(*) of their like rows, and counts them."""
 
     def __init__(
-        self, repo: LikeRepository, client: redis.Redis, streams: LikeStreams, batch: int = 500
+        self,
+        repo: LikeRepository,
+        client: redis.Redis,
+        streams: LikeStreams,
+        batch: int = 500,
+        live: LikeCountPublication | None = None,
     ) -> None:
         self._repo = repo
         self._redis = client
         self._streams = streams
         self._batch = batch
+        self._live = live
 
     async def recount_dirty(self) -> list[Drift]:
         """Recount the targets flushes marked since the last run (SPOP in batches)."""
@@ -46,11 +59,14 @@ class Reconciler:
                 popped = await self._redis.spop(key, self._batch)
                 if not popped:
                     break
+                ids = sorted({int(i) for i in popped})
                 try:
-                    fixed = await self._repo.reconcile(kind, [int(i) for i in popped])
+                    fixed = await self._repo.reconcile(kind, ids)
+                    await self._publish(kind, ids)
                 except BaseException:
-                    # SPOP took the marks: without them the counters would stay wrong until the
-                    # nightly pass. Marked again, the next run recounts them.
+                    # SPOP took the marks: without them the counters would stay wrong (or their
+                    # counts unpublished) until the nightly pass. Marked again, the next run
+                    # recounts and publishes them.
                     await self._mark_again(key, popped)
                     raise
                 drifts += self._record(fixed)
@@ -73,9 +89,18 @@ class Reconciler:
         for kind in (POST, COMMENT):
             after = 0
             while ids := await self._repo.ids_after(kind, after, self._batch):
-                drifts += self._record(await self._repo.reconcile(kind, ids))
+                fixed = self._record(await self._repo.reconcile(kind, ids))
+                await self._publish(kind, [d.target_id for d in fixed])
+                drifts += fixed
                 after = ids[-1]
         return drifts
+
+    async def _publish(self, kind: TargetKind, ids: list[int]) -> None:
+        """The recounted counts, read back after the recount's COMMIT (one query)."""
+        if self._live is None or not ids:
+            return
+        posts, comments = (ids, []) if kind == POST else ([], ids)
+        await self._live.publish(await self._repo.like_counts(posts, comments))
 
     def _record(self, drifts: list[Drift]) -> list[Drift]:
         for d in drifts:

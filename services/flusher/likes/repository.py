@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from services.flusher.fencing import PostgresFences
+from services.streams.course_events import LikeCount
 from services.streams.faults import fault
 from services.streams.fencing import Fence
 from services.streams.likes import COMMENT, KIND_NAMES, POST, TargetKind
@@ -107,6 +108,20 @@ FROM (SELECT t.id, count(l.comment_id)::int AS n
 WHERE c.id = x.id AND c.like_count <> x.n
 RETURNING c.id, c.like_count""",
 }
+# What the courses' live feeds are told after a commit: the visible targets among these posts ($1)
+# and comments ($2), each with its count, course and post, in one round trip for a whole batch. A
+# reply whose root comment is deleted is gone with it; so is everything of a deleted post.
+LIKE_COUNTS = f"""
+SELECT {int(POST)} AS kind, p.id, p.like_count, p.course_id, p.id AS post_id
+FROM posts p WHERE p.id = ANY($1::bigint[]) AND p.deleted_at IS NULL
+UNION ALL
+SELECT {int(COMMENT)}, c.id, c.like_count, p.course_id, c.post_id
+FROM comments c
+JOIN posts p ON p.id = c.post_id
+LEFT JOIN comments r ON r.id = c.parent_id
+WHERE c.id = ANY($2::bigint[]) AND c.deleted_at IS NULL AND p.deleted_at IS NULL
+  AND (r.id IS NULL OR r.deleted_at IS NULL)"""
+
 _ID_RANGE = {
     POST: "SELECT id FROM posts WHERE id > $1 ORDER BY id LIMIT $2",
     COMMENT: "SELECT id FROM comments WHERE id > $1 ORDER BY id LIMIT $2",
@@ -183,6 +198,13 @@ class LikeRepository:
             stored = {r["id"]: r["like_count"] for r in locked}
             fixed = await conn.fetch(_RECOUNT[kind], list(ids))
         return [Drift(kind, r[0], stored[r[0]], r[1]) for r in fixed]
+
+    async def like_counts(self, posts: Sequence[int], comments: Sequence[int]) -> list[LikeCount]:
+        """The committed counts of these targets that are still visible (one query)."""
+        if not posts and not comments:
+            return []
+        rows = await self._pool.fetch(LIKE_COUNTS, list(posts), list(comments))
+        return [LikeCount(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     async def ids_after(self, kind: TargetKind, after: int, limit: int) -> list[int]:
         return [r[0] for r in await self._pool.fetch(_ID_RANGE[kind], after, limit)]
