@@ -1,8 +1,9 @@
 """The web client live, in Chromium against every service as a process: two agents on one inbox
 see a message the moment it is stored, one scrolled up keeps its place, a mark-read in one shows
 in the other; an agent offline while messages arrive shows each once, in order, when back (by
-Last-Event-ID, and by refetching when it had no position yet); the forum follows new posts,
-comments, deletions and other users' likes. No page is reloaded: each test checks its document
+Last-Event-ID, even when cut before its first event; by refetching in place after a reset of a
+feed that no longer keeps its position); the forum follows new posts, comments, deletions and
+other users' likes. No page is reloaded: each test checks its document
 is the one it started with."""
 
 from __future__ import annotations
@@ -166,10 +167,13 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
     thread = "live-offline"
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     resumed_from: list[str | None] = []
+    reads: list[str] = []
 
     async def stream_request(request: Request) -> None:
         if request.url.endswith("/api/zalo-accounts/1/events"):
             resumed_from.append(await request.header_value("last-event-id"))
+        elif "/api/zalo-accounts/1/messages?" in request.url:
+            reads.append(request.url)
 
     async with (
         httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api,
@@ -207,12 +211,15 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
             await context.set_offline(False)
             await expect(page.locator(LIVE)).to_be_visible()
 
-        # Down before any event gave the stream a position: back, it starts from now, and the
-        # page refetches what it missed.
+        # Cut before any event: the stream's opening told its start position (an id-only
+        # event), so it resumes from there and the two come by the stream, not by a refetch.
+        read_before = len(reads)
         await away_while(["gap-1", "gap-2"])
         expected = [f"{thread}-{i}" for i in range(3)] + ["gap-1", "gap-2"]
         await expect(page.locator(".message")).to_have_count(len(expected))
         assert await shown_ids(page) == expected
+        assert resumed_from[-1] is not None
+        assert len(reads) == read_before
 
         # One live message gives it a position; then five arrive while it is away.
         await ingest(api, [later("here")])
@@ -228,6 +235,7 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
         # The reconnection resumed after the last event it had, not from now.
         assert len(resumed_from) > reconnects
         assert resumed_from[-1] is not None
+        assert len(reads) == read_before
         await expect(page.locator(".thread-unread")).to_have_text("10 unread")
         badge = page.locator(f'.conversation[data-key="{thread}"] .unread')
         await expect(badge).to_have_attribute("data-count", "10")

@@ -96,8 +96,8 @@ class LiveStream {
     this.markOpened();
     badge('live');
     if (this.connectedOnce && !resumed) {
-      // Down before any event gave a position: this stream starts from now, so what happened
-      // while it was down is only in the lists.
+      // The gateway opens every stream with its start position (an id-only event), so this is
+      // a stream cut before even that: it starts from now, and what it missed is in the lists.
       this.deliver('reset', { reason: 'reconnected without a position' });
     }
     this.connectedOnce = true;
