@@ -9,7 +9,7 @@ TRACES ?= 0
 REDIS ?= single
 # make test's second run, on the test Redis Cluster: the suites that touch Redis streams, and
 # tests/redis_cluster; only the directories that exist (pytest stops at a missing path).
-PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/messaging tests/redis_cluster
+PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/live tests/messaging tests/redis_cluster
 PYTEST_CLUSTER_ARGS ?= -q $(wildcard $(PYTEST_CLUSTER_PATHS))
 N ?= 5
 

@@ -42,6 +42,7 @@ async def build(settings: TimelineSettings) -> service.Service:
         resources.push_async_callback(pool.close)
         redis = redis_client.connect(
             settings.redis_url,
+            max_connections=64,
             timeout=settings.redis_timeout_seconds,
             cluster=settings.redis_cluster,
         )
@@ -52,6 +53,7 @@ async def build(settings: TimelineSettings) -> service.Service:
             LiveFeeds.from_settings(settings),
             settings.live_poll_seconds,
             block_ms=int(settings.redis_timeout_seconds * 500),
+            concurrent_reads=64 - settings.live_wake_shards - 8,
         )
         policy = access.policy(settings)
         watches = Watches(hub, policy.tokens, settings.live_recheck_seconds)

@@ -51,14 +51,27 @@ class FeedHub:
     """The watchers of this process, by feed, and the wake readers that rouse them."""
 
     def __init__(
-        self, client: redis.Redis, feeds: LiveFeeds, poll_seconds: float, block_ms: int = 2000
+        self,
+        client: redis.Redis,
+        feeds: LiveFeeds,
+        poll_seconds: float,
+        block_ms: int = 2000,
+        concurrent_reads: int = 32,
     ) -> None:
         self._redis = client
         self._block_ms = block_ms
+        # Feed reads at once, below the client's connections (the wake readers hold one each):
+        # thousands of watchers woken together queue here instead of exhausting the pool (the
+        # cluster client fails at once when its pool is empty).
+        self._reads = asyncio.Semaphore(concurrent_reads)
         self.feeds = feeds
         self.reader = FeedReader(client, feeds)
         self.poll_seconds = poll_seconds
         self._watchers: dict[str, set[asyncio.Event]] = defaultdict(set)
+
+    async def head(self, feed: str) -> Position:
+        async with self._reads:
+            return await self.reader.head(feed)
 
     @property
     def watching(self) -> int:
@@ -131,7 +144,8 @@ class FeedHub:
         with self.watch(feed) as woken:
             while True:
                 woken.clear()
-                got = await self.reader.after(feed, position, PAGE)
+                async with self._reads:
+                    got = await self.reader.after(feed, position, PAGE)
                 if isinstance(got, Reset):
                     position = got.position
                     yield Delivery(position, None, got.reason)
@@ -236,7 +250,7 @@ class Watches:
         # (with the headers, at once: the gateway answers its HTTP request only then, and the
         # first event may be minutes away): cut before any event, it resumes from there, not
         # from a later "now" that would skip what came between.
-        start = after if after is not None else await self.hub.reader.head(feed)
+        start = after if after is not None else await self.hub.head(feed)
         await context.send_initial_metadata(((POSITION_HEADER, str(start)),))
         try:
             async for delivery in watching(
