@@ -1,0 +1,528 @@
+"""WatchCourse: a course's posts, comments and like counts pushed to its enrolled watchers once
+they committed (docs/live.md), through timeline as the gateway calls it.
+
+Posts and comments come from ingest, through its outbox (a crashed writer's event is relayed by the
+flusher); like counts from whichever mode wrote them: the flusher's batch (buffered), the likes
+pod itself (sync), the flusher's recount (counterless). Like counts are coalesced: at most one
+event per target per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeAlias
+
+import asyncpg
+import grpc
+import httpx
+import pytest
+import pytest_asyncio
+import redis.asyncio as redis
+from agora.forum.v1 import forum_read_service_pb2 as read_pb
+from agora.forum.v1 import (
+    forum_read_service_pb2_grpc,
+    forum_write_service_pb2_grpc,
+    like_service_pb2_grpc,
+)
+from agora.forum.v1 import forum_write_service_pb2 as write_pb
+from agora.forum.v1 import like_service_pb2 as like_pb
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.flusher.config import FlusherSettings
+from services.flusher.maintenance import builder as maintenance
+from services.likes import server as likes_service
+from services.likes.config import LikesSettings
+from services.runtime.grpc_server import GrpcServer
+from services.runtime.redis_client import DurableScripts
+from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
+from services.streams.live import LiveFeeds, LiveSettings, Position
+from services.timeline import server as timeline_service
+from services.timeline.config import TimelineSettings
+from tests.conftest import Env, serving
+from tests.gateway import test_live_events as sse
+from tests.helpers import ROOT, SHARDS, Flusher, as_gateway, as_service, mint_token, run_flusher
+from tools import callers
+from tools.ports import free_port
+from tools.wait_healthy import wait
+
+pytestmark = pytest.mark.asyncio
+FEEDS = LiveFeeds.from_settings(LiveSettings())
+STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+Stream: TypeAlias = grpc.aio.UnaryStreamCall
+ReadStub: TypeAlias = forum_read_service_pb2_grpc.ForumReadServiceStub
+WriteStub: TypeAlias = forum_write_service_pb2_grpc.ForumWriteServiceStub
+LikeStub: TypeAlias = like_service_pb2_grpc.LikeServiceStub
+OUTSIDER = 100  # enrolled in no course
+# The gateway under uvicorn and its SSE reader, as the gateway's own live tests run them.
+base_url = sse.base_url
+events = sse.events
+
+
+@pytest_asyncio.fixture
+async def fresh(clean: None, pg_admin: asyncpg.Pool) -> None:
+    """The shared reset, and an empty outbox (a crash test leaves rows in it)."""
+    await pg_admin.execute("TRUNCATE live_outbox")
+
+
+@pytest_asyncio.fixture
+async def reads(timeline_server: GrpcServer, env: Env, fresh: None) -> AsyncIterator[ReadStub]:
+    """ForumReadService as the gateway calls it; each watch passes its user's token itself."""
+    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
+        yield ReadStub(channel)
+
+
+@pytest_asyncio.fixture
+async def writes(ingest_server: GrpcServer, env: Env, fresh: None) -> AsyncIterator[WriteStub]:
+    async with as_gateway(ingest_server.ports[1], env.jwt_secret) as channel:
+        yield WriteStub(channel)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def live_sync_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
+    """A sync-mode likes pod with Redis, as every deployment runs it: it publishes its counts."""
+    settings = LikesSettings(
+        likes_mode="sync",
+        postgres_url=env.pg_likes_url,
+        postgres_write_url=env.pg_likes_writer_url,
+        redis_url=env.redis_likes_url,
+        like_stream_shards=SHARDS,
+        **as_service("likes", env.jwt_secret),
+    )
+    async with serving(await likes_service.build(settings)) as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module")
+async def counterless_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
+    settings = LikesSettings(
+        likes_mode="counterless",
+        postgres_url=env.pg_likes_url,
+        postgres_write_url=env.pg_likes_writer_url,
+        redis_url=env.redis_likes_url,
+        like_stream_shards=SHARDS,
+        **as_service("likes", env.jwt_secret),
+    )
+    async with serving(await likes_service.build(settings)) as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module")
+async def rechecking_timeline(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
+    """timeline asking every second whether each watcher may still watch."""
+    settings = TimelineSettings(
+        mysql_url=env.mysql_timeline_url,
+        postgres_url=env.pg_timeline_url,
+        redis_url=env.redis_timeline_url,
+        live_recheck_seconds=1,
+        **as_service("timeline", env.jwt_secret),
+    )
+    async with serving(await timeline_service.build(settings), background=True) as server:
+        yield server
+
+
+def bearer(env: Env, user: int) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {mint_token(env.jwt_secret, sub=user, accounts=[])}")]
+
+
+def open_watch(stub: ReadStub, env: Env, user: int = 7, course: int = 42) -> Stream:
+    return stub.WatchCourse(
+        read_pb.WatchCourseRequest(course_id=course, user_id=user),
+        metadata=bearer(env, user),
+        timeout=60,
+    )
+
+
+async def take(stream: Stream, n: int, within: float = 10) -> list[read_pb.WatchCourseResponse]:
+    """The next `n` responses of the stream."""
+    got: list[read_pb.WatchCourseResponse] = []
+    async with asyncio.timeout(within):
+        while len(got) < n:
+            got.append(await stream.read())
+    return got
+
+
+async def started(stream: Stream) -> None:
+    """Wait until the server has taken the watch's starting position (its initial metadata)."""
+    await stream.initial_metadata()
+    await asyncio.sleep(0.2)
+
+
+async def feed_length(client: redis.Redis, course: int = 42) -> int:
+    """Events the course's feed holds: what was published, repeats included."""
+    return int(await client.xlen(FEEDS.course(course)))
+
+
+async def outbox_rows(pg: asyncpg.Pool) -> int:
+    return int(await pg.fetchval("SELECT count(*) FROM live_outbox"))
+
+
+def target(kind: TargetKind, target_id: int) -> like_pb.Target:
+    return like_pb.Target(kind=kind, id=target_id)
+
+
+async def set_like(stub: LikeStub, user: int, kind: TargetKind, target_id: int) -> bool:
+    reply = await stub.SetLike(
+        like_pb.SetLikeRequest(
+            user_id=user, course_id=42, target=target(kind, target_id), like=True
+        ),
+        timeout=10,
+    )
+    return bool(reply.changed)
+
+
+async def test_a_post_comment_and_reply_each_arrive_once_as_the_read_routes_return_them(
+    reads: ReadStub, writes: WriteStub, env: Env, redis_client: redis.Redis, pg_admin: asyncpg.Pool
+) -> None:
+    stream = open_watch(reads, env)
+    await started(stream)
+
+    created = await writes.CreatePost(
+        write_pb.CreatePostRequest(course_id=42, user_id=7, title="Lịch học bù", body="Thứ Bảy.")
+    )
+    [post] = await take(stream, 1)
+    assert post.WhichOneof("item") == "post"
+    assert not post.post.HasField("deleted_at")
+    read = await reads.GetPost(
+        read_pb.GetPostRequest(course_id=42, post_id=created.post.id, user_id=7)
+    )
+    assert post.post.post == read.post == created.post
+    assert "traceparent" in post.trace_context  # the write's trace, linked by the delivery
+
+    comment = await writes.CreateComment(
+        write_pb.CreateCommentRequest(course_id=42, post_id=created.post.id, user_id=8, body="Vâng")
+    )
+    [commented] = await take(stream, 1)
+    assert commented.WhichOneof("item") == "comment"
+    listed = await reads.ListComments(
+        read_pb.ListCommentsRequest(course_id=42, post_id=created.post.id, user_id=8, limit=10)
+    )
+    assert commented.comment.comment == listed.comments[0] == comment.comment
+    assert not commented.comment.comment.HasField("parent_id")
+
+    reply = await writes.CreateComment(
+        write_pb.CreateCommentRequest(
+            course_id=42,
+            post_id=created.post.id,
+            user_id=9,
+            body="Em đi",
+            parent_id=comment.comment.id,
+        )
+    )
+    [replied] = await take(stream, 1)
+    replies = await reads.ListReplies(
+        read_pb.ListRepliesRequest(course_id=42, comment_id=comment.comment.id, user_id=9, limit=10)
+    )
+    assert replied.comment.comment == replies.comments[0] == reply.comment
+    assert replied.comment.comment.parent_id == comment.comment.id
+
+    positions = [post.position, commented.position, replied.position]
+    assert positions == sorted(positions, key=Position.parse)
+    assert await feed_length(redis_client) == 3  # each once
+    assert await outbox_rows(pg_admin) == 0  # published, so ingest deleted its rows
+    stream.cancel()
+
+
+async def test_a_deleted_post_and_comment_arrive_with_deleted_at(
+    reads: ReadStub, writes: WriteStub, env: Env
+) -> None:
+    stream = open_watch(reads, env, user=9)
+    await started(stream)
+    await writes.DeleteComment(write_pb.DeleteCommentRequest(course_id=42, comment_id=1, user_id=8))
+    [comment] = await take(stream, 1)
+    assert comment.WhichOneof("item") == "comment"
+    assert comment.comment.comment.id == 1
+    assert comment.comment.HasField("deleted_at")
+    assert comment.comment.deleted_at.ToSeconds() >= comment.comment.comment.created_at.ToSeconds()
+
+    await writes.DeletePost(write_pb.DeletePostRequest(course_id=42, post_id=1, user_id=1))
+    [post] = await take(stream, 1)
+    assert (post.WhichOneof("item"), post.post.post.id, post.post.post.title) == (
+        "post",
+        1,
+        "Thông báo: lịch thi giữa kỳ",
+    )
+    assert post.post.HasField("deleted_at")
+    assert post.post.post.comment_count == 1  # comment 1 went, comment 2 stays
+    stream.cancel()
+
+
+@pytest_asyncio.fixture
+async def one_shard_users(pg_admin: asyncpg.Pool, fresh: None) -> list[int]:
+    """Thirty users enrolled in course 42 whose likes all go to one like stream shard (so one
+    flush batch holds them all)."""
+    users = [u for u in range(1000, 2000) if STREAMS.shard_of(u) == 0][:30]
+    await pg_admin.executemany(
+        "INSERT INTO course_members (course_id, user_id) VALUES (42, $1)", [(u,) for u in users]
+    )
+    return users
+
+
+async def test_buffered_likes_of_many_users_in_one_flush_make_one_event_with_the_final_count(
+    reads: ReadStub,
+    likes_server: GrpcServer,
+    one_shard_users: list[int],
+    flusher: Flusher,
+    env: Env,
+    redis_client: redis.Redis,
+) -> None:
+    stream = open_watch(reads, env)
+    await started(stream)
+    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
+        likes = LikeStub(channel)
+        changed = await asyncio.gather(*(set_like(likes, u, POST, 1) for u in one_shard_users))
+        assert all(changed)
+        assert await set_like(likes, one_shard_users[0], COMMENT, 2)
+    await flusher.drain()
+
+    post, comment = sorted(await take(stream, 2), key=lambda r: r.likes.target.kind)
+    assert post.WhichOneof("item") == "likes"
+    assert (post.likes.target, post.likes.like_count, post.likes.post_id) == (
+        target(POST, 1),
+        len(one_shard_users),
+        1,
+    )
+    # A comment's count says which post it is shown under.
+    assert (comment.likes.target, comment.likes.like_count, comment.likes.post_id) == (
+        target(COMMENT, 2),
+        1,
+        1,
+    )
+    assert await feed_length(redis_client) == 2  # one per target for the whole batch
+    stream.cancel()
+
+
+async def test_a_flusher_killed_before_publishing_publishes_the_count_on_redelivery(
+    reads: ReadStub,
+    likes_server: GrpcServer,
+    one_shard_users: list[int],
+    flusher: Flusher,
+    env: Env,
+    pg_admin: asyncpg.Pool,
+) -> None:
+    stream = open_watch(reads, env)
+    await started(stream)
+    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
+        likes = LikeStub(channel)
+        await asyncio.gather(*(set_like(likes, u, POST, 2) for u in one_shard_users))
+    # The batch commits, then the process is killed before its counts are published.
+    assert await run_flusher(env, fault_point="before_publish", name="pod-a") < 0
+    assert await pg_admin.fetchval("SELECT like_count FROM posts WHERE id = 2") == 31
+    # The redelivered batch changes nothing (its rows are in) and publishes the count anyway.
+    await flusher.drain()
+    [count] = await take(stream, 1)
+    assert (count.likes.target, count.likes.like_count) == (target(POST, 2), 31)
+    stream.cancel()
+
+
+async def test_a_sync_like_gives_its_count_and_the_recount_gives_it_again(
+    reads: ReadStub,
+    live_sync_server: GrpcServer,
+    flusher: Flusher,
+    env: Env,
+    redis_client: redis.Redis,
+) -> None:
+    stream = open_watch(reads, env)
+    await started(stream)
+    async with as_gateway(live_sync_server.port, env.jwt_secret) as channel:
+        likes = LikeStub(channel)
+        assert await set_like(likes, 8, POST, 2)
+        [post] = await take(stream, 1)
+        assert (post.likes.target, post.likes.like_count, post.likes.post_id) == (
+            target(POST, 2),
+            2,  # user 7's and user 8's
+            2,
+        )
+        assert await set_like(likes, 9, COMMENT, 1)
+        [comment] = await take(stream, 1)
+        assert (comment.likes.target, comment.likes.like_count, comment.likes.post_id) == (
+            target(COMMENT, 1),
+            1,
+            1,
+        )
+        assert not await set_like(likes, 9, COMMENT, 1)  # already so: nothing to publish
+    # Each was marked before its statement: had the pod died after its COMMIT, this recount
+    # would have published it.
+    assert await redis_client.smembers(STREAMS.dirty(POST)) == {b"2"}
+    await flusher.reconciler().recount_dirty()
+    again = sorted(await take(stream, 2), key=lambda r: r.likes.target.kind)
+    assert [(r.likes.target.id, r.likes.like_count) for r in again] == [(2, 2), (1, 1)]
+    stream.cancel()
+
+
+async def test_a_counterless_like_gives_its_count_after_the_recount(
+    reads: ReadStub,
+    counterless_server: GrpcServer,
+    flusher: Flusher,
+    env: Env,
+    redis_client: redis.Redis,
+) -> None:
+    stream = open_watch(reads, env)
+    await started(stream)
+    async with as_gateway(counterless_server.port, env.jwt_secret) as channel:
+        likes = LikeStub(channel)
+        assert await set_like(likes, 8, POST, 1)
+        assert await set_like(likes, 9, POST, 1)
+    assert await feed_length(redis_client) == 0  # not counted yet
+    await flusher.reconciler().recount_dirty()
+    [count] = await take(stream, 1)
+    assert (count.likes.target, count.likes.like_count, count.likes.post_id) == (
+        target(POST, 1),
+        2,
+        1,
+    )
+    stream.cancel()
+
+
+async def test_the_relay_publishes_what_a_writer_killed_after_its_commit_left(
+    reads: ReadStub,
+    env: Env,
+    flusher_settings: FlusherSettings,
+    redis_client: redis.Redis,
+    pg_admin: asyncpg.Pool,
+    pg_flusher: asyncpg.Pool,
+) -> None:
+    stream = open_watch(reads, env)
+    await started(stream)
+    async with crashing_ingest(env) as forum_port:
+        async with as_gateway(forum_port, env.jwt_secret) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as died:
+                await WriteStub(channel).CreatePost(
+                    write_pb.CreatePostRequest(course_id=42, user_id=8, title="Hỏi", body="Ạ?"),
+                    timeout=20,
+                )
+        assert died.value.code() == grpc.StatusCode.UNAVAILABLE
+    # Committed with its event, and never published.
+    post_id = await pg_admin.fetchval("SELECT max(id) FROM posts WHERE title = 'Hỏi'")
+    assert post_id is not None
+    assert await outbox_rows(pg_admin) == 1
+    assert await feed_length(redis_client) == 0
+
+    durable = DurableScripts(redis_client, 0, 1000)
+    relay = maintenance.outbox_relay(flusher_settings, pg_flusher, durable)
+    assert await relay.relay_once() == 0  # younger than LIVE_OUTBOX_RELAY_AFTER_SECONDS
+    assert await relay.relay_once(older_than=0) == 1
+    [post] = await take(stream, 1)
+    read = await reads.GetPost(read_pb.GetPostRequest(course_id=42, post_id=post_id, user_id=8))
+    assert post.post.post == read.post
+    assert await outbox_rows(pg_admin) == 0
+    assert await relay.relay_once(older_than=0) == 0
+    stream.cancel()
+
+
+async def test_a_user_not_enrolled_is_refused(reads: ReadStub, env: Env) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await take(open_watch(reads, env, user=OUTSIDER), 1)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.aio.AioRpcError) as other_course:
+        await take(open_watch(reads, env, user=7, course=99), 1)
+    assert other_course.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_an_enrolment_revoked_while_watching_ends_the_stream(
+    rechecking_timeline: GrpcServer, env: Env, fresh: None, pg_admin: asyncpg.Pool
+) -> None:
+    async with as_gateway(rechecking_timeline.port, env.jwt_secret) as channel:
+        stream = open_watch(ReadStub(channel), env, user=9)
+        await started(stream)
+        await pg_admin.execute("DELETE FROM course_members WHERE course_id = 42 AND user_id = 9")
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await take(stream, 1, within=10)
+    assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "enrolled" in (ended.value.details() or "")
+
+
+@asynccontextmanager
+async def crashing_ingest(env: Env) -> AsyncIterator[int]:
+    """The real ingest process with FAULT_POINT=before_publish: killed by its first forum write,
+    after the COMMIT and before the publication. Yields its forum port."""
+    grpc_port, forum_port, health_port = free_port(), free_port(), free_port()
+    process_env = {
+        **os.environ,
+        "REDIS_URL": env.redis_ingest_url,
+        "POSTGRES_URL": env.pg_ingest_url,
+        "MYSQL_URL": env.mysql_ingest_url,
+        "JWT_SECRET": env.jwt_secret,
+        "GRPC_PORT": str(grpc_port),
+        "GRPC_FORUM_PORT": str(forum_port),
+        "GRPC_HEALTH_PORT": str(health_port),
+        "FAULT_POINT": "before_publish",
+        "OTEL_TRACES_EXPORTER": "none",
+        **callers.tls_env("ingest"),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.ingest", cwd=ROOT, env=process_env
+    )
+    try:
+        assert not await wait([f"grpc:127.0.0.1:{health_port}"], 30), "ingest not healthy"
+        yield forum_port
+        await asyncio.wait_for(proc.wait(), 10)
+        assert proc.returncode == -signal.SIGKILL  # killed at the fault point, nowhere else
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_the_gateway_streams_posts_comments_and_likes_in_the_rest_shapes(
+    base_url: str, flusher: Flusher, env: Env, pg_admin: asyncpg.Pool
+) -> None:
+    await pg_admin.execute("TRUNCATE live_outbox")
+    token = mint_token(env.jwt_secret, sub=7, accounts=[])
+    author = {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=8, accounts=[])}"}
+    async with (
+        events(base_url, "/api/courses/42/events", token) as stream,
+        httpx.AsyncClient(base_url=base_url, headers=author, timeout=10) as rest,
+    ):
+        assert stream.response.status_code == 200
+        await asyncio.sleep(0.3)
+        created = await rest.post(
+            "/api/courses/42/posts", json={"title": "Ôn tập", "body": "Chương 1-3."}
+        )
+        assert created.status_code == 201, created.text
+        post = await stream.next()
+        assert post.event == "post"
+        assert without_liked(post.data) == without_liked(created.json()["data"])
+        assert "deleted_at" not in post.data
+
+        commented = await rest.post(
+            f"/api/courses/42/posts/{post.data['id']}/comments", json={"body": "Cảm ơn bạn"}
+        )
+        assert commented.status_code == 201, commented.text
+        comment = await stream.next()
+        assert comment.event == "comment"
+        assert without_liked(comment.data) == without_liked(commented.json()["data"])
+
+        liked = await rest.post(
+            f"/api/courses/42/posts/{post.data['id']}/like", json={"like": True}
+        )
+        assert liked.status_code == 200, liked.text
+        await flusher.drain()
+        likes = await stream.next()
+        assert (likes.event, likes.data) == (
+            "likes",
+            {
+                "target": {"kind": "post", "id": post.data["id"]},
+                "like_count": 1,
+                "post_id": post.data["id"],
+            },
+        )
+
+        deleted = await rest.delete(f"/api/courses/42/comments/{comment.data['id']}")
+        assert deleted.status_code == 200, deleted.text
+        gone = await stream.next()
+        assert (gone.event, gone.data["id"]) == ("comment", comment.data["id"])
+        assert gone.data["deleted_at"] >= gone.data["created_at"]
+        assert [post.id, comment.id, likes.id, gone.id] == sorted(
+            [post.id, comment.id, likes.id, gone.id],
+            key=lambda p: tuple(map(int, str(p).split("-"))),
+        )
+
+
+def without_liked(data: dict[str, Any]) -> dict[str, Any]:
+    """A post or comment object without liked_by_me (a feed is the same for every watcher)."""
+    return {k: v for k, v in data.items() if k != "liked_by_me"}
