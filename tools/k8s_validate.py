@@ -12,8 +12,9 @@ with a runbook). Each rendering as a whole is checked for what only a cluster wo
 no replica count under an HPA, hash-suffixed configuration, each workload's own Secrets, policies
 that name their peers, gRPC clients balancing over headless Services, probe timeouts, topology
 spread, headless StatefulSet Services, the Collector's health extension, Redis's maxmemory, every
-service's required settings, the live feeds' shared settings and the event streams' heartbeat
-against the ingress's timeouts, the metrics ports scraped, and the connection budget of every
+service's required settings, the live feeds' shared settings, the event streams' heartbeat
+against the ingress's timeouts and their memory against the gateway's limit, the metrics ports
+scraped, and the connection budget of every
 datastore.
 The generic workload policy (probes, requests and limits, non-root, read-only root filesystem,
 capabilities, privilege, service account tokens) is checkov's, on every overlay:
@@ -829,6 +830,39 @@ def live_errors(docs: list[Doc]) -> list[str]:
     return problems
 
 
+# What one Server-Sent Event stream costs the gateway process holding it (its connection, the
+# response's tasks, its watch call to timeline), measured with idle streams: ~100 KB.
+STREAM_BYTES = 100 * 1024
+
+
+def stream_memory_errors(docs: list[Doc]) -> list[str]:
+    """The gateway's streams at their bound (LIVE_STREAMS_PER_PROCESS in each worker) take at
+    most half its memory limit, the rest being the processes themselves: past it the pod is
+    OOM-killed, every stream with it, before any new one is refused with 503."""
+    gateway = next(
+        (d for d in docs if d["kind"] == "Deployment" and app_name(d) == "gateway"), None
+    )
+    if gateway is None:
+        return []
+    env = environment(gateway, docs)
+    limits = pod_of(gateway)["containers"][0].get("resources", {}).get("limits", {})
+    if "memory" not in limits:
+        return []  # checkov's rule (memory limits), not this one's
+    # One worker per CPU of the limit when WORKERS is 0 (services/runtime/workers.py).
+    cpu = str(limits.get("cpu", "1"))
+    cores = math.ceil(int(cpu[:-1]) / 1000) if cpu.endswith("m") else math.ceil(float(cpu))
+    processes = int(setting("gateway", "WORKERS", env)) or cores
+    streams = int(setting("gateway", "LIVE_STREAMS_PER_PROCESS", env))
+    need = processes * streams * STREAM_BYTES
+    limit = quantity_bytes(limits["memory"])
+    if need > limit // 2:
+        return [
+            f"{where(gateway)}: {processes} x LIVE_STREAMS_PER_PROCESS {streams} streams need "
+            f"~{need // 1024**2} MiB, more than half the memory limit {limits['memory']}"
+        ]
+    return []
+
+
 def routes_to(ingress: Doc, service: str) -> bool:
     """Whether an Ingress sends any path (or its default) to `service`."""
     spec = ingress.get("spec", {})
@@ -1103,6 +1137,7 @@ def rendering_errors(directory: Path, docs: list[Doc]) -> list[str]:
         + redis_errors(docs)
         + required_setting_errors(docs)
         + live_errors(docs)
+        + stream_memory_errors(docs)
         + scrape_errors(docs)
         + (budget_errors(docs) if deployed else [])
     )

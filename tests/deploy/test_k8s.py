@@ -803,6 +803,28 @@ def test_the_live_feeds_settings_are_shared_and_the_streams_outlive_the_ingress(
     assert k8s_validate.live_errors(slow) != []
 
 
+@pytest.mark.parametrize("directory", k8s_validate.kustomizations(), ids=str)
+def test_the_gateways_streams_fit_its_memory_limit(directory: Path) -> None:
+    docs = k8s_validate.render(directory)
+    assert k8s_validate.stream_memory_errors(docs) == []
+    # The code's default bound (20,000 streams, ~2 GB) under the pod's limit, and two workers of
+    # the bound that fits one.
+    broken = copy.deepcopy(docs)
+    gateway = deployment_named(broken, "gateway")["spec"]["template"]["spec"]["containers"][0]
+    gateway["env"] = [e for e in gateway["env"] if e["name"] != "LIVE_STREAMS_PER_PROCESS"]
+    [problem] = k8s_validate.stream_memory_errors(broken)
+    assert "1 x LIVE_STREAMS_PER_PROCESS 20000 streams need ~1953 MiB" in problem, problem
+    gateway["env"] += [
+        {
+            "name": "LIVE_STREAMS_PER_PROCESS",
+            "value": env_of(docs, "gateway")["LIVE_STREAMS_PER_PROCESS"]["value"],
+        },
+        {"name": "WORKERS", "value": "2"},
+    ]
+    [problem] = k8s_validate.stream_memory_errors(broken)
+    assert problem.startswith("Deployment/gateway: 2 x LIVE_STREAMS_PER_PROCESS"), problem
+
+
 def acl_users(text: str) -> dict[str, tuple[list[str], list[str]]]:
     """ACL file lines by user: (rules without passwords, passwords)."""
     users = {}
