@@ -54,7 +54,18 @@ TABLES = [
     "capacity_snapshots",
     "stream_fences",
 ]
-PG_TABLES = "comment_likes, post_likes, comments, posts, course_members, courses, stream_fences"
+PG_TABLES = ", ".join(
+    [
+        "comment_likes",
+        "post_likes",
+        "comments",
+        "posts",
+        "course_members",
+        "courses",
+        "stream_fences",
+        "live_outbox",
+    ]
+)
 
 
 # `make test` runs the stream, likes and messaging tests a second time on a Redis Cluster

@@ -10,6 +10,7 @@ import os
 import redis.asyncio as redis
 from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import message_pb2
+from opentelemetry import propagate, trace
 
 from services.flusher.maintenance import capacity
 from services.runtime.mysql import MysqlDatabase
@@ -95,7 +96,11 @@ def _sample_event() -> bytes:
     message.sent_at.GetCurrentTime()
     message.created_at.GetCurrentTime()
     event = live_events_pb2.InboxEvent(account_id=54_321, message=message)
-    event.trace_context["traceparent"] = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    written_in = trace.SpanContext(
+        trace_id=1 << 100, span_id=1 << 60, is_remote=False, trace_flags=trace.TraceFlags(1)
+    )
+    with trace.use_span(trace.NonRecordingSpan(written_in)):
+        propagate.inject(event.trace_context)
     event.committed_at.GetCurrentTime()
     return event.SerializeToString()
 

@@ -75,8 +75,6 @@ class Position:
         return (self.ms, self.seq) <= (other.ms, other.seq)
 
 
-# The gRPC initial metadata key of the position a watch starts after (WatchInbox, WatchCourse).
-POSITION_HEADER = "agora-position"
 _POSITION = re.compile(r"(\d{1,15})-(\d{1,19})")
 ORIGIN = Position(0, 0)
 

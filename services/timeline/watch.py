@@ -25,10 +25,11 @@ import redis.asyncio as redis
 from google.protobuf.message import Message
 from opentelemetry import propagate, trace
 
+from services.domain.live import POSITION_HEADER
 from services.runtime.grpc_errors import FieldViolation, abort
 from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.tokens import TokenError, TokenVerifier
-from services.streams.live import POSITION_HEADER, FeedReader, LiveFeeds, Position, Reset
+from services.streams.live import FeedReader, LiveFeeds, Position, Reset
 
 R = TypeVar("R", bound=Message)
 log = logging.getLogger(__name__)

@@ -146,7 +146,12 @@ async def test_timeline_starts_with_mysql_unreachable_and_serves_when_it_returns
     async with (
         partitioned(env.mysql_timeline_url) as (mysql_url, proxy),
         service_process(
-            "timeline", {"MYSQL_URL": mysql_url, "POSTGRES_URL": env.pg_timeline_url}
+            "timeline",
+            {
+                "MYSQL_URL": mysql_url,
+                "POSTGRES_URL": env.pg_timeline_url,
+                "REDIS_URL": env.redis_timeline_url,
+            },
         ) as port,
     ):
         await eventually(
@@ -186,6 +191,7 @@ async def test_reflection_only_where_configured(env: Env, configured: str) -> No
         {
             "MYSQL_URL": env.mysql_timeline_url,
             "POSTGRES_URL": env.pg_timeline_url,
+            "REDIS_URL": env.redis_timeline_url,
             "GRPC_REFLECTION": configured,
         },
     ) as port:
@@ -247,7 +253,12 @@ async def test_services_are_not_serving_until_their_schema_is_applied(env: Env) 
     async with (
         migration_missing(env),
         service_process(
-            "timeline", {"MYSQL_URL": env.mysql_timeline_url, "POSTGRES_URL": env.pg_timeline_url}
+            "timeline",
+            {
+                "MYSQL_URL": env.mysql_timeline_url,
+                "POSTGRES_URL": env.pg_timeline_url,
+                "REDIS_URL": env.redis_timeline_url,
+            },
         ) as port,
     ):
         await eventually(
@@ -255,7 +266,12 @@ async def test_services_are_not_serving_until_their_schema_is_applied(env: Env) 
             {TIMELINE: NOT_SERVING, FORUM_READ: NOT_SERVING, "": NOT_SERVING, "liveness": SERVING},
         )
     async with service_process(
-        "timeline", {"MYSQL_URL": env.mysql_timeline_url, "POSTGRES_URL": env.pg_timeline_url}
+        "timeline",
+        {
+            "MYSQL_URL": env.mysql_timeline_url,
+            "POSTGRES_URL": env.pg_timeline_url,
+            "REDIS_URL": env.redis_timeline_url,
+        },
     ) as port:
         await eventually(port, {TIMELINE: SERVING, FORUM_READ: SERVING, "": SERVING})
 

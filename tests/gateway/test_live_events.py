@@ -154,9 +154,20 @@ async def test_a_message_is_pushed_as_it_commits_and_a_resume_misses_nothing(
     assert got[2].event == "conversation"
 
 
-async def test_idle_streams_get_heartbeats(base_url: str, env: Env, clean: None) -> None:
+async def test_a_stream_starts_with_its_position_and_idles_with_heartbeats(
+    base_url: str, env: Env, clean: None
+) -> None:
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with events(base_url, "/api/zalo-accounts/1/events", token) as stream:
+        first: list[str] = []
+        async with asyncio.timeout(5):
+            async for line in stream._lines:
+                if not line:
+                    break
+                first.append(line)
+        # Where "now" was, as an id-only event: a client cut before any event resumes there.
+        assert any(line.startswith("id: ") for line in first), first
+        assert any(line.startswith("retry: ") for line in first), first
         with pytest.raises(TimeoutError):
             await stream.next(within=2.5)
         assert any("ping" in c for c in stream.comments)

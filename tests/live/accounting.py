@@ -24,7 +24,7 @@ import grpc
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc
 
-from services.streams.live import POSITION_HEADER
+from services.domain.live import POSITION_HEADER
 from tools.jwt_token import mint
 
 Stub = timeline_service_pb2_grpc.TimelineServiceStub

@@ -11,6 +11,7 @@ in-flight slots meant for short requests.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -19,12 +20,14 @@ from typing import Annotated, Any
 import grpc
 import orjson
 from agora.forum.v1 import forum_read_service_pb2 as forum_pb
+from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Header, Path, Request
 from fastapi.responses import Response
 from opentelemetry import propagate, trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from services.domain.live import POSITION_HEADER
 from services.gateway.auth import CurrentUser, require_account
 from services.gateway.clients import Upstream
 from services.gateway.convert import (
@@ -35,8 +38,6 @@ from services.gateway.convert import (
     time_text,
 )
 from services.gateway.errors import ApiError
-from services.streams.likes import KIND_NAMES
-from services.streams.live import POSITION_HEADER
 
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
@@ -53,6 +54,9 @@ LastEventId = Annotated[
     ),
 ]
 _tracer = trace.get_tracer(__name__)
+# Times in a row a watch that timeline ended with UNAVAILABLE is opened again before the browser's
+# stream ends (it then reconnects with its last id, maybe to another gateway).
+_REOPENS = 3
 _STREAM_DOC = {
     200: {
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
@@ -112,11 +116,14 @@ async def inbox_events(
     """Events: `message` (a stored message, as in GET …/messages), `conversation` (its state,
     as in GET …/conversations), `reset`."""
     require_account(user, account_id)
-    call = clients.timeline.WatchInbox(
-        timeline_pb.WatchInboxRequest(account_id=account_id, after=last_event_id or ""),
-        metadata=clients.options["metadata"],
-    )
-    return await _stream(request, user.user_id, call, _inbox_event)
+
+    def watch(after: str) -> Any:
+        return clients.timeline.WatchInbox(
+            timeline_pb.WatchInboxRequest(account_id=account_id, after=after),
+            metadata=clients.options["metadata"],
+        )
+
+    return await _stream(request, user.user_id, watch, last_event_id or "", _inbox_event)
 
 
 @router.get(
@@ -134,25 +141,30 @@ async def course_events(
 ) -> EventSourceResponse:
     """Events: `post` and `comment` (created, or deleted with `deleted_at`), `likes` (a
     target's new like count), `reset`."""
-    call = clients.forum_read.WatchCourse(
-        forum_pb.WatchCourseRequest(
-            course_id=course_id, user_id=user.user_id, after=last_event_id or ""
-        ),
-        metadata=clients.options["metadata"],
-    )
-    return await _stream(request, user.user_id, call, _course_event)
+
+    def watch(after: str) -> Any:
+        return clients.forum_read.WatchCourse(
+            forum_pb.WatchCourseRequest(course_id=course_id, user_id=user.user_id, after=after),
+            metadata=clients.options["metadata"],
+        )
+
+    return await _stream(request, user.user_id, watch, last_event_id or "", _course_event)
 
 
 async def _stream(
     request: Request,
     user_id: int,
-    call: Any,
+    watch: Callable[[str], Any],
+    after: str,
     event_of: Callable[[Any], tuple[str, dict[str, Any]]],
 ) -> EventSourceResponse:
-    """Start the watch (its refusal is this request's answer: 4xx JSON), then stream it."""
+    """Start the watch (its refusal is this request's answer: 4xx JSON), then stream it. When
+    timeline goes away under it (a replica restarting, a connection closed for its age) the watch
+    is opened again from the last position, and the browser's stream goes on."""
     settings = request.app.state.settings
     bounds = _bounds(request)
     bounds.admit(user_id)
+    call = watch(after)
     try:
         # timeline sends its headers once the watch is allowed; a refusal ends the call first.
         headers = await call.initial_metadata()
@@ -171,24 +183,39 @@ async def _stream(
     start = dict(headers or ()).get(POSITION_HEADER)
 
     async def events() -> AsyncIterator[ServerSentEvent]:
+        current = call
         try:
             # The reconnection delay a browser should wait after the stream ends, and the
             # position the stream starts after (an id-only event): a client cut before the
             # first event resumes from it instead of from a later "now".
             yield ServerSentEvent(comment="live", retry=settings.live_retry_ms, id=start)
-            async for response in call:
-                kind, data = event_of(response)
-                # Ended before the yield (a span current across it would be detached elsewhere).
-                _tracer.start_span("live.sse", links=_links(dict(response.trace_context))).end()
-                yield ServerSentEvent(
-                    data=orjson.dumps(data).decode(), event=kind, id=response.position
-                )
-        except grpc.aio.AioRpcError as ended:
-            # Token expired, access revoked, timeline restarting: the client resumes with the
-            # last id (and a fresh token when that is what ended it).
-            yield ServerSentEvent(comment=f"ended: {ended.code().name.lower()}")
+            position, tries = start or after, 0
+            while True:
+                try:
+                    async for response in current:
+                        tries = 0
+                        position = response.position
+                        kind, data = event_of(response)
+                        # Ended before the yield (a span current across it would be detached
+                        # in whatever context resumes this generator).
+                        links = _links(dict(response.trace_context))
+                        _tracer.start_span("live.sse", links=links).end()
+                        yield ServerSentEvent(
+                            data=orjson.dumps(data).decode(), event=kind, id=response.position
+                        )
+                    return
+                except grpc.aio.AioRpcError as ended:
+                    if ended.code() != grpc.StatusCode.UNAVAILABLE or tries >= _REOPENS:
+                        # Token expired, access revoked, timeline away for good: the client
+                        # resumes with the last id (and a fresh token when that ended it).
+                        yield ServerSentEvent(comment=f"ended: {ended.code().name.lower()}")
+                        return
+                current.cancel()
+                tries += 1
+                await asyncio.sleep(0.1 * 2**tries)
+                current = watch(position)
         finally:
-            call.cancel()
+            current.cancel()
             bounds.release(user_id)
 
     return EventSourceResponse(
@@ -230,8 +257,13 @@ def _course_event(response: forum_pb.WatchCourseResponse) -> tuple[str, dict[str
     if item == "likes":
         likes = response.likes
         return "likes", {
-            "target": {"kind": KIND_NAMES[likes.target.kind], "id": likes.target.id},
+            "target": {"kind": _kind(likes.target.kind), "id": likes.target.id},
             "like_count": likes.like_count,
             "post_id": likes.post_id,
         }
     return "reset", {"reason": response.reset.reason, "position": response.position}
+
+
+def _kind(kind: int) -> str:
+    """TARGET_KIND_POST → "post": the proto's own name for it."""
+    return like_pb.TargetKind.Name(kind).removeprefix("TARGET_KIND_").lower()
