@@ -2,8 +2,9 @@
 
   python -m bench [--rows 1000000] [--only timeline,forum] [--skip cluster] [--scaling] ...
 
-Sections: ingest, prune, timeline, forum, likes, gateway, cluster (all by default) and, opt-in,
-scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG plots).
+Sections: ingest, prune, timeline, forum, likes, gateway, live, cluster (all by default) and,
+opt-in, scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG
+plots).
 cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started for the run
 (WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py).
 
@@ -32,6 +33,7 @@ from bench.sections import (
     gateway_section,
     ingest_section,
     likes_section,
+    live_section,
     prune_section,
     scaling_section,
     timeline_section,
@@ -39,7 +41,7 @@ from bench.sections import (
 from bench.timeline_latency import TimelineRun
 
 RESULTS = Path(__file__).parent / "results"
-SECTIONS = ("ingest", "prune", "timeline", "forum", "likes", "gateway", "cluster")
+SECTIONS = ("ingest", "prune", "timeline", "forum", "likes", "gateway", "live", "cluster")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -146,6 +148,7 @@ async def run(args: argparse.Namespace, command: str) -> int:
         ("forum", lambda: forum_section(stack, options)),
         ("likes", lambda: likes_section(stack, options)),
         ("gateway", lambda: gateway_section(stack, options)),
+        ("live", lambda: live_section(stack, options)),
         ("cluster", lambda: cluster_section(stack, options)),
         ("scaling", lambda: scaling_section(stack, options, known, RESULTS)),
     ]

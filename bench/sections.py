@@ -15,6 +15,7 @@ from bench.forum_latency import run_forum
 from bench.gateway_http import run_gateway, run_saturation, wrk_available
 from bench.ingest_e2e import run_ingest
 from bench.likes_hot import run_likes
+from bench.live import run_live
 from bench.prune import run_prune
 from bench.raw_insert import raw_insert_rate
 from bench.scaling import SizePoint, plot, rows_label, run_scaling
@@ -589,3 +590,50 @@ async def scaling_section(
                 ),
             ]
     return results
+
+
+async def live_section(stack: Stack, o: Options) -> list[Result]:
+    run = await run_live(stack)
+    anchor = f"anchor: ack → visible through REST p99 {run.visible_p99_ms:.1f} ms"
+    return [
+        Result(
+            "live.visible_p99_ms",
+            "live",
+            f"ack → visible through REST (one poller), {run.rate:.0f} msg/s",
+            run.visible_p99_ms,
+            "ms",
+            "baseline",
+        ),
+        Result(
+            "live.event_p50_ms",
+            "live",
+            f"ack → SSE event read, {run.streams} streams open, {run.rate:.0f} msg/s",
+            run.event_p50_ms,
+            "ms",
+            anchor,
+        ),
+        Result(
+            "live.event_p99_ms",
+            "live",
+            f"ack → SSE event read, {run.streams} streams open, {run.rate:.0f} msg/s",
+            run.event_p99_ms,
+            "ms",
+            f"target <= 100 ms; {run.event_p99_ms / run.visible_p99_ms:.2f}x the anchor",
+        ),
+        Result(
+            "live.idle_bytes_per_stream",
+            "live",
+            f"RSS of gateway + timeline per idle stream ({run.idle_streams:,} held)",
+            run.bytes_per_stream,
+            "B",
+            "target <= 32 KB",
+        ),
+        Result(
+            "live.idle_cpu_percent",
+            "live",
+            f"CPU of gateway + timeline, {run.idle_streams:,} idle streams (heartbeats)",
+            run.idle_cpu_percent,
+            "% of a core",
+            "target <= 5 %",
+        ),
+    ]
