@@ -144,7 +144,7 @@ return id
 # KEYS: the feed. ARGV: the position to read after, how many (0: none). Returns {0} when there
 # is no feed, else {1, last id, newest id a trim removed, entries after the position}: one atomic
 # look, so a trim cannot fall between the check and the read.
-READ = """
+READ = """#!lua flags=no-writes
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local last, deleted = '0-0', '0-0'

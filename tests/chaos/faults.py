@@ -1044,7 +1044,6 @@ QUICK = (
     "kill -9 Redis + restart (AOF, fsync always)",
     "flusher stopped until the backlog bound",
     "flusher SIGSTOPped past its lease",
-    MODE_SWITCH,
     CLUSTER_FAILOVER,
     CLUSTER_RESHARD,
 )

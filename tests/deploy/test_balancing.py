@@ -101,6 +101,7 @@ async def replicas(env: Env, tls: Path, port: int) -> AsyncIterator[Any]:
                 "JWT_SECRET": env.jwt_secret,
                 "MYSQL_URL": env.mysql_timeline_url,
                 "POSTGRES_URL": env.pg_timeline_url,
+                "REDIS_URL": env.redis_timeline_url,
                 "GRPC_HOST": replica.address,
                 "GRPC_PORT": str(port),
                 "GRPC_HEALTH_PORT": str(replica.health_port),

@@ -73,6 +73,7 @@ async def test_services_reach_a_mysql_that_requires_tls_verifying_it(
             {
                 "MYSQL_URL": with_ca(env.mysql_timeline_url, ca),
                 "POSTGRES_URL": env.pg_timeline_url,
+                "REDIS_URL": env.redis_timeline_url,
             },
         ) as port:
             await eventually(port, {TIMELINE: SERVING})

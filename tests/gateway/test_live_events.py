@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +44,17 @@ async def base_url(
         redis_url=env.redis_gateway_url,
         live_streams_per_user=STREAMS_PER_USER,
         live_heartbeat_seconds=1,
+        # Fewer short requests in flight than the streams a test holds: streams take no slot.
+        gateway_max_in_flight=2,
         **callers.tls_files("gateway"),
     )
+    async with serve(settings) as (url, _):
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serve(settings: GatewaySettings) -> AsyncIterator[tuple[str, uvicorn.Server]]:
+    """The gateway app under uvicorn on a free port, as its process runs it."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(
@@ -54,10 +64,12 @@ async def base_url(
     while not server.started:
         assert not serving.done(), serving
         await asyncio.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    await asyncio.wait_for(serving, 15)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 15)
+        sock.close()
 
 
 @dataclass
@@ -211,3 +223,49 @@ async def test_streams_past_the_per_user_bound_are_refused_with_retry_after(
     # Closed streams give their places back.
     async with events(base_url, "/api/zalo-accounts/1/events", token) as again:
         assert again.response.status_code == 200
+
+
+async def test_open_streams_take_no_in_flight_slot(base_url: str, env: Env, clean: None) -> None:
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with contextlib.AsyncExitStack() as open_streams:
+        for _ in range(STREAMS_PER_USER):  # more than the 2 requests in flight allowed
+            stream = await open_streams.enter_async_context(
+                events(base_url, "/api/zalo-accounts/1/events", token)
+            )
+            assert stream.response.status_code == 200
+        async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+            inbox = await client.get(
+                "/api/zalo-accounts/1/conversations",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+    assert inbox.status_code == 200
+
+
+async def test_a_shutting_down_gateway_ends_its_streams(
+    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
+) -> None:
+    """SIGTERM (uvicorn's should_exit): open streams end at once, so their clients reconnect to
+    another replica, and the process exits instead of waiting on them."""
+    settings = GatewaySettings(
+        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
+        ingest_addr=f"127.0.0.1:{ingest_server.port}",
+        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
+        timeline_addr=f"127.0.0.1:{timeline_server.port}",
+        likes_addr=f"127.0.0.1:{likes_server.port}",
+        redis_url=env.redis_gateway_url,
+        **callers.tls_files("gateway"),
+    )
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with (
+        serve(settings) as (url, server),
+        events(url, "/api/zalo-accounts/1/events", token) as stream,
+    ):
+        assert stream.response.status_code == 200
+        server.should_exit = True
+        started = time.monotonic()
+        # Ended, cleanly or by the connection closing: either way the client reconnects.
+        with contextlib.suppress(httpx.RemoteProtocolError):
+            async with asyncio.timeout(10):
+                async for _ in stream._lines:
+                    pass
+        assert time.monotonic() - started < 10

@@ -126,6 +126,7 @@ async def run(
     settle: Callable[[], Awaitable[None]],
     resume_with_position: bool = True,
     seed: int = 7,
+    catch_up_seconds: float = 30,
 ) -> Outcome:
     """Open `streams` watchers over `accounts`, run `send` (the load) while they cut and resume,
     let `settle` deliver the rest, then compare with `stored()` (account → thread → msg_ids in
@@ -145,7 +146,7 @@ async def run(
         await send()
         await settle()
         # The last events come once the final batches commit: give every stream time to read.
-        await _caught_up(watchers, stored, deadline=time.monotonic() + 20)
+        await _caught_up(watchers, stored, deadline=time.monotonic() + catch_up_seconds)
     finally:
         stop.set()
         with contextlib.suppress(Exception):
@@ -159,8 +160,10 @@ async def _caught_up(
     stored: Callable[[], Awaitable[dict[int, dict[str, list[str]]]]],
     deadline: float,
 ) -> None:
-    expected = await stored()
+    """Until every stream has every message stored so far — read again each time: the flusher
+    may still be storing the last batches."""
     while time.monotonic() < deadline:
+        expected = await stored()
         if all(_missing(w, expected) == 0 for w in watchers):
             return
         await asyncio.sleep(0.2)

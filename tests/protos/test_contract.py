@@ -103,9 +103,11 @@ def commit(repo: Path, message: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A repository whose first commit is today's protos/ (VERSION included)."""
+    """A repository whose first commit is today's protos/, released as 1.0.0 (the tests bump
+    from there, whatever the project's version now is)."""
     monkeypatch.delenv("BUF_BREAKING_AGAINST", raising=False)
     repo = copy_protos(tmp_path / "repo")
+    (repo / "protos/VERSION").write_text("1.0.0\n")
     git(repo, "init", "-q", "-b", "main")
     commit(repo, "protos")
     return repo
