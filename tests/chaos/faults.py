@@ -1045,5 +1045,4 @@ QUICK = (
     "flusher stopped until the backlog bound",
     "flusher SIGSTOPped past its lease",
     CLUSTER_FAILOVER,
-    CLUSTER_RESHARD,
 )
