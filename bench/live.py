@@ -109,6 +109,10 @@ class Streams:
             await asyncio.wait_for(self._all_open.wait(), within)
 
     async def _follow(self, token: str) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            await self._read(token)
+
+    async def _read(self, token: str) -> None:
         headers = {"Authorization": f"Bearer {token}"}
         async with self._client.stream(
             "GET", f"/api/zalo-accounts/{E2E_ACCOUNT}/events", headers=headers
@@ -171,11 +175,15 @@ async def _poll_visible(
         base_url=f"http://127.0.0.1:{stack.gateway_port}", timeout=10
     ) as client:
         while not stop.is_set():
-            reply = await client.get(
-                f"/api/zalo-accounts/{E2E_ACCOUNT}/messages",
-                params={"conversation_key": f"{run}-t0", "limit": 5},
-                headers=headers,
-            )
+            try:
+                reply = await client.get(
+                    f"/api/zalo-accounts/{E2E_ACCOUNT}/messages",
+                    params={"conversation_key": f"{run}-t0", "limit": 5},
+                    headers=headers,
+                )
+            except httpx.HTTPError:
+                await asyncio.sleep(0.05)  # a shed or dropped request: ask again
+                continue
             now = time.monotonic()
             for m in reply.json().get("data", []):
                 seen.setdefault(m["msg_id"], now)
