@@ -2,9 +2,10 @@
 
 Every write is one statement (CTEs), so a counter can never disagree with the rows it counts, under
 any concurrency: the row lock on the counted row serializes the increments, and each statement adds
-only what it actually inserted or deleted (seed 002 §2.1, §2.3). With it, in the same transaction,
-the write's course event goes to the outbox (services/ingest/forum_live.py): built from the row the
-statement returned, so it is the object the read routes return.
+only what it actually inserted or deleted (a like, a comment or a reply counts once, however often
+it is retried). With it, in the same transaction, the write's course event goes to the outbox
+(services/ingest/forum_live.py): built from the row the statement returned, so it is the object the
+read routes return.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Counter reconciliation (seed 002 level 2): recount dirty targets often, everything nightly.
+"""Counter reconciliation, for counters a write path does not keep exact itself (the counterless
+mode, a flush overtaken by another): recount dirty targets often, everything nightly.
 
 After a recount of dirty targets their counts go to the courses' live feeds, one event per target
 per pass: a counterless like is counted only here, a sync like whose pod died before publishing
