@@ -10,7 +10,7 @@ used instead (`server_interceptor`, `client_interceptors`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -97,3 +97,12 @@ class _InjectContext(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
                 metadata=grpc.aio.Metadata(*metadata)
             )
         return await continuation(client_call_details, request)
+
+
+def links_to(written_in: Mapping[str, str]) -> list[trace.Link]:
+    """A link to the span whose context `written_in` carries (a live event's trace context: the
+    write that produced it), for the span of its delivery; none without a valid context."""
+    if not written_in:
+        return []
+    context = trace.get_current_span(propagate.extract(dict(written_in))).get_span_context()
+    return [trace.Link(context)] if context.is_valid else []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 import grpc
 from agora.events.v1 import live_events_pb2
@@ -14,7 +14,7 @@ from services.domain.forum import NOT_ENROLLED, comment_fields, post_fields, req
 from services.domain.ids import MAX_ROW_ID, check_row_id
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.timeline.forum_repository import ForumReadRepository
-from services.timeline.watch import Delivery, Watches
+from services.timeline.watch import Watches, feed_response
 
 MAX_LIMIT = 100
 POST_NOT_FOUND = "post not found in this course"
@@ -67,7 +67,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             return NOT_ENROLLED
 
         async for response in self._watches.stream(
-            context, self._watches.feeds.course(course), after, still_allowed, _course_response
+            context, self._watches.feeds.course(course), after, still_allowed, _COURSE_RESPONSE
         ):
             yield response
 
@@ -163,15 +163,5 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
 
 
-def _course_response(delivery: Delivery) -> tuple[pb.WatchCourseResponse, Mapping[str, str]]:
-    """A feed entry (an agora.events.v1.CourseEvent) or a reset as the RPC's response."""
-    position = str(delivery.position)
-    if delivery.payload is None:
-        reset = pb.FeedReset(reason=delivery.reason)
-        return pb.WatchCourseResponse(position=position, reset=reset), {}
-    event = live_events_pb2.CourseEvent.FromString(delivery.payload)
-    response = pb.WatchCourseResponse(position=position, trace_context=event.trace_context)
-    change = event.WhichOneof("change")
-    if change is not None:
-        getattr(response, change).CopyFrom(getattr(event, change))
-    return response, event.trace_context
+# A feed entry (an agora.events.v1.CourseEvent) or a reset as the RPC's response.
+_COURSE_RESPONSE = feed_response(live_events_pb2.CourseEvent, pb.WatchCourseResponse)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from services.domain.messaging import (
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.timeutil import to_datetime, to_timestamp
 from services.timeline.repository import TimelineRepository
-from services.timeline.watch import Delivery, Watches
+from services.timeline.watch import Watches, feed_response
 
 MAX_LIMIT = 100
 
@@ -50,7 +50,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             return f"zalo account {account} does not exist (any more)"
 
         async for response in self._watches.stream(
-            context, self._watches.feeds.inbox(account), after, still_allowed, _inbox_response
+            context, self._watches.feeds.inbox(account), after, still_allowed, _INBOX_RESPONSE
         ):
             yield response
 
@@ -183,15 +183,5 @@ def _cursor(
     return (to_datetime(ts), id_value), []
 
 
-def _inbox_response(delivery: Delivery) -> tuple[pb.WatchInboxResponse, Mapping[str, str]]:
-    """A feed entry (an agora.events.v1.InboxEvent) or a reset as the RPC's response."""
-    position = str(delivery.position)
-    if delivery.payload is None:
-        reset = pb.FeedReset(reason=delivery.reason)
-        return pb.WatchInboxResponse(position=position, reset=reset), {}
-    event = live_events_pb2.InboxEvent.FromString(delivery.payload)
-    response = pb.WatchInboxResponse(position=position, trace_context=event.trace_context)
-    change = event.WhichOneof("change")
-    if change is not None:
-        getattr(response, change).CopyFrom(getattr(event, change))
-    return response, event.trace_context
+# A feed entry (an agora.events.v1.InboxEvent) or a reset as the RPC's response.
+_INBOX_RESPONSE = feed_response(live_events_pb2.InboxEvent, pb.WatchInboxResponse)

@@ -23,12 +23,13 @@ from typing import Any, TypeVar
 import grpc
 import redis.asyncio as redis
 from google.protobuf.message import Message
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 
 from services.domain.live import POSITION_HEADER
 from services.runtime.grpc_errors import FieldViolation, abort
 from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.tokens import TokenError, TokenVerifier
+from services.runtime.trace_context import links_to
 from services.streams.live import FeedReader, LiveFeeds, Position, Reset
 
 R = TypeVar("R", bound=Message)
@@ -266,16 +267,32 @@ class Watches:
                 # Ended before the yield: a span current across it would be detached in
                 # whatever context resumes or closes this generator.
                 _tracer.start_span(
-                    "live.deliver", links=_links(written_in), kind=trace.SpanKind.PRODUCER
+                    "live.deliver", links=links_to(written_in), kind=trace.SpanKind.PRODUCER
                 ).end()
                 yield response
         except WatchEnded as ended:
             await abort(context, ended.code, str(ended))
 
 
-def _links(written_in: Mapping[str, str]) -> list[trace.Link]:
-    """The span of the write that produced the event, when its context came with it."""
-    if not written_in:
-        return []
-    context = trace.get_current_span(propagate.extract(dict(written_in))).get_span_context()
-    return [trace.Link(context)] if context.is_valid else []
+def feed_response(
+    event_type: type[Message], response_type: type[R]
+) -> Callable[[Delivery], tuple[R, Mapping[str, str]]]:
+    """How a watch turns a delivery into its response: a feed entry (an `event_type` with a
+    `change` oneof and a trace context) into a `response_type` with the same change, or a reset
+    into one with `reset`; and the trace context of the write, for the delivery's span."""
+
+    def respond(delivery: Delivery) -> tuple[R, Mapping[str, str]]:
+        position = str(delivery.position)
+        if delivery.payload is None:
+            # Both responses carry a FeedReset of their own package in `reset`.
+            reset: Any = response_type(position=position)
+            reset.reset.reason = delivery.reason
+            return reset, {}
+        event: Any = event_type.FromString(delivery.payload)
+        response = response_type(position=position, trace_context=event.trace_context)
+        change = event.WhichOneof("change")
+        if change is not None:
+            getattr(response, change).CopyFrom(getattr(event, change))
+        return response, event.trace_context
+
+    return respond

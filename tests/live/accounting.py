@@ -25,6 +25,7 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc
 
 from services.domain.live import POSITION_HEADER
+from services.runtime.mysql import MysqlDatabase
 from tools.jwt_token import mint
 
 Stub = timeline_service_pb2_grpc.TimelineServiceStub
@@ -108,6 +109,17 @@ async def watch(
             call.cancel()
         if not stop.is_set():
             watcher.cuts += 1
+
+
+async def stored(db: MysqlDatabase) -> dict[int, dict[str, list[str]]]:
+    """The ledger: account → conversation → msg_ids, as the database stored them, in order."""
+    rows = await db.fetchall(
+        "SELECT zalo_account_id, thread_id, msg_id FROM zalo_messages ORDER BY sent_at, id"
+    )
+    found: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for account, thread, msg_id in rows:
+        found[int(account)][str(thread)].append(str(msg_id))
+    return found
 
 
 def _cancel(call: Any, _: object) -> None:

@@ -49,16 +49,6 @@ async def flushing(flusher: Flusher) -> AsyncIterator[Flusher]:
     await task
 
 
-async def stored(db: MysqlDatabase) -> dict[int, dict[str, list[str]]]:
-    rows = await db.fetchall(
-        "SELECT zalo_account_id, thread_id, msg_id FROM zalo_messages ORDER BY sent_at, id"
-    )
-    found: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for account, thread, msg_id in rows:
-        found[int(account)][str(thread)].append(str(msg_id))
-    return found
-
-
 async def run(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     timeline_server: GrpcServer,
@@ -91,7 +81,7 @@ async def run(
         # Until the flusher has stored every message sent.
         async with asyncio.timeout(30):
             while True:
-                found = await stored(admin_db)
+                found = await accounting.stored(admin_db)
                 if sum(len(ids) for threads in found.values() for ids in threads.values()) >= (
                     MESSAGES
                 ):
@@ -112,7 +102,7 @@ async def run(
             list(ACCOUNTS),
             streams,
             send,
-            lambda: stored(admin_db),
+            lambda: accounting.stored(admin_db),
             cut_every=CUT_EVERY,
             settle=settle,
             resume_with_position=resume_with_position,

@@ -22,6 +22,7 @@ from services.runtime.mysql import MysqlDatabase
 from tests.chaos.stack import ChaosStack
 from tests.conftest import Env
 from tests.helpers import ACCOUNTS, at, message, mint_token
+from tests.live import accounting
 from tools import callers
 
 pytestmark = pytest.mark.asyncio
@@ -86,16 +87,6 @@ class Reader:
                 data = orjson.loads(fields["data"])
                 self.received.append((data["thread_id"], data["msg_id"]))
             fields = {}
-
-
-async def stored(db: MysqlDatabase) -> dict[int, dict[str, list[str]]]:
-    rows = await db.fetchall(
-        "SELECT zalo_account_id, thread_id, msg_id FROM zalo_messages ORDER BY sent_at, id"
-    )
-    found: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for account, thread, msg_id in rows:
-        found[int(account)][str(thread)].append(str(msg_id))
-    return found
 
 
 def missing(reader: Reader, expected: dict[int, dict[str, list[str]]]) -> int:
@@ -167,10 +158,10 @@ async def test_streams_resume_without_a_gap_through_killed_flusher_timeline_and_
             await gateway.start()
             await sending
         deadline = time.monotonic() + 30
-        expected = await stored(admin_db)
+        expected = await accounting.stored(admin_db)
         while time.monotonic() < deadline and any(missing(r, expected) for r in readers):
             await asyncio.sleep(0.3)
-            expected = await stored(admin_db)
+            expected = await accounting.stored(admin_db)
     finally:
         stop.set()
         for task in tasks:

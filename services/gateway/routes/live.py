@@ -24,7 +24,7 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Header, Path, Request
 from fastapi.responses import Response
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from services.domain.live import POSITION_HEADER
@@ -38,6 +38,7 @@ from services.gateway.convert import (
     time_text,
 )
 from services.gateway.errors import ApiError
+from services.runtime.trace_context import links_to
 
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
@@ -198,7 +199,7 @@ async def _stream(
                         kind, data = event_of(response)
                         # Ended before the yield (a span current across it would be detached
                         # in whatever context resumes this generator).
-                        links = _links(dict(response.trace_context))
+                        links = links_to(response.trace_context)
                         _tracer.start_span("live.sse", links=links).end()
                         yield ServerSentEvent(
                             data=orjson.dumps(data).decode(), event=kind, id=response.position
@@ -224,13 +225,6 @@ async def _stream(
         send_timeout=settings.live_send_timeout_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
-
-
-def _links(written_in: dict[str, str]) -> list[trace.Link]:
-    if not written_in:
-        return []
-    context = trace.get_current_span(propagate.extract(written_in)).get_span_context()
-    return [trace.Link(context)] if context.is_valid else []
 
 
 def _inbox_event(response: timeline_pb.WatchInboxResponse) -> tuple[str, dict[str, Any]]:
