@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from agora.events.v1 import live_events_pb2, message_events_pb2
 from agora.messaging.v1 import message_pb2
@@ -25,14 +26,18 @@ from services.domain.messaging import (
     conversation_fields,
     stored_message_fields,
 )
-from services.runtime.mysql import MysqlDatabase, placeholders
+from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import to_timestamp, utc_now
 from services.streams.live import LiveFeeds, LivePublisher
 
+# A batch spans hundreds of accounts at the peak: read back by (account, key) pairs, one query
+# for all of them (a range over each unique index, as many rows as pairs), not two per account.
 STORED = f"""SELECT {", ".join(MESSAGE_COLUMNS)} FROM zalo_messages
-WHERE zalo_account_id = %s AND msg_id IN"""
+WHERE (zalo_account_id, msg_id) IN"""
 CONVERSATIONS = f"""{INBOX_ROWS}
-WHERE c.zalo_account_id = %s AND c.thread_id IN"""
+WHERE (c.zalo_account_id, c.thread_id) IN"""
+# Pairs per query: a batch of up to 500 entries, each up to 500 messages, stays in few queries.
+_PAIRS = 1000
 
 _tracer = trace.get_tracer(__name__)
 
@@ -62,14 +67,16 @@ class InboxPublication:
             context: dict[str, str] = {}
             propagate.inject(context)
             committed_at = to_timestamp(utc_now())
+            stored = await self._stored(msg_ids)
+            conversations = await self._conversations(threads)
             feeds: dict[str, list[bytes]] = {}
             for account in sorted(threads):
                 events = [
                     live_events_pb2.InboxEvent(account_id=account, message=message)
-                    for message in await self._stored(account, msg_ids.get(account, []))
+                    for message in stored.get(account, [])
                 ] + [
                     live_events_pb2.InboxEvent(account_id=account, conversation=conversation)
-                    for conversation in await self._conversations(account, threads[account])
+                    for conversation in conversations.get(account, [])
                 ]
                 for event in events:
                     event.trace_context.update(context)
@@ -78,21 +85,38 @@ class InboxPublication:
             span.set_attribute("agora.live.events", sum(len(p) for p in feeds.values()))
             await self._publisher.publish(feeds)
 
-    async def _stored(self, account: int, msg_ids: list[str]) -> list[message_pb2.StoredMessage]:
-        """The batch's messages as stored, per conversation in timeline order. A message pruned
-        to the archive since (it was not among its conversation's newest) is left out."""
-        if not msg_ids:
-            return []
-        unique = sorted(set(msg_ids))
-        rows = await self._db.fetchall(f"{STORED} ({placeholders(unique)})", [account, *unique])
+    async def _stored(
+        self, msg_ids: dict[int, list[str]]
+    ) -> dict[int, list[message_pb2.StoredMessage]]:
+        """The batch's messages as stored, by account, per conversation in timeline order. A
+        message pruned to the archive since (it was not among its conversation's newest) is left
+        out."""
+        pairs = sorted({(account, m) for account, ids in msg_ids.items() for m in ids})
+        rows = await self._fetch_pairs(STORED, [], pairs)
         rows.sort(key=lambda r: (r[2], r[SENT_AT], r[0]))
-        return [message_pb2.StoredMessage(**stored_message_fields(row)) for row in rows]
+        by_account: dict[int, list[message_pb2.StoredMessage]] = defaultdict(list)
+        for row in rows:
+            message = message_pb2.StoredMessage(**stored_message_fields(row))
+            by_account[message.zalo_account_id].append(message)
+        return by_account
 
     async def _conversations(
-        self, account: int, threads: set[str]
-    ) -> list[message_pb2.Conversation]:
-        unique = sorted(threads)
-        rows = await self._db.fetchall(
-            f"{CONVERSATIONS} ({placeholders(unique)})", [NEVER, account, *unique]
-        )
-        return [message_pb2.Conversation(**conversation_fields(row)) for row in rows]
+        self, threads: dict[int, set[str]]
+    ) -> dict[int, list[message_pb2.Conversation]]:
+        pairs = sorted({(account, t) for account, ts in threads.items() for t in ts})
+        by_account: dict[int, list[message_pb2.Conversation]] = defaultdict(list)
+        for row in await self._fetch_pairs(CONVERSATIONS, [NEVER], pairs):
+            conversation = message_pb2.Conversation(**conversation_fields(row))
+            by_account[conversation.zalo_account_id].append(conversation)
+        return by_account
+
+    async def _fetch_pairs(
+        self, query: str, first: list[Any], pairs: list[tuple[int, str]]
+    ) -> list[Any]:
+        rows: list[Any] = []
+        for start in range(0, len(pairs), _PAIRS):
+            chunk = pairs[start : start + _PAIRS]
+            tuples = ", ".join("(%s, %s)" for _ in chunk)
+            args = [*first, *(value for pair in chunk for value in pair)]
+            rows += await self._db.fetchall(f"{query} ({tuples})", args)
+        return rows
