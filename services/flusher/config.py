@@ -43,7 +43,7 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     # Dead-letter streams keep about this many entries (XADD MAXLEN ~).
     dead_letter_max_entries: int = Field(default=100_000, ge=100)
 
-    # Retention (seed 000 §4–§6): the live table keeps the newest N messages per conversation.
+    # Retention (docs/retention.md): the live table keeps the newest N messages per conversation.
     prune_enabled: bool = True
     retention_keep_per_conversation: int = Field(default=500, ge=1)
     prune_chunk: int = Field(default=1000, ge=500, le=2000)
@@ -60,7 +60,7 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
 
     # Likes: wait up to this long after the first new like for a fuller batch (flush lag bound).
     like_flush_linger_ms: int = Field(default=500, ge=0, le=5000)
-    # Like counters (seed 002 level 2 job): recount what flushes touched, and everything nightly.
+    # Like counters: recount the targets flushes touched, and every target nightly (docs/likes.md).
     reconcile_interval_seconds: float = Field(default=5, gt=0)
     reconcile_full_interval_seconds: float = Field(default=86_400, gt=0)
     # Course events a forum writer committed and did not publish (it died in between) are

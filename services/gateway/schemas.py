@@ -1,7 +1,7 @@
 """JSON shapes of the gateway's responses (and so of its OpenAPI document).
 
 Messages keep their column names and times are ISO-8601 strings with milliseconds and an explicit
-offset (2026-08-02T10:00:00.123+00:00), exactly as the seed's API returns them.
+offset (2026-08-02T10:00:00.123+00:00), the shape browser clients already read.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class IngestSettings(
     # Forum writes, on their own listener so that only the gateway can reach them.
     grpc_forum_port: int = 50055
     grpc_health_port: int = 50061
-    # Seed 000 §7: MESSAGE_QUEUE_MAX >= peak msg/s * outage seconds; 500 msg/s * 300 s by default.
+    # The backlog must ride out an outage: >= peak msg/s * outage seconds; 500 msg/s * 300 s here.
     message_queue_max: int = Field(default=150_000, ge=1)
     # The same bound in bytes (what Redis memory is made of): messages vary from 100 bytes to
     # hundreds of kilobytes with their JSON documents.

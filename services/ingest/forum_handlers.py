@@ -122,8 +122,8 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             await abort_invalid(context, [FieldViolation("parent_id", "no such comment")])
         if parent.post_id != request.post_id:
             await abort_invalid(context, [FieldViolation("parent_id", "belongs to another post")])
-        # Two levels only (seed 002 §2.3): a reply to a reply goes under its root comment and
-        # remembers which reply, and whose, it answered.
+        # Two levels only, never an unbounded tree: a reply to a reply goes under its root
+        # comment and remembers which reply, and whose, it answered.
         reply_to = (parent.id, parent.user_id) if parent.is_reply else None
         written = await self._repo.create_reply(
             request.course_id,

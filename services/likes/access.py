@@ -1,5 +1,5 @@
 """What the likes service remembers between likes, so that a like at steady state asks PostgreSQL
-nothing (issue 14: at most 0.05 round trips per buffered like).
+nothing (the target: at most 0.05 round trips per buffered like; docs/likes.md).
 
 Remembered in each process, for ACCESS_CACHE_SECONDS (30) at most:
 
@@ -22,7 +22,7 @@ Never remembered: that a user is *not* a member, that a target does not exist (i
 created later) or that it belongs to another course — the database answers those every time (they
 are refusals, and the gateway rate-limits toggles).
 
-A cold liked SET needs what the user has liked in the course (seed 002 §4.4 warm). LikedLoader asks
+A cold liked SET needs what the user has liked in the course (the warm step). LikedLoader asks
 for every cold SET waiting at that moment in one query: while a query runs, the requests that
 arrive queue for the next one (no delay when idle, fuller queries under load).
 """

@@ -18,9 +18,9 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, LiveSettings, JwtSettin
     its certificate, the end-user token keys and the live feeds' layout (a sync pod publishes
     the like counts it commits)."""
 
-    # buffered (seed level 3, the default): Redis SET + Lua + stream, the flusher writes batches.
-    # sync (seed level 1): one INSERT … ON CONFLICT DO NOTHING RETURNING statement per like.
-    # counterless (seed level 2, case 1's fix): the same insert without the counter UPDATE; the
+    # buffered (the default): Redis SET + Lua + stream, the flusher writes batches.
+    # sync: one INSERT … ON CONFLICT DO NOTHING RETURNING statement per like.
+    # counterless (the hot-post emergency switch): the insert without the counter UPDATE; the
     # flusher's reconciliation recounts the targets it marks dirty (RECONCILE_INTERVAL_SECONDS=5).
     # sync uses REDIS_URL too when it is set (every deployment here sets it): only then may it
     # serve next to buffered pods (a mode switch).
@@ -33,7 +33,7 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, LiveSettings, JwtSettin
     postgres_pool_size: int = Field(default=10, ge=1)
     # CPU-bound per call (TLS, token, Lua round trip): one process per core by default.
     workers: int = Field(default=0, ge=0)
-    # A user's liked SET lives this long after their last toggle (seed: 7 days).
+    # A user's liked SET lives this long after their last toggle (7 days).
     liked_set_ttl_seconds: int = Field(default=604_800, ge=60)
     # Unflushed like events the streams may hold (split evenly over the shards); past it a
     # toggle is refused (RESOURCE_EXHAUSTED), so a stopped flusher cannot fill Redis.

@@ -1,7 +1,7 @@
-"""Counterless likes (seed 002 level 2, case 1's fix): the like row in the request, no counter
+"""Counterless likes (the hot-post emergency switch): the like row in the request, no counter
 UPDATE.
 
-Case 1 of the seed: a lecturer's announcement in an 8,000-student course, every like waiting on
+The incident it answers: a lecturer's announcement in an 8,000-student course, every like waiting on
 the post's row lock because each one also runs UPDATE posts SET like_count = like_count + 1. The
 fix applied at once is a flag — switch the counter UPDATE off, insert the like only — and a
 reconciliation recounting that post every 5 seconds. Here that flag is LIKES_MODE=counterless.

@@ -1,4 +1,4 @@
-"""Buffered likes (seed 002 level 3): a Redis SET per user and course, a Lua toggle, a stream.
+"""Buffered likes (the default mode): a Redis SET per user and course, a Lua toggle, a stream.
 
 The toggle checks the SET exists, changes it, refreshes its TTL and appends the event in one atomic
 step: the SET can never change without its event. The checks Redis cannot make (enrolment, target
@@ -6,10 +6,9 @@ in course) come from the AccessCache, which asks PostgreSQL only for what it doe
 Redis round trip before the toggle says whether the SET is cold and reads the course's access
 version. A cold SET is warmed from the database, never guessed (one query for all the cold SETs
 waiting at once), and the warm runs inside the toggle script (only if the SET is still absent). Each
-toggle
-also records the user's last operation per target (a hash under the same hash tag); warming
-applies those on top of the database, so an event not flushed yet still counts and a SET warmed
-after expiring cannot offer a second like (seed traps 3/4).
+toggle also records the user's last operation per target (a hash under the same hash tag);
+warming applies those on top of the database, so an event not flushed yet still counts and a SET
+warmed after expiring cannot offer a second like.
 
 Pods of another mode may write the same users' likes straight to PostgreSQL meanwhile (a switch of
 LIKES_MODE): each such write deletes the user's SET and marks their direct-write guard, and a SET

@@ -1,11 +1,11 @@
 """likes' PostgreSQL reads: the checks Redis cannot make (enrolment, liveness); warming a SET.
 
 `check` answers everything a like needs in one round trip: is the user enrolled, is the target
-live and in the course, and — only when asked — what they have liked in the course (seed 002 §4.4
-warm, on the *_likes_user indexes); sync mode asks it on every like. The buffered and counterless
-modes ask the narrower questions below only when their AccessCache misses: a course's members,
-one user's enrolment, one target's course and liveness, and what many users liked (one query for
-all the cold SETs waiting at once).
+live and in the course, and — only when asked — what they have liked in the course (to warm a
+cold SET, on the *_likes_user indexes); sync mode asks it on every like. The buffered and
+counterless modes ask the narrower questions below only when their AccessCache misses: a
+course's members, one user's enrolment, one target's course and liveness, and what many users
+liked (one query for all the cold SETs waiting at once).
 """
 
 from __future__ import annotations

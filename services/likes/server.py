@@ -111,7 +111,7 @@ async def build(settings: LikesSettings) -> service.Service:
             cache = AccessCache(checks, redis, streams, limits)
             store = CounterlessLikes(cache, write_pool, redis, streams, direct)
         elif settings.likes_mode == "sync" and write_pool is not None:
-            # Seed level 1 as the seed has it: the checks, then one statement, every like.
+            # The plain synchronous mode: the checks, then one statement, every like.
             live, mark_dirty = None, None
             if redis is None or durable is None:
                 log.warning(

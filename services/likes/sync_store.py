@@ -1,8 +1,9 @@
-"""Synchronous likes (seed 002 level 1): one statement per like, the counter in the same statement.
+"""Synchronous likes (the simplest mode): one statement per like, the counter in the same statement.
 
 INSERT … ON CONFLICT DO NOTHING RETURNING adds to like_count only when a row was really inserted;
-DELETE … RETURNING subtracts only what was really deleted (seed §2.1). Right for forums without hot
-posts; a hot post serializes every like on its row lock.
+DELETE … RETURNING subtracts only what was really deleted, so a repeated or concurrent request
+never counts twice. Right for forums without hot posts; a hot post serializes every like on its
+row lock.
 
 With Redis (REDIS_URL), each like that changed a row publishes the target's new count (from the
 statement's RETURNING) to its course's live feed after the COMMIT. The target is marked dirty

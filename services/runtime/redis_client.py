@@ -20,7 +20,7 @@ from services.runtime.readiness import FatalDependency
 log = logging.getLogger(__name__)
 
 # Stream entries are the only copy of acknowledged data until they are flushed. allkeys-* policies
-# may evict a stream under memory pressure (seed 002, case 2); volatile-* ones only evict keys with
+# may evict a stream under memory pressure (likes then vanish); volatile-* ones only evict keys with
 # a TTL, which streams never have, and noeviction refuses writes instead.
 SAFE_EVICTION_POLICIES = frozenset(
     {"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}

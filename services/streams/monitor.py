@@ -1,5 +1,5 @@
-"""Samples what Redis knows about the streams into gauges (seed 002 §9/§10: XINFO GROUPS,
-XPENDING, INFO stats), so lag, stuck entries, dead letters and evictions can be alerted on."""
+"""Samples what Redis knows about the streams into gauges (XINFO GROUPS, XPENDING, INFO
+stats), so lag, stuck entries, dead letters and evictions can be alerted on."""
 
 from __future__ import annotations
 

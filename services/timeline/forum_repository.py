@@ -1,4 +1,4 @@
-"""timeline's PostgreSQL reads for the forum: keyset pages on the seed's partial indexes.
+"""timeline's PostgreSQL reads for the forum: keyset pages on partial indexes.
 
 The feed uses posts_course_feed (course_id, id DESC) WHERE deleted_at IS NULL, top-level comments
 comments_top (post_id, id) WHERE parent_id IS NULL, replies comments_reply (parent_id, id) WHERE

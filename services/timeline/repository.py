@@ -1,4 +1,5 @@
-"""The only module of timeline that touches MySQL. Every query is one of seed 000 §3's shapes.
+"""The only module of timeline that touches MySQL. Every query is one of a few fixed
+shapes, each served by an index made for it (docs/design.md).
 
 Pages are keyset-paginated on (sent_at DESC, id DESC) with LIMIT n+1 to learn whether more exist;
 OFFSET is never used. The statements are module constants so the EXPLAIN tests check exactly them.

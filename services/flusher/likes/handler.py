@@ -34,7 +34,7 @@ class LikeEvent:
 
 
 def collapse(events: Sequence[LikeEvent]) -> list[LikeEvent]:
-    """The last event per (target, user, course), in stream order (seed 002 §4.4)."""
+    """The last event per (target, user, course), in stream order: only the final toggle counts."""
     last: dict[tuple[int, int, int, int], LikeEvent] = {}
     for event in events:
         op = event.op

@@ -1,4 +1,4 @@
-"""The flusher's like writes and counter reconciliation on PostgreSQL (seed 002 §4.4, level 2).
+"""The flusher's like writes and counter reconciliation on PostgreSQL (docs/likes.md).
 
 A batch is applied with four set-based statements in one transaction. Each inserts or deletes the
 like rows it can (joined to the target's course, skipping deleted targets; ON CONFLICT DO NOTHING)

@@ -1,4 +1,4 @@
-"""Table sizes from the live server (seed 000 §8), sampled into capacity_snapshots.
+"""Table sizes from the live server, for capacity sizing, sampled into capacity_snapshots.
 
 `make capacity` prints the report; the flusher samples hourly so growth per day comes from the
 server's own history. InnoDB row counts from information_schema are estimates, as SHOW TABLE STATUS.

@@ -1,6 +1,6 @@
 """The flusher's retention SQL: prune to the newest N per conversation, archive, cleanup.
 
-Every statement follows seed 000 §4–§6: the overflow is found with ORDER BY sent_at DESC, id DESC
+Every statement follows docs/retention.md: the overflow is found with ORDER BY sent_at DESC, id DESC
 LIMIT chunk OFFSET keep (never COUNT(*)), rows are deleted by primary key in chunks, each chunk in
 its own short transaction, and an archived row moves in the same transaction that deletes it.
 Partition DDL cannot take placeholders; its names and bounds come from dates, never from input.
