@@ -8,8 +8,8 @@ plots).
 cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started for the run
 (WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py).
 
-Progress goes to stderr; at the end the table, the targets of issue 14 and a comparison with the
-previous run are printed and written to bench/results/<date>.md and bench/results/latest.json.
+Progress goes to stderr; at the end the table, the targets (docs/design.md) and a comparison with
+the previous run are printed and written to bench/results/<date>.md and bench/results/latest.json.
 """
 
 from __future__ import annotations

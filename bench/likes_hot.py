@@ -1,4 +1,4 @@
-"""The hot post of seed 002 §3: many distinct users liking one post at once.
+"""The hot post: many distinct users liking one post at once.
 
 - sync: a likes service process in LIKES_MODE=sync (one INSERT … ON CONFLICT … RETURNING + counter
   UPDATE per like, every like waiting on the post's row lock);
@@ -244,8 +244,8 @@ def sync_service(concurrency: int) -> contextlib.AbstractAsyncContextManager[str
 
 
 def counterless_service(concurrency: int) -> contextlib.AbstractAsyncContextManager[str]:
-    """LIKES_MODE=counterless (seed 002 level 2): the like row inserted at once, no counter
-    UPDATE; the stack's flusher recounts the targets it marks dirty every few seconds."""
+    """LIKES_MODE=counterless (the hot-post emergency switch): the like row inserted at once, no
+    counter UPDATE; the stack's flusher recounts the targets it marks dirty every few seconds."""
     return likes_process(
         {
             "LIKES_MODE": "counterless",

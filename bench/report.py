@@ -1,6 +1,6 @@
-"""What a run leaves behind: the markdown table (bench/results/<date>.md), the targets of issue 14
-checked against this run, bench/results/latest.json (every measure under a stable id), and a
-comparison with the previous latest.json."""
+"""What a run leaves behind: the markdown table (bench/results/<date>.md), the targets
+(docs/design.md) checked against this run, bench/results/latest.json (every measure under a
+stable id), and a comparison with the previous latest.json."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _times(
 
 
 def target_checks(results: list[Result]) -> list[TargetCheck]:
-    """The targets of issue 14 that this run's measures can answer."""
+    """The targets (docs/design.md) that this run's measures can answer."""
     v = {r.id: r.value for r in results}
     checks: list[TargetCheck | None] = []
     for read in ("timeline.first_page", "timeline.next_page", "forum.feed", "forum.comments"):
@@ -194,7 +194,7 @@ def markdown(
             f" | {r.note} |"
         )
     if checks:
-        lines += ["", "## Targets (issue 14)", "", "| target | this run | met |", "|---|---|---|"]
+        lines += ["", "## Targets", "", "| target | this run | met |", "|---|---|---|"]
         lines += [f"| {c.target} | {c.measured} | {'yes' if c.met else '**no**'} |" for c in checks]
     if plots:
         lines += ["", "## Plots", "", *(f"![{p}]({p})" for p in plots)]

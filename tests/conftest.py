@@ -239,7 +239,7 @@ async def redis_client(env: Env) -> AsyncIterator[redis.Redis]:
 
 @pytest_asyncio.fixture
 async def clean(admin_db: MysqlDatabase, pg_admin: asyncpg.Pool, redis_client: redis.Redis) -> None:
-    """Empty tables plus the test accounts and the seed's forum lab; an empty Redis database."""
+    """Empty tables plus the test accounts and the forum lab; an empty Redis database."""
     async with admin_db.connection() as conn:
         await conn.execute("SET FOREIGN_KEY_CHECKS = 0")
         for table in TABLES:
@@ -375,7 +375,7 @@ async def likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[G
 
 @pytest_asyncio.fixture(scope="session")
 async def sync_likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    """The likes service in sync mode (seed level 1)."""
+    """The likes service in sync mode."""
     settings = LikesSettings(
         likes_mode="sync",
         postgres_url=env.pg_likes_url,

@@ -1,7 +1,8 @@
-"""List and replay dead letters (seed 002 case 3): `make dead-letters [REPLAY=<id>|REPLAY=all]`.
+"""List and replay dead letters: `make dead-letters [REPLAY=<id>|REPLAY=all]`.
 
-A dead letter keeps the entry's original fields plus where it came from, its error and how often
-it was delivered. Replaying puts the entry back on its stream (services/streams/replay.py): a
+An entry that keeps failing on its data (not on the infrastructure) becomes a dead letter: the
+entry's original fields plus where it came from, its error and how often it was delivered.
+Replaying puts the entry back on its stream (services/streams/replay.py): a
 message counts against ingest's backlog again; a like is replayed only while it is still the
 user's last operation on that target, and refused as obsolete otherwise.
 """

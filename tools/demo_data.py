@@ -1,7 +1,7 @@
 """Load the demo data of the local stack (idempotent: fixed ids, so a reload changes nothing).
 
 Zalo accounts are registered outside this system, so they are inserted directly; messages go
-through the real path: gRPC ingest → stream → flusher → MariaDB. The forum gets the seed's lab
+through the real path: gRPC ingest → stream → flusher → MariaDB. The forum gets the small lab
 (tools/forum_data.py) and a realistic volume: 2,000 courses, 50,000 students, 20,000 posts,
 268,000 comments.
 """

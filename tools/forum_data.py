@@ -1,6 +1,6 @@
-"""Forum data for the demo, the tests and the bench: the seed's lab, and a realistic volume.
+"""Forum data for the demo, the tests and the bench: a small lab, and a realistic volume.
 
-The lab is seed 002 §4.4's starting state: course 42 with posts 1 and 2 (post 2 already liked by
+The lab is a known starting state for likes: course 42 with posts 1 and 2 (post 2 already liked by
 user 7, like_count 1), course 99 with post 3, comments 1 and 2 on post 1, users 7, 8 and 9 enrolled
 in course 42. The volume is set-based SQL (generate_series), loaded once.
 """

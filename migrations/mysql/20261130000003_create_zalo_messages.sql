@@ -1,5 +1,5 @@
 -- migrate:up
--- The hot table (seed 000 §2): exactly the launch index set. No (sent_at) index (no time-based
+-- The hot table: exactly the launch index set. No (sent_at) index (no time-based
 -- purge on the live table) and no (conversation, sent_at) index beside the timeline index: each
 -- extra B-tree is written by every insert. The FKs reuse the unique and timeline indexes.
 CREATE TABLE zalo_messages (

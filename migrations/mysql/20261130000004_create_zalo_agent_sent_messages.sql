@@ -1,6 +1,6 @@
 -- migrate:up
 -- Messages agents sent from the app, recorded before Zalo's selfListen echo arrives. Kept for a
--- bounded time (seed 000 §4.4): created_at is indexed for the chunked cleanup.
+-- bounded time, like every side table: created_at is indexed for the chunked cleanup.
 CREATE TABLE zalo_agent_sent_messages (
   id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
   zalo_account_id BIGINT UNSIGNED NOT NULL,

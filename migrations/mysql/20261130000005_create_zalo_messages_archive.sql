@@ -1,5 +1,5 @@
 -- migrate:up
--- Cold history (seed 000 §6): rows pruned from zalo_messages, when archiving is on. Partitioned by
+-- Cold history (docs/retention.md): rows pruned from zalo_messages, when archiving is on. Partitioned by
 -- month on sent_date, so old months are dropped as whole partitions. No foreign keys (MariaDB and
 -- MySQL 8.4 refuse them on partitioned tables) and the primary key includes the partition column.
 -- The flusher keeps partitions for the current and next month ahead of time; rows landing in pmax
@@ -23,7 +23,7 @@ CREATE TABLE zalo_messages_archive (
   quote_payload JSON NULL,
   quote_preview JSON NULL,
   sent_at DATETIME(3) NOT NULL,
-  -- A plain column filled by the archiver, not GENERATED as in the seed: MariaDB refuses a
+  -- A plain column filled by the archiver, not a GENERATED column: MariaDB refuses a
   -- primary key on a generated column (error 1903). The CHECK keeps it equal to DATE(sent_at).
   sent_date DATE NOT NULL,
   created_at TIMESTAMP NULL,

@@ -1,5 +1,5 @@
 -- migrate:up
--- One forum per course (seed 002 §2): no forums table. Courses and enrolment come from the
+-- One forum per course: no forums table. Courses and enrolment come from the
 -- course catalogue; the forum only needs to know who may take part.
 CREATE TABLE courses (
   id         bigint PRIMARY KEY,

@@ -1,5 +1,5 @@
 -- migrate:up
--- Seed 002 §2, with foreign keys to courses and the two-level reply design of §2.3: a reply's
+-- Posts and comments, with foreign keys to courses and replies two levels deep: a reply's
 -- parent is always a top-level comment; a reply to a reply is stored under that root and keeps
 -- whom it answered (reply_to_comment_id / reply_to_user_id).
 CREATE TABLE posts (

@@ -1,5 +1,5 @@
 -- migrate:up
--- "Never like twice" is the database's rule (seed 002 §2.1): the primary key, whatever Redis or
+-- "Never like twice" is the database's rule: the primary key, whatever Redis or
 -- the application believe. The (user, target) indexes warm a user's "what have I liked" set.
 CREATE TABLE post_likes (
   post_id    bigint NOT NULL REFERENCES posts (id),

@@ -66,7 +66,7 @@ from tools.ports import free_port
 pytestmark = pytest.mark.asyncio
 
 PASSWORD = "test-backup-password"
-COURSE = 42  # the seed lab's course: posts 1 and 2
+COURSE = 42  # the forum lab's course: posts 1 and 2
 USERS = range(1000, 1200)  # enrolled here, each likes each post once
 MESSAGE_STREAMS = MessageStreams(MessageStreamSettings().message_stream_prefix, SHARDS)
 LIKE_STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)

@@ -909,7 +909,7 @@ def test_dev_issues_a_certificate_per_identity_for_its_service_names() -> None:
         assert host in certificates[f"agora-tls-{server}"]["dnsNames"], variable
 
 
-# ---- issue 13: what only a real cluster would have shown, read from the rendered objects ----
+# ---- what only a real cluster would have shown, read from the rendered objects ----
 
 
 def agora_workloads(docs: list[Doc]) -> list[Doc]:

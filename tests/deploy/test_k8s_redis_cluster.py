@@ -1,4 +1,4 @@
-"""Redis Cluster in Kubernetes (issue 16): dev can run one in-cluster (components/redis-cluster, a
+"""Redis Cluster in Kubernetes: dev can run one in-cluster (components/redis-cluster, a
 switch in overlays/dev), prod points at a managed one (components/redis-cluster-clients).
 
 The renderings are read as test_k8s.py reads them; the scripts the nodes and the bootstrap Job run

@@ -1,4 +1,4 @@
-"""Two consumers on one shard (seed 002 trap 7), against real Redis and PostgreSQL.
+"""Two consumers on one shard (an owner stalled past its lease), against real Redis and PostgreSQL.
 
 Consumer A reads a like, then stalls before its statement runs (a retry backoff, a GC pause,
 SIGSTOP); its lease lapses and consumer B takes the shard over, applies the like and then the

@@ -229,7 +229,7 @@ async def test_comment_and_reply_pages_use_the_partial_indexes_with_few_buffers(
         await load_volume(conn, Volume(courses=200, students=5000, posts_per_course=10))
     total = await pg_admin.fetchval("SELECT count(*) FROM comments")
     assert total >= 266_666
-    # The busiest thread of the last post, as the seed's "show replies" click.
+    # The busiest thread of the last post, as a "show replies" click asks.
     row = await pg_admin.fetchrow(
         "SELECT post_id, parent_id FROM comments WHERE parent_id IS NOT NULL"
         " GROUP BY post_id, parent_id ORDER BY post_id DESC, count(*) DESC LIMIT 1"

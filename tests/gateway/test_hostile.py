@@ -40,7 +40,7 @@ pytestmark = pytest.mark.asyncio
 @pytest_asyncio.fixture(scope="module")
 async def live() -> AsyncIterator[ChaosStack]:
     """Every service as its own process, behind the real gateway."""
-    await prepare()  # the chaos account and course exist; the seed lab comes from `clean`
+    await prepare()  # the chaos account and course exist; the forum lab comes from `clean`
     stack = ChaosStack(full=True)
     await stack.start()
     yield stack

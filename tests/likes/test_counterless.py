@@ -1,4 +1,4 @@
-"""LIKES_MODE=counterless (seed 002 level 2, case 1's fix): like rows inserted in the request with
+"""LIKES_MODE=counterless (the hot-post emergency switch): like rows inserted in the request with
 the counter UPDATE switched off; the counters come from the flusher's reconciliation, every
 RECONCILE_INTERVAL_SECONDS (5 for this mode)."""
 

@@ -99,7 +99,7 @@ async def events_waiting(client: redis.Redis) -> int:
 
 @pytest_asyncio.fixture
 async def enrolled(pg_admin: asyncpg.Pool, clean: None) -> list[int]:
-    """Users 1000..1099 enrolled in course 42, besides the seed's 7, 8 and 9."""
+    """Users 1000..1099 enrolled in course 42, besides the lab's 7, 8 and 9."""
     users = list(range(1000, 1100))
     await pg_admin.executemany(
         "INSERT INTO course_members (course_id, user_id) VALUES (42, $1)", [(u,) for u in users]
@@ -174,7 +174,7 @@ async def test_the_seeds_run_through_the_gateway_ends_as_the_seed_says(
     assert (await like(7, "comments/2")).json()["changed"] is True
     assert (await like(7, "posts/2", False)).json()["changed"] is True
 
-    # Six events wait in the streams (the seed has seven: its p:3 like got through Redis).
+    # Six events wait in the streams: the cross-course like was refused before Redis.
     assert await events_waiting(redis_client) == 6
     assert not await redis_client.exists(STREAMS.liked_set(8, 99))
     before = await counts(pg_admin)
@@ -367,8 +367,8 @@ async def test_deleting_a_users_sets_recovers_after_a_dead_letter_and_after_a_fl
     redis_client: redis.Redis,
     pg_admin: asyncpg.Pool,
 ) -> None:
-    """Seed 002 case 2: when Redis and the database disagree, deleting the user's liked SET
-    makes the next request warm it from the database (docs/runbooks/like-drift.md)."""
+    """Likes that seem to vanish: when Redis and the database disagree, deleting the user's liked
+    SET makes the next request warm it from the database (docs/runbooks/like-drift.md)."""
     # A flushed like: its last-operation record is forgotten once it is in the database.
     assert (await set_like(likes, 8, post(2), True)).changed
     await flusher.drain()
@@ -427,7 +427,7 @@ async def test_a_recount_makes_a_trace_only_when_it_fixed_something(
     pg_admin: asyncpg.Pool,
     spans: InMemorySpanExporter,
 ) -> None:
-    """Background work stays out of the recent traces unless it changed data (issue 15)."""
+    """Background work stays out of the recent traces unless it changed data (docs/tracing.md)."""
     await redis_client.sadd(STREAMS.dirty(POST), "2")  # counter right: nothing to fix
     spans.clear()
     assert await flusher.reconciler().recount_dirty() == []

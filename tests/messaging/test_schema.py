@@ -1,4 +1,4 @@
-"""The MySQL schema: seed 000 §2's index set exactly, and the hot queries' plans at 100k+ rows."""
+"""The MySQL schema: the launch index set exactly, and the hot queries' plans at 100k+ rows."""
 
 from __future__ import annotations
 
