@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -155,13 +156,20 @@ class FeedHub:
                 for at, payload in got.items:
                     yield Delivery(at, payload)
                 position = got.position
-                timeout = min(self.poll_seconds, until - time.time())
+                timeout = min(jittered(self.poll_seconds), until - time.time())
                 if timeout <= 0:
                     return
                 if got.full:
                     continue
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), timeout)
+
+
+def jittered(seconds: float) -> float:
+    """`seconds`, give or take a quarter: watches opened together (a gateway's streams coming
+    back after a restart) would otherwise look and recheck together, a burst of reads every
+    period that stalls the process for the deliveries due meanwhile."""
+    return seconds * random.uniform(0.75, 1.25)  # noqa: S311 - spreading load, not a secret
 
 
 class WatchEnded(Exception):
@@ -186,7 +194,7 @@ async def watching(
     names no reason to stop (WatchEnded PERMISSION_DENIED)."""
     position = after
     while True:
-        until = time.time() + recheck_seconds
+        until = time.time() + jittered(recheck_seconds)
         if token_expires is not None:
             until = min(until, token_expires)
         async for delivery in hub.follow(feed, position, until):
