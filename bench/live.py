@@ -6,7 +6,7 @@ sender's event loop would slow the sender and time the bench instead of the stac
 
 - Latency: `streams` SSE streams through the gateway, two agents per account over
   `streams / 2` accounts, while messages to those accounts are ingested one per request at the
-  seed's peak rate (open loop: each is sent when due, whatever the earlier ones are doing). For
+  peak rate, 800 msg/s (open loop: each is sent when due, whatever the earlier ones are doing). For
   every (stream, message): acknowledgement → the event read. The in-run anchor is the same
   messages' acknowledgement → visible through the REST timeline (a poller reading one
   conversation's newest page as fast as it answers): the event should arrive about when a read
@@ -381,7 +381,7 @@ async def run_live(
     idle: int = 10_000,
     watchers: int = 1000,
 ) -> LiveRun:
-    """At the seed's peak rate, and at a rate this machine keeps up with while it also holds
+    """At the peak rate (800 msg/s), and at a rate this machine keeps up with while it also holds
     the streams (what the live path adds, not the backlog of an overloaded box)."""
     runs = [await _latency(stack, streams, round(rate * seconds), rate) for rate in rates]
     held, gateway_bytes, timeline_bytes, cpu = await _idle(stack, idle)
