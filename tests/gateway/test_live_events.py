@@ -244,8 +244,9 @@ async def test_open_streams_take_no_in_flight_slot(base_url: str, env: Env, clea
 async def test_a_shutting_down_gateway_ends_its_streams(
     env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
 ) -> None:
-    """SIGTERM (uvicorn's should_exit): open streams end at once, so their clients reconnect to
-    another replica, and the process exits instead of waiting on them."""
+    """SIGTERM (uvicorn's should_exit): open streams end at once and cleanly (a last comment,
+    then the end of the body, not a reset), so their clients reconnect to another replica, and
+    the process exits instead of waiting on them."""
     settings = GatewaySettings(
         jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
         ingest_addr=f"127.0.0.1:{ingest_server.port}",
@@ -263,9 +264,64 @@ async def test_a_shutting_down_gateway_ends_its_streams(
         assert stream.response.status_code == 200
         server.should_exit = True
         started = time.monotonic()
-        # Ended, cleanly or by the connection closing: either way the client reconnects.
-        with contextlib.suppress(httpx.RemoteProtocolError):
-            async with asyncio.timeout(10):
-                async for _ in stream._lines:
-                    pass
+        async with asyncio.timeout(10):
+            rest = [line async for line in stream._lines]
         assert time.monotonic() - started < 10
+        assert [line for line in rest if line][-1] == ": ended: shutting down"
+
+
+async def test_a_client_too_slow_to_read_is_disconnected_not_buffered(
+    env: Env,
+    ingest_server: GrpcServer,
+    timeline_server: GrpcServer,
+    likes_server: GrpcServer,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+) -> None:
+    """A client that stops reading while events keep coming: once the socket's buffers are full,
+    a write that waits longer than LIVE_SEND_TIMEOUT_SECONDS ends the stream and frees its place,
+    instead of the gateway holding everything meant for it."""
+    settings = GatewaySettings(
+        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
+        ingest_addr=f"127.0.0.1:{ingest_server.port}",
+        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
+        timeline_addr=f"127.0.0.1:{timeline_server.port}",
+        likes_addr=f"127.0.0.1:{likes_server.port}",
+        redis_url=env.redis_gateway_url,
+        live_send_timeout_seconds=1,
+        **callers.tls_files("gateway"),
+    )
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with serve(settings) as (url, server):
+        app: Any = server.config.app  # the FastAPI app serve() built
+        bounds = app.state.stream_bounds
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+        # A small limit: the client's transport stops reading once it holds ~2 KB unread.
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1024)
+        writer.write(
+            f"GET /api/zalo-accounts/1/events HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n".encode()
+        )
+        try:
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            assert bounds.open == 1
+            # About 6 MB of events, far beyond what the kernel buffers hold, never read.
+            for batch in range(10):
+                messages = [
+                    message(f"slow-{batch}-{i}", sent_at=at(batch * 10 + i)) for i in range(10)
+                ]
+                for msg in messages:
+                    msg.content = "x" * 60_000
+                await ingest.IngestMessages(
+                    ingest_pb.IngestMessagesRequest(account_id=1, messages=messages)
+                )
+            await flusher.drain()
+            async with asyncio.timeout(20):
+                while bounds.open:  # noqa: ASYNC110 - the gateway's count, no event to wait on
+                    await asyncio.sleep(0.1)
+        finally:
+            writer.close()

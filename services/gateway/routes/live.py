@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
+import anyio
 import grpc
 import orjson
 from agora.forum.v1 import forum_read_service_pb2 as forum_pb
@@ -182,9 +183,19 @@ async def _stream(
         bounds.release(user_id)
         raise
     start = dict(headers or ()).get(POSITION_HEADER)
+    # Set by sse-starlette when the server begins to shut down (SIGTERM): the watch is cancelled
+    # and the stream ends with a last comment and a proper end of the body, so the client
+    # reconnects at once (to another replica) instead of seeing a connection reset.
+    shutdown = anyio.Event()
+    current = call
+
+    async def cancel_on_shutdown() -> None:
+        await shutdown.wait()
+        current.cancel()
 
     async def events() -> AsyncIterator[ServerSentEvent]:
-        current = call
+        nonlocal current
+        on_shutdown = asyncio.create_task(cancel_on_shutdown())
         try:
             # The reconnection delay a browser should wait after the stream ends, and the
             # position the stream starts after (an id-only event): a client cut before the
@@ -205,6 +216,13 @@ async def _stream(
                             data=orjson.dumps(data).decode(), event=kind, id=response.position
                         )
                     return
+                except asyncio.CancelledError:
+                    # grpc.aio raises this for a call cancelled here: on shutdown only, or this
+                    # task is being cancelled, which goes on.
+                    if not shutdown.is_set():
+                        raise
+                    yield ServerSentEvent(comment="ended: shutting down")
+                    return
                 except grpc.aio.AioRpcError as ended:
                     if ended.code() != grpc.StatusCode.UNAVAILABLE or tries >= _REOPENS:
                         # Token expired, access revoked, timeline away for good: the client
@@ -216,6 +234,7 @@ async def _stream(
                 await asyncio.sleep(0.1 * 2**tries)
                 current = watch(position)
         finally:
+            on_shutdown.cancel()
             current.cancel()
             bounds.release(user_id)
 
@@ -223,6 +242,8 @@ async def _stream(
         events(),
         ping=settings.live_heartbeat_seconds,
         send_timeout=settings.live_send_timeout_seconds,
+        shutdown_event=shutdown,
+        shutdown_grace_period=1,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
