@@ -21,6 +21,9 @@ class TimelineSettings(ServiceSettings, JwtSettings, MtlsSettings, LiveSettings)
     live_poll_seconds: float = Field(default=30.0, gt=0, le=3600)
     # How often a watch checks that its caller may still watch (the enrolment, the account).
     live_recheck_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Watches this process holds at most; beyond, a new one is refused UNAVAILABLE (the caller
+    # retries, on another replica) instead of the process running out of memory.
+    live_max_watches: int = Field(default=20_000, ge=1)
     postgres_pool_size: int = Field(default=10, ge=1)
     grpc_port: int = 50052
     grpc_health_port: int = 50062

@@ -56,7 +56,9 @@ async def build(settings: TimelineSettings) -> service.Service:
             concurrent_reads=64 - settings.live_wake_shards - 8,
         )
         policy = access.policy(settings)
-        watches = Watches(hub, policy.tokens, settings.live_recheck_seconds)
+        watches = Watches(
+            hub, policy.tokens, settings.live_recheck_seconds, settings.live_max_watches
+        )
         messages = TimelineHandlers(TimelineRepository(mysql), watches)
         forum = ForumReadHandlers(ForumReadRepository(pool), watches)
 

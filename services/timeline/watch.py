@@ -219,11 +219,18 @@ class Watches:
     """What both watch RPCs share: the hub, the end user's token expiry, the recheck, ending a
     stream with the right status, and a span per delivery linked to the write's trace."""
 
-    def __init__(self, hub: FeedHub, tokens: TokenVerifier, recheck_seconds: float) -> None:
+    def __init__(
+        self,
+        hub: FeedHub,
+        tokens: TokenVerifier,
+        recheck_seconds: float,
+        max_watches: int = 20_000,
+    ) -> None:
         self.hub = hub
         self.feeds = hub.feeds
         self._tokens = tokens
         self._recheck = recheck_seconds
+        self._max_watches = max_watches
 
     @staticmethod
     def after(text: str) -> tuple[Position | None, FieldViolation | None]:
@@ -252,6 +259,12 @@ class Watches:
         still_allowed: Callable[[], Awaitable[str | None]],
         respond: Callable[[Delivery], tuple[R, Mapping[str, str]]],
     ) -> AsyncIterator[R]:
+        if self.hub.watching >= self._max_watches:
+            await abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"this replica holds {self._max_watches} watches, as many as it may: retry",
+            )
         expires = self.token_expires(context)
         reason = await still_allowed()
         if reason is not None:

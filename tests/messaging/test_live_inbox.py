@@ -17,8 +17,10 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 
 from services.runtime.grpc_server import GrpcServer
 from services.streams.live import LiveFeeds, LiveSettings, Position
-from tests.conftest import Env
-from tests.helpers import Flusher, as_gateway, at, message
+from services.timeline import server as timeline_service
+from services.timeline.config import TimelineSettings
+from tests.conftest import Env, serving
+from tests.helpers import Flusher, as_gateway, as_service, at, message
 from tools import callers
 from tools.jwt_token import mint
 
@@ -246,3 +248,34 @@ async def test_an_internal_watcher_may_watch_any_account_and_call_nothing_else(
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stub.CountUnread(pb.CountUnreadRequest(account_id=1, conversation_key="t1"))
         assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_replica_holding_its_bound_of_watches_refuses_the_next_as_unavailable(
+    env: Env, clean: None
+) -> None:
+    """Past LIVE_MAX_WATCHES a new watch is refused UNAVAILABLE (the caller retries, elsewhere);
+    once one ends, the place is free again."""
+    settings = TimelineSettings(
+        mysql_url=env.mysql_timeline_url,
+        postgres_url=env.pg_timeline_url,
+        redis_url=env.redis_timeline_url,
+        live_max_watches=1,
+        **as_service("timeline", env.jwt_secret),
+    )
+    async with (
+        serving(await timeline_service.build(settings), background=True) as server,
+        as_gateway(server.port, env.jwt_secret) as channel,
+    ):
+        stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
+        first = open_watch(stub, env)
+        await started(first)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await take(open_watch(stub, env), 1)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "1 watches" in (refused.value.details() or "")
+        first.cancel()
+        await asyncio.sleep(0.5)
+        again = open_watch(stub, env)
+        await started(again)
+        assert not again.done()
+        again.cancel()
