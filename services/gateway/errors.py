@@ -18,12 +18,14 @@ from redis import exceptions as redis_errors
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match, Mount
 
 from services.gateway import security_headers
 from services.runtime.grpc_errors import FieldViolation, field_violations
 from services.runtime.grpc_quota import quota_refusal
 
 log = logging.getLogger(__name__)
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 # One HTTP status per gRPC code, as a browser developer expects.
 GRPC_TO_HTTP: dict[grpc.StatusCode, int] = {
@@ -153,6 +155,20 @@ def close_after(response: Response, headers: Headers) -> Response:
     return response
 
 
+def allowed_methods(app: FastAPI, request: Request) -> str:
+    """The methods some route of the app answers at the request's path (a mount of static
+    files answers GET and HEAD)."""
+    methods: set[str] = set()
+    # The path from the top: inside a mount the request's scope is the mount's.
+    top = {"type": "http", "path": request.url.path, "root_path": "", "headers": []}
+    for route in app.router.routes:
+        for method in _METHODS:
+            match, _ = route.matches({**top, "method": method})
+            if match is Match.FULL:
+                methods |= {"GET", "HEAD"} if isinstance(route, Mount) else {method}
+    return ", ".join(sorted(methods))
+
+
 def install(app: FastAPI) -> None:
     """Route every error the app can raise through ApiError.response."""
 
@@ -182,9 +198,14 @@ def install(app: FastAPI) -> None:
         return ApiError.invalid(fields).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "error")
-        return ApiError(exc.status_code, code, str(exc.detail)).response()
+        response = ApiError(exc.status_code, code, str(exc.detail)).response()
+        if exc.status_code == 405:
+            # RFC 9110: a 405 lists the methods the resource has. Starlette names only the
+            # first route of the path; a path can have several (GET and POST …/posts).
+            response.headers["Allow"] = allowed_methods(app, request)
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -599,3 +599,18 @@ async def test_the_docs_page_may_load_exactly_its_own_assets(upstream: dict[str,
         assert f"'sha256-{digest}'" in policy["script-src"]
     assert "'unsafe-inline'" not in policy["script-src"]
     assert page.headers["x-frame-options"] == "DENY"
+
+
+async def test_a_405_names_every_method_of_the_path_in_allow(upstream: dict[str, Any]) -> None:
+    """RFC 9110: a 405 carries Allow with what the resource does take, all of its routes."""
+    async with gateway_app(upstream) as (_, client):
+        posts = await client.delete(POSTS, headers=bearer(token()))
+        health = await client.post("/healthz")
+        static = await client.put("/web/index.html")
+    assert posts.status_code == 405, posts.text
+    assert posts.headers["allow"] == "GET, POST"
+    assert posts.json()["error"]["code"] == "method_not_allowed"
+    assert health.status_code == 405
+    assert "GET" in health.headers["allow"].split(", ")
+    assert static.status_code == 405
+    assert static.headers["allow"] == "GET, HEAD"
