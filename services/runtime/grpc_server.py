@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,10 +172,10 @@ async def run_until_terminated(
     server: GrpcServer,
     *,
     background: Sequence[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = (),
-    cleanup: Sequence[Callable[[], Awaitable[None]]] = (),
     readiness: Readiness | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT, then drain, stop background loops and run the clean-ups.
+    """Serve until SIGTERM/SIGINT, then drain and stop the background loops (the caller closes
+    what the service holds).
 
     With `readiness`, health starts NOT_SERVING and follows the dependencies' checks.
     """
@@ -197,7 +197,5 @@ async def run_until_terminated(
     stop.set()
     await server.stop()
     await asyncio.gather(*tasks, return_exceptions=True)
-    for close in cleanup:
-        await close()
     if failed:
         raise SystemExit(1)

@@ -8,7 +8,7 @@ OTLP endpoint). One deliberate difference from the SDK default: OTEL_TRACES_EXPO
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
@@ -101,13 +101,8 @@ def _exporters(setting: str) -> list[SpanExporter]:
     return exporters
 
 
-def inject_context(carrier: MutableMapping[str, str]) -> None:
-    """Write the current W3C trace context (traceparent, tracestate) into a carrier."""
-    propagate.inject(carrier)
-
-
 def extract_context(carrier: Mapping[str, str]) -> Context:
-    """Read a W3C trace context written by `inject_context`."""
+    """Read a W3C trace context (traceparent, tracestate) from a carrier."""
     return propagate.extract(carrier)
 
 

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import redis.asyncio as redis
@@ -226,7 +226,6 @@ class ConsumerStats:
     batches: int = 0
     dead_lettered: int = 0
     transient_failures: int = 0
-    last_batch_sizes: list[int] = field(default_factory=list)
 
 
 class ShardConsumer(Generic[T]):

@@ -59,8 +59,6 @@ WHERE {{gate}}parent_id = $1 AND id > $2 AND deleted_at IS NULL
 ORDER BY id LIMIT $3"""
 
 FEED_FIRST = _FEED_FIRST.format(gate="")
-FEED_NEXT = _FEED_NEXT.format(gate="")
-GET_POST = _GET_POST.format(gate="")
 COMMENTS_PAGE = _COMMENTS_PAGE.format(gate="")
 REPLIES_PAGE = _REPLIES_PAGE.format(gate="")
 
