@@ -15,7 +15,9 @@ PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/live tests/messaging tes
 PYTEST_CLUSTER_DESELECT := \
   --deselect tests/live/test_accounting.py::test_resuming_without_the_position_is_caught_missing_messages \
   --deselect tests/live/test_kills.py::test_streams_resume_without_a_gap_through_killed_flusher_timeline_and_gateway
-PYTEST_CLUSTER_ARGS ?= -q $(wildcard $(PYTEST_CLUSTER_PATHS)) $(PYTEST_CLUSTER_DESELECT)
+PYTEST_CLUSTER_ARGS ?= -q $(wildcard $(PYTEST_CLUSTER_PATHS)) $(PYTEST_CLUSTER_DESELECT) --durations=10
+# The slowest tests named at the end of each run: where CI's 20 minutes go.
+PYTEST_ARGS ?= --durations=25
 N ?= 5
 
 .PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos traces backup restore
