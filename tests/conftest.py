@@ -13,6 +13,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import httpx
@@ -386,6 +387,27 @@ async def sync_likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncItera
         yield server
 
 
+def gateway_settings(
+    env: Env,
+    ingest_server: GrpcServer,
+    timeline_server: GrpcServer,
+    likes_server: GrpcServer,
+    **overrides: Any,
+) -> GatewaySettings:
+    """The gateway's settings for the test servers, as a deployment gives them; `overrides` on
+    top."""
+    return GatewaySettings(
+        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
+        ingest_addr=f"127.0.0.1:{ingest_server.port}",
+        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
+        timeline_addr=f"127.0.0.1:{timeline_server.port}",
+        likes_addr=f"127.0.0.1:{likes_server.port}",
+        redis_url=env.redis_gateway_url,
+        **callers.tls_files("gateway"),
+        **overrides,
+    )
+
+
 @pytest_asyncio.fixture(scope="session")
 async def gateway(
     env: Env,
@@ -394,16 +416,7 @@ async def gateway(
     likes_server: GrpcServer,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the gateway app, started as uvicorn starts it (its lifespan)."""
-    settings = GatewaySettings(
-        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
-        ingest_addr=f"127.0.0.1:{ingest_server.port}",
-        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
-        timeline_addr=f"127.0.0.1:{timeline_server.port}",
-        likes_addr=f"127.0.0.1:{likes_server.port}",
-        redis_url=env.redis_gateway_url,
-        **callers.tls_files("gateway"),
-    )
-    app = create_app(settings)
+    app = create_app(gateway_settings(env, ingest_server, timeline_server, likes_server))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:

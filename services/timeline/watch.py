@@ -224,7 +224,7 @@ class Watches:
         hub: FeedHub,
         tokens: TokenVerifier,
         recheck_seconds: float,
-        max_watches: int = 20_000,
+        max_watches: int,
     ) -> None:
         self.hub = hub
         self.feeds = hub.feeds

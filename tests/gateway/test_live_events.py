@@ -23,9 +23,8 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
 from services.runtime.grpc_server import GrpcServer
-from tests.conftest import Env
+from tests.conftest import Env, gateway_settings
 from tests.helpers import Flusher, at, message, mint_token
-from tools import callers
 
 pytestmark = pytest.mark.asyncio
 STREAMS_PER_USER = 3
@@ -35,18 +34,15 @@ STREAMS_PER_USER = 3
 async def base_url(
     env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
 ) -> AsyncIterator[str]:
-    settings = GatewaySettings(
-        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
-        ingest_addr=f"127.0.0.1:{ingest_server.port}",
-        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
-        timeline_addr=f"127.0.0.1:{timeline_server.port}",
-        likes_addr=f"127.0.0.1:{likes_server.port}",
-        redis_url=env.redis_gateway_url,
+    settings = gateway_settings(
+        env,
+        ingest_server,
+        timeline_server,
+        likes_server,
         live_streams_per_user=STREAMS_PER_USER,
         live_heartbeat_seconds=1,
         # Fewer short requests in flight than the streams a test holds: streams take no slot.
         gateway_max_in_flight=2,
-        **callers.tls_files("gateway"),
     )
     async with serve(settings) as (url, _):
         yield url
@@ -247,15 +243,7 @@ async def test_a_shutting_down_gateway_ends_its_streams(
     """SIGTERM (uvicorn's should_exit): open streams end at once and cleanly (a last comment,
     then the end of the body, not a reset), so their clients reconnect to another replica, and
     the process exits instead of waiting on them."""
-    settings = GatewaySettings(
-        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
-        ingest_addr=f"127.0.0.1:{ingest_server.port}",
-        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
-        timeline_addr=f"127.0.0.1:{timeline_server.port}",
-        likes_addr=f"127.0.0.1:{likes_server.port}",
-        redis_url=env.redis_gateway_url,
-        **callers.tls_files("gateway"),
-    )
+    settings = gateway_settings(env, ingest_server, timeline_server, likes_server)
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with (
         serve(settings) as (url, server),
@@ -281,15 +269,12 @@ async def test_a_client_too_slow_to_read_is_disconnected_not_buffered(
     """A client that stops reading while events keep coming: once the socket's buffers are full,
     a write that waits longer than LIVE_SEND_TIMEOUT_SECONDS ends the stream and frees its place,
     instead of the gateway holding everything meant for it."""
-    settings = GatewaySettings(
-        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
-        ingest_addr=f"127.0.0.1:{ingest_server.port}",
-        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
-        timeline_addr=f"127.0.0.1:{timeline_server.port}",
-        likes_addr=f"127.0.0.1:{likes_server.port}",
-        redis_url=env.redis_gateway_url,
+    settings = gateway_settings(
+        env,
+        ingest_server,
+        timeline_server,
+        likes_server,
         live_send_timeout_seconds=1,
-        **callers.tls_files("gateway"),
     )
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with serve(settings) as (url, server):
