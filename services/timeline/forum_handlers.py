@@ -67,7 +67,12 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             return NOT_ENROLLED
 
         async for response in self._watches.stream(
-            context, self._watches.feeds.course(course), after, still_allowed, _COURSE_RESPONSE
+            context,
+            self._watches.feeds.course(course),
+            after,
+            ("member", course, user),
+            still_allowed,
+            _COURSE_RESPONSE,
         ):
             yield response
 

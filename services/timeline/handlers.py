@@ -50,7 +50,12 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             return f"zalo account {account} does not exist (any more)"
 
         async for response in self._watches.stream(
-            context, self._watches.feeds.inbox(account), after, still_allowed, _INBOX_RESPONSE
+            context,
+            self._watches.feeds.inbox(account),
+            after,
+            ("account", account),
+            still_allowed,
+            _INBOX_RESPONSE,
         ):
             yield response
 

@@ -4,9 +4,10 @@ A watcher reads its feed from its own position, always: the hub only wakes it. T
 wake streams (one blocking read per wake shard for the whole process) and sets the event of every
 watcher of a feed named there; a watcher clears its event before each read, so a wake-up that
 comes during a read is never lost. Wake streams are bounded, and a process can be away from Redis:
-each watcher also looks on its own every LIVE_POLL_SECONDS, and after any trouble reading the wake
-streams the hub wakes every watcher. Nothing is delivered out of a buffer the process keeps, so a
-process killed at any point loses nothing: the client resumes elsewhere from its last position.
+every watched feed is also looked at every LIVE_POLL_SECONDS, and after any trouble reading the
+wake streams the hub wakes every watcher. Nothing is delivered out of a buffer the process keeps,
+so a process killed at any point loses nothing: the client resumes elsewhere from its last
+position.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 import redis.asyncio as redis
+from cachetools import LRUCache, TTLCache
 from google.protobuf.message import Message
 from opentelemetry import trace
 
@@ -31,7 +33,7 @@ from services.runtime.grpc_errors import FieldViolation, abort
 from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.tokens import TokenError, TokenVerifier
 from services.runtime.trace_context import links_to
-from services.streams.live import FeedReader, LiveFeeds, Position, Reset
+from services.streams.live import Entries, FeedReader, LiveFeeds, Position, Reset
 
 R = TypeVar("R", bound=Message)
 log = logging.getLogger(__name__)
@@ -51,7 +53,16 @@ class Delivery:
 
 
 class FeedHub:
-    """The watchers of this process, by feed, and the wake readers that rouse them."""
+    """The watchers of this process, by feed; the wake readers that rouse them; and the reads
+    they share.
+
+    Watchers of one feed woken together are mostly at the same position, so a read of a feed
+    after a position is shared by every watcher that asks for it while it is in flight, as long
+    as it began after the feed's latest wake-up and the asker's own start: a read begun before
+    either may have missed an entry that the asker must see. The look without a
+    wake-up (LIVE_POLL_SECONDS) is per feed too, so a thousand watchers of one course cost one
+    read a period, not a thousand.
+    """
 
     def __init__(
         self,
@@ -71,6 +82,11 @@ class FeedHub:
         self.reader = FeedReader(client, feeds)
         self.poll_seconds = poll_seconds
         self._watchers: dict[str, set[asyncio.Event]] = defaultdict(set)
+        # A sequence of this process's wake-ups and new watches; per feed, where its latest is.
+        self._seq = 0
+        self._last_wake: dict[str, int] = {}
+        self._next_look: dict[str, float] = {}
+        self._shared: dict[tuple[str, Position], _SharedRead] = {}
 
     async def head(self, feed: str) -> Position:
         async with self._reads:
@@ -83,7 +99,11 @@ class FeedHub:
     @contextlib.contextmanager
     def watch(self, feed: str) -> Iterator[asyncio.Event]:
         woken = asyncio.Event()
+        if feed not in self._watchers:
+            self._next_look[feed] = time.monotonic() + jittered(self.poll_seconds)
         self._watchers[feed].add(woken)
+        # A read begun before this watch may predate an entry it must see: not to be joined.
+        self._mark(feed)
         try:
             yield woken
         finally:
@@ -92,30 +112,82 @@ class FeedHub:
                 watchers.discard(woken)
                 if not watchers:
                     del self._watchers[feed]
+                    del self._last_wake[feed]
+                    del self._next_look[feed]
+
+    def _mark(self, feed: str) -> None:
+        self._seq += 1
+        self._last_wake[feed] = self._seq
 
     def _wake(self, feed: str) -> None:
-        for woken in self._watchers.get(feed, ()):
+        watchers = self._watchers.get(feed)
+        if not watchers:
+            return
+        self._mark(feed)
+        for woken in watchers:
             woken.set()
 
     def _wake_all(self) -> None:
-        for watchers in self._watchers.values():
-            for woken in watchers:
-                woken.set()
+        for feed in list(self._watchers):
+            self._wake(feed)
+
+    async def read(self, feed: str, after: Position) -> Entries | Reset:
+        """The feed after `after` (a page), shared with the other watchers asking the same."""
+        key = (feed, after)
+        shared = self._shared.get(key)
+        if shared is None or shared.begun < self._last_wake.get(feed, 0):
+            shared = _SharedRead(self._seq, asyncio.ensure_future(self._read(feed, after)))
+            self._shared[key] = shared
+            shared.result.add_done_callback(lambda done: self._forget(key, shared, done))
+        # Shielded: a watcher that leaves does not cancel the read the others wait for.
+        return await asyncio.shield(shared.result)
+
+    def _forget(
+        self, key: tuple[str, Position], shared: _SharedRead, done: asyncio.Future[Any]
+    ) -> None:
+        if self._shared.get(key) is shared:
+            del self._shared[key]
+        if not done.cancelled():
+            done.exception()  # retrieved: the watchers that left do not leave it unheard
+
+    async def _read(self, feed: str, after: Position) -> Entries | Reset:
+        async with self._reads:
+            return await self.reader.after(feed, after, PAGE)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Read every wake stream until `stop` (a background job of the process)."""
-        readers = [asyncio.create_task(self._follow(wake)) for wake in self.feeds.all_wakes()]
+        """Read every wake stream and look at due feeds until `stop` (a background job)."""
+        ending = asyncio.Event()
+        readers = [
+            asyncio.create_task(self._follow(wake, ending)) for wake in self.feeds.all_wakes()
+        ]
+        looker = asyncio.create_task(self._look_when_due())
         try:
             await stop.wait()
         finally:
-            for reader in readers:
+            looker.cancel()
+            # Each wake reader ends after its blocking read: one cancelled inside it can be left
+            # waiting on its connection for good, and the process would not end.
+            ending.set()
+            _, late = await asyncio.wait([looker, *readers], timeout=self._block_ms / 1000 + 2)
+            for reader in late:
                 reader.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
 
-    async def _follow(self, wake: str) -> None:
+    async def _look_when_due(self) -> None:
+        """Wake each watched feed once a LIVE_POLL_SECONDS (spread): the look that finds what a
+        lost wake-up would have announced."""
+        tick = min(1.0, self.poll_seconds / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            due = [feed for feed, at in self._next_look.items() if at <= now]
+            for feed in due:
+                self._next_look[feed] = now + jittered(self.poll_seconds)
+                self._wake(feed)
+
+    async def _follow(self, wake: str, ending: asyncio.Event) -> None:
         last: Any = "$"
         trouble = False
-        while True:
+        while not ending.is_set():
             try:
                 if last == "$":
                     # Where the wake stream is now; what came before, each watcher reads itself.
@@ -125,7 +197,7 @@ class FeedHub:
                 reply: Any = await self._redis.xread({wake: last}, count=1000, block=self._block_ms)
             except REDIS_ERRORS as exc:
                 if not trouble:
-                    log.warning("live: cannot read %s, watchers look on their own: %s", wake, exc)
+                    log.warning("live: cannot read %s (feeds are still looked at): %s", wake, exc)
                 trouble = True
                 await asyncio.sleep(1)
                 continue
@@ -146,9 +218,9 @@ class FeedHub:
         position = after
         with self.watch(feed) as woken:
             while True:
+                # Cleared before the read: a wake-up that comes during it is not lost.
                 woken.clear()
-                async with self._reads:
-                    got = await self.reader.after(feed, position, PAGE)
+                got = await self.read(feed, position)
                 if isinstance(got, Reset):
                     position = got.position
                     yield Delivery(position, None, got.reason)
@@ -156,13 +228,24 @@ class FeedHub:
                 for at, payload in got.items:
                     yield Delivery(at, payload)
                 position = got.position
-                timeout = min(jittered(self.poll_seconds), until - time.time())
+                timeout = until - time.time()
                 if timeout <= 0:
                     return
                 if got.full:
                     continue
+                # Not wait_for: on Python 3.11 it swallows a cancellation that comes as the
+                # event is set, and a watch whose caller left would go on reading.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await woken.wait()
+
+
+@dataclass
+class _SharedRead:
+    """A read in flight, and the wake sequence when it began."""
+
+    begun: int
+    result: asyncio.Future[Entries | Reset]
 
 
 def jittered(seconds: float) -> float:
@@ -215,9 +298,20 @@ def parse_after(text: str) -> Position | None:
     return Position.parse(text) if text else None
 
 
+# Responses kept for the other watchers of the same feed: a burst's worth at the fan-out of a
+# hot course (each is one event, a few hundred bytes).
+_RESPONSES = 4096
+
+
 class Watches:
     """What both watch RPCs share: the hub, the end user's token expiry, the recheck, ending a
-    stream with the right status, and a span per delivery linked to the write's trace."""
+    stream with the right status, and a span per delivery linked to the write's trace.
+
+    An entry becomes a response once per process, whoever watches it: the payload at a position
+    never changes, and a feed's watchers all send the same. A recheck that allowed a subject
+    (an account that still exists) stands for the other watches of the same subject for a
+    fraction of the period, so ten thousand watches of a few hundred accounts do not ask the
+    database ten thousand times a period."""
 
     def __init__(
         self,
@@ -231,6 +325,20 @@ class Watches:
         self._tokens = tokens
         self._recheck = recheck_seconds
         self._max_watches = max_watches
+        self._responses: LRUCache[tuple[str, Position], tuple[Any, Mapping[str, str]]]
+        self._responses = LRUCache(_RESPONSES)
+        self._allowed: TTLCache[Hashable, bool] = TTLCache(100_000, ttl=recheck_seconds / 4)
+
+    async def allowed(
+        self, subject: Hashable, check: Callable[[], Awaitable[str | None]], *, fresh: bool
+    ) -> str | None:
+        """`check()`; unless `fresh`, None at once when it allowed `subject` a moment ago."""
+        if not fresh and subject in self._allowed:
+            return None
+        reason = await check()
+        if reason is None:
+            self._allowed[subject] = True
+        return reason
 
     @staticmethod
     def after(text: str) -> tuple[Position | None, FieldViolation | None]:
@@ -256,9 +364,12 @@ class Watches:
         context: grpc.aio.ServicerContext,
         feed: str,
         after: Position | None,
+        subject: Hashable,
         still_allowed: Callable[[], Awaitable[str | None]],
         respond: Callable[[Delivery], tuple[R, Mapping[str, str]]],
     ) -> AsyncIterator[R]:
+        """The watch of `feed` from `after` while `still_allowed` (about `subject`: asked afresh
+        at the start, and its yes shared by the other watches of `subject` on each recheck)."""
         if self.hub.watching >= self._max_watches:
             await abort(
                 context,
@@ -266,7 +377,7 @@ class Watches:
                 f"this replica holds {self._max_watches} watches, as many as it may: retry",
             )
         expires = self.token_expires(context)
-        reason = await still_allowed()
+        reason = await self.allowed(subject, still_allowed, fresh=True)
         if reason is not None:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, reason)
         # A watch "from now on" starts at the feed's newest position, and the client is told it
@@ -281,10 +392,10 @@ class Watches:
                 feed,
                 start,
                 token_expires=expires,
-                still_allowed=still_allowed,
+                still_allowed=lambda: self.allowed(subject, still_allowed, fresh=False),
                 recheck_seconds=self._recheck,
             ):
-                response, written_in = respond(delivery)
+                response, written_in = self._response(feed, delivery, respond)
                 # Ended before the yield: a span current across it would be detached in
                 # whatever context resumes or closes this generator.
                 _tracer.start_span(
@@ -293,6 +404,20 @@ class Watches:
                 yield response
         except WatchEnded as ended:
             await abort(context, ended.code, str(ended))
+
+    def _response(
+        self,
+        feed: str,
+        delivery: Delivery,
+        respond: Callable[[Delivery], tuple[R, Mapping[str, str]]],
+    ) -> tuple[R, Mapping[str, str]]:
+        if delivery.payload is None:  # a reset: about this watcher's position
+            return respond(delivery)
+        key = (feed, delivery.position)
+        made = self._responses.get(key)
+        if made is None:
+            made = self._responses[key] = respond(delivery)
+        return made
 
 
 def feed_response(

@@ -1,0 +1,147 @@
+"""The timeline's FeedHub against a real Redis: the reads its watchers share lose nothing.
+
+Watchers of one feed share a read when they ask for the same position while it is in flight;
+one that joins a read begun before the latest wake-up (or before it started watching) could
+miss the entry that wake-up announced. The look without a wake-up is set to an hour here, so
+such a miss stays a gap instead of being healed by the next look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as redis
+
+from services.runtime.redis_client import DurableScripts
+from services.streams.live import ORIGIN, Entries, LiveFeeds, LivePublisher, Position, Reset
+from services.timeline.watch import FeedHub
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+class CountingHub(FeedHub):
+    """A FeedHub that counts the reads it sends to Redis, and can hold each reply a while (as a
+    busy process does, its replies queued behind other work): long enough for wake-ups to come
+    in while a read's answer, already given by Redis, is still on its way."""
+
+    reads = 0
+    reply_delay = 0.0
+
+    async def _read(self, feed: str, after: Position) -> Entries | Reset:
+        self.reads += 1
+        got = await super()._read(feed, after)
+        await asyncio.sleep(self.reply_delay)
+        return got
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def hub(redis_client: redis.Redis) -> AsyncIterator[tuple[CountingHub, LivePublisher]]:
+    feeds = LiveFeeds(f"hubtest-{uuid.uuid4().hex[:8]}", 3_600_000, 100_000, 2)
+    hub = CountingHub(redis_client, feeds, poll_seconds=3600, block_ms=200)
+    stop = asyncio.Event()
+    running = asyncio.create_task(hub.run(stop))
+    try:
+        yield hub, LivePublisher(redis_client, feeds, DurableScripts(redis_client, 0, 0))
+    finally:
+        stop.set()
+        await running
+
+
+async def feed_positions(client: redis.Redis, feed: str) -> list[Position]:
+    entries: Any = await client.xrange(feed)
+    return [Position.parse(entry_id) for entry_id, _ in entries]
+
+
+async def collect(hub: FeedHub, feed: str, after: Position, want: int) -> list[Position]:
+    seen: list[Position] = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(30):
+            async for delivery in hub.follow(feed, after, time.time() + 60):
+                assert delivery.payload is not None, delivery.reason
+                seen.append(delivery.position)
+                if len(seen) == want:
+                    break
+    return seen
+
+
+async def test_watchers_of_one_feed_share_reads_and_each_gets_every_entry_in_order(
+    hub: tuple[CountingHub, LivePublisher], redis_client: redis.Redis
+) -> None:
+    feeds_hub, publisher = hub
+    feed = feeds_hub.feeds.course(1)
+    watchers, bursts = 50, 30
+    start = await feeds_hub.head(feed)
+    followers = [
+        asyncio.create_task(collect(feeds_hub, feed, start, bursts * 3)) for _ in range(watchers)
+    ]
+    await asyncio.sleep(0.2)
+    for burst in range(bursts):
+        await publisher.publish({feed: [f"{burst}-{i}".encode() for i in range(3)]})
+        await asyncio.sleep(random.uniform(0, 0.03))
+    got = await asyncio.gather(*followers)
+    stored = await feed_positions(redis_client, feed)
+    assert len(stored) == bursts * 3
+    for seen in got:
+        assert seen == stored
+    # Unshared, every watcher would read once per wake-up: 1,500 reads at least.
+    assert feeds_hub.reads < watchers * bursts / 5, feeds_hub.reads
+
+
+async def test_watchers_coming_and_going_while_entries_come_miss_nothing(
+    hub: tuple[CountingHub, LivePublisher], redis_client: redis.Redis
+) -> None:
+    """Bursts of entries while watches come and go; after each burst every watch staying on
+    has read up to its last entry: a watch that joined a read begun before the last wake-up
+    would wait for a wake-up that already came (the look is an hour away)."""
+    feeds_hub, publisher = hub
+    feeds_hub.reply_delay = 0.003
+    feed = feeds_hub.feeds.inbox(1)
+    staying: dict[int, list[Position]] = {}
+
+    async def stay(n: int, start: Position) -> None:
+        seen = staying[n] = []
+        async for delivery in feeds_hub.follow(feed, start, time.time() + 600):
+            seen.append(delivery.position)
+            if n % 2:  # slower readers: at a position when others have a read of it in flight
+                await asyncio.sleep(random.uniform(0, 0.003))
+
+    async def come_and_go() -> list[Position]:
+        seen: list[Position] = []
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(random.uniform(0.01, 0.3)):
+                async for delivery in feeds_hub.follow(feed, ORIGIN, time.time() + 60):
+                    seen.append(delivery.position)
+        return seen
+
+    start = await feeds_hub.head(feed)
+    stayers = [asyncio.create_task(stay(n, start)) for n in range(40)]
+    passing: list[asyncio.Task[list[Position]]] = []
+    behind = 0
+    try:
+        for burst in range(14):
+            for i in range(random.randint(5, 40)):
+                await publisher.publish({feed: [f"{burst}-{i}".encode()]})
+                passing.append(asyncio.create_task(come_and_go()))
+                await asyncio.sleep(random.uniform(0, 0.002))
+            await asyncio.sleep(0.3)
+            last = (await feed_positions(redis_client, feed))[-1]
+            behind += sum(1 for seen in staying.values() if not seen or seen[-1] != last)
+        came = await asyncio.gather(*passing)
+    finally:
+        for task in stayers:
+            task.cancel()
+        await asyncio.gather(*stayers, return_exceptions=True)
+    stored = await feed_positions(redis_client, feed)
+    assert behind == 0
+    for seen in staying.values():
+        assert seen == stored
+    for seen in came:  # from the origin: the feed's first entries, in order
+        assert seen == stored[: len(seen)]
