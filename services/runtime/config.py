@@ -30,6 +30,9 @@ class ServiceSettings(BaseSettings):
     # Seconds before the server closes a client connection (GOAWAY) so the client re-resolves
     # and balances over replicas added since; 0: never.
     grpc_max_connection_age_seconds: float = Field(default=30.0, ge=0)
+    # Seconds the calls on a connection so closed get to finish; unset: GRPC_GRACE_SECONDS. A
+    # service with long-lived streams sets it longer than they last.
+    grpc_max_connection_age_grace_seconds: float | None = Field(default=None, ge=0)
     log_level: str = "INFO"
     # Processes serving the same ports (services/runtime/workers.py); 0: one per core.
     workers: int = Field(default=1, ge=0)

@@ -78,6 +78,7 @@ class GrpcServer:
         grace_seconds: float = 10.0,
         drain_seconds: float = 0.0,
         max_connection_age_seconds: float = 0.0,
+        connection_age_grace_seconds: float | None = None,
     ) -> None:
         self._apis = list(apis)
         self._grace = grace_seconds
@@ -97,7 +98,12 @@ class GrpcServer:
                         ErrorMappingInterceptor(),
                         AccessInterceptor(access),
                     ],
-                    options=_api_options(max_connection_age_seconds, grace_seconds),
+                    options=_api_options(
+                        max_connection_age_seconds,
+                        grace_seconds
+                        if connection_age_grace_seconds is None
+                        else connection_age_grace_seconds,
+                    ),
                 )
                 api.register(server)
                 health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -134,6 +140,7 @@ class GrpcServer:
             grace_seconds=settings.grpc_grace_seconds,
             drain_seconds=settings.grpc_drain_seconds,
             max_connection_age_seconds=settings.grpc_max_connection_age_seconds,
+            connection_age_grace_seconds=settings.grpc_max_connection_age_grace_seconds,
         )
 
     @property

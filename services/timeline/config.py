@@ -24,6 +24,13 @@ class TimelineSettings(ServiceSettings, JwtSettings, MtlsSettings, LiveSettings)
     # Watches this process holds at most; beyond, a new one is refused UNAVAILABLE (the caller
     # retries, on another replica) instead of the process running out of memory.
     live_max_watches: int = Field(default=20_000, ge=1)
+    # A watch ends after between half of this and all of it (UNAVAILABLE: the caller resumes
+    # from its last position, on whichever replica its balancer picks): watches spread over the
+    # replicas as connections do, one at a time instead of a connection's thousands at once.
+    live_max_watch_seconds: float = Field(default=600.0, gt=0)
+    # Longer than any watch lasts: a connection closed for its age (GRPC_MAX_CONNECTION_AGE_
+    # SECONDS) keeps its watches until each ends on its own, instead of cutting them all.
+    grpc_max_connection_age_grace_seconds: float | None = Field(default=900.0, ge=0)
     postgres_pool_size: int = Field(default=10, ge=1)
     grpc_port: int = 50052
     grpc_health_port: int = 50062

@@ -57,7 +57,11 @@ async def build(settings: TimelineSettings) -> service.Service:
         )
         policy = access.policy(settings)
         watches = Watches(
-            hub, policy.tokens, settings.live_recheck_seconds, settings.live_max_watches
+            hub,
+            policy.tokens,
+            settings.live_recheck_seconds,
+            settings.live_max_watches,
+            settings.live_max_watch_seconds,
         )
         messages = TimelineHandlers(TimelineRepository(mysql), watches)
         forum = ForumReadHandlers(ForumReadRepository(pool), watches)

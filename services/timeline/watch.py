@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections import defaultdict
@@ -271,13 +272,15 @@ async def watching(
     token_expires: float | None,
     still_allowed: Callable[[], Awaitable[str | None]],
     recheck_seconds: float,
+    ends_at: float = math.inf,
 ) -> AsyncIterator[Delivery]:
     """hub.follow for one caller, as long as it may watch: until its end user's token expires
     (WatchEnded UNAUTHENTICATED) and while `still_allowed` (asked every `recheck_seconds`)
-    names no reason to stop (WatchEnded PERMISSION_DENIED)."""
+    names no reason to stop (WatchEnded PERMISSION_DENIED); at `ends_at` the watch has lasted
+    long enough (WatchEnded UNAVAILABLE: the caller resumes, maybe on another replica)."""
     position = after
     while True:
-        until = time.time() + jittered(recheck_seconds)
+        until = min(time.time() + jittered(recheck_seconds), ends_at)
         if token_expires is not None:
             until = min(until, token_expires)
         async for delivery in hub.follow(feed, position, until):
@@ -287,6 +290,11 @@ async def watching(
             raise WatchEnded(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "the end user's token expired: resume from the last position with a fresh one",
+            )
+        if time.time() >= ends_at:
+            raise WatchEnded(
+                grpc.StatusCode.UNAVAILABLE,
+                "this watch has lasted its time: resume from the last position",
             )
         reason = await still_allowed()
         if reason is not None:
@@ -319,12 +327,14 @@ class Watches:
         tokens: TokenVerifier,
         recheck_seconds: float,
         max_watches: int,
+        max_watch_seconds: float = math.inf,
     ) -> None:
         self.hub = hub
         self.feeds = hub.feeds
         self._tokens = tokens
         self._recheck = recheck_seconds
         self._max_watches = max_watches
+        self._max_watch_seconds = max_watch_seconds
         self._responses: LRUCache[tuple[str, Position], tuple[Any, Mapping[str, str]]]
         self._responses = LRUCache(_RESPONSES)
         self._allowed: TTLCache[Hashable, bool] = TTLCache(100_000, ttl=recheck_seconds / 4)
@@ -394,6 +404,7 @@ class Watches:
                 token_expires=expires,
                 still_allowed=lambda: self.allowed(subject, still_allowed, fresh=False),
                 recheck_seconds=self._recheck,
+                ends_at=time.time() + self._max_watch_seconds * random.uniform(0.5, 1),  # noqa: S311 - spread
             ):
                 response, written_in = self._response(feed, delivery, respond)
                 # Ended before the yield: a span current across it would be detached in

@@ -23,8 +23,10 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
 from services.runtime.grpc_server import GrpcServer
-from tests.conftest import Env, gateway_settings
-from tests.helpers import Flusher, at, message, mint_token
+from services.timeline import server as timeline_service
+from services.timeline.config import TimelineSettings
+from tests.conftest import Env, gateway_settings, serving
+from tests.helpers import Flusher, as_service, at, message, mint_token
 
 pytestmark = pytest.mark.asyncio
 STREAMS_PER_USER = 3
@@ -310,3 +312,42 @@ async def test_a_client_too_slow_to_read_is_disconnected_not_buffered(
                     await asyncio.sleep(0.1)
         finally:
             writer.close()
+
+
+async def test_a_stream_goes_on_across_the_watches_timeline_ends_for_their_age(
+    env: Env,
+    ingest_server: GrpcServer,
+    likes_server: GrpcServer,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+) -> None:
+    """timeline ends each watch after LIVE_MAX_WATCH_SECONDS (spread), so that watches move to
+    new replicas one at a time: the browser's stream does not see it. The gateway opens the
+    watch again from the last position, however many times: every message once, in order."""
+    settings = TimelineSettings(
+        mysql_url=env.mysql_timeline_url,
+        postgres_url=env.pg_timeline_url,
+        redis_url=env.redis_timeline_url,
+        live_max_watch_seconds=0.5,
+        **as_service("timeline", env.jwt_secret),
+    )
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with (
+        serving(await timeline_service.build(settings), background=True) as short_lived,
+        serve(gateway_settings(env, ingest_server, short_lived, likes_server)) as (url, _),
+        events(url, "/api/zalo-accounts/1/events", token) as stream,
+    ):
+        assert stream.response.status_code == 200
+        sent = [f"aged-{i}" for i in range(6)]
+        for i, msg_id in enumerate(sent):
+            await send(ingest, flusher, msg_id)
+            if i == 2:
+                await asyncio.sleep(4)  # past several watches' ends with nothing to send
+        got: list[str] = []
+        while len(got) < len(sent):
+            event = await stream.next()
+            if event.event == "message":
+                got.append(event.data["msg_id"])
+        assert stream.comments.count("live") == 1  # one stream, never restarted
+        assert not [c for c in stream.comments if c.startswith("ended")]
+    assert got == sent

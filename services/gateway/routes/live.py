@@ -204,6 +204,11 @@ async def _stream(
             position, tries = start or after, 0
             while True:
                 try:
+                    # A watch timeline accepted (its headers name where it starts) resets the
+                    # count of failures in a row: one that ran and ended (timeline spreads its
+                    # watches over the replicas by their age) is no failure.
+                    if POSITION_HEADER in dict(await current.initial_metadata() or ()):
+                        tries = 0
                     async for response in current:
                         tries = 0
                         position = response.position
