@@ -213,32 +213,51 @@ class FeedHub:
                     if feed is not None:
                         self._wake(feed.decode() if isinstance(feed, bytes) else str(feed))
 
-    async def follow(self, feed: str, after: Position, until: float) -> AsyncIterator[Delivery]:
+    async def follow(
+        self,
+        feed: str,
+        after: Position,
+        until: float,
+        *,
+        woken: asyncio.Event | None = None,
+    ) -> AsyncIterator[Delivery]:
         """Every entry of `feed` after `after`, then each new one as it comes; a reset (payload
-        None) when `after` is older than what the feed keeps. Returns at `until` (time.time())."""
+        None) when `after` is older than what the feed keeps. Returns at `until` (time.time()).
+
+        With `woken` (from `watch(feed)`, held by the caller across calls) the first look waits
+        for a wake-up: the caller read up to `after` while watching, and what came since has set
+        it. Without, this call watches for itself and looks at once."""
+        if woken is None:
+            with self.watch(feed) as own:
+                own.set()
+                async for delivery in self.follow(feed, after, until, woken=own):
+                    yield delivery
+            return
         position = after
-        with self.watch(feed) as woken:
-            while True:
+        while True:
+            if woken.is_set():
                 # Cleared before the read: a wake-up that comes during it is not lost.
                 woken.clear()
                 got = await self.read(feed, position)
                 if isinstance(got, Reset):
                     position = got.position
+                    woken.set()  # and on from there at once
                     yield Delivery(position, None, got.reason)
                     continue
                 for at, payload in got.items:
                     yield Delivery(at, payload)
                 position = got.position
-                timeout = until - time.time()
-                if timeout <= 0:
-                    return
                 if got.full:
+                    woken.set()
                     continue
-                # Not wait_for: on Python 3.11 it swallows a cancellation that comes as the
-                # event is set, and a watch whose caller left would go on reading.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await woken.wait()
+            timeout = until - time.time()
+            if timeout <= 0:
+                return
+            # Not wait_for: on Python 3.11 it swallows a cancellation that comes as the event
+            # is set, and a watch whose caller left would go on reading.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await woken.wait()
 
 
 @dataclass
@@ -279,26 +298,39 @@ async def watching(
     names no reason to stop (WatchEnded PERMISSION_DENIED); at `ends_at` the watch has lasted
     long enough (WatchEnded UNAVAILABLE: the caller resumes, maybe on another replica)."""
     position = after
-    while True:
-        until = min(time.time() + jittered(recheck_seconds), ends_at)
-        if token_expires is not None:
-            until = min(until, token_expires)
-        async for delivery in hub.follow(feed, position, until):
-            yield delivery
-            position = delivery.position
-        if token_expires is not None and time.time() >= token_expires:
-            raise WatchEnded(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "the end user's token expired: resume from the last position with a fresh one",
-            )
-        if time.time() >= ends_at:
-            raise WatchEnded(
-                grpc.StatusCode.UNAVAILABLE,
-                "this watch has lasted its time: resume from the last position",
-            )
-        reason = await still_allowed()
-        if reason is not None:
-            raise WatchEnded(grpc.StatusCode.PERMISSION_DENIED, reason)
+    # Watching across the rechecks: a wake-up during one is kept, and no look is needed after
+    # it otherwise.
+    with hub.watch(feed) as woken:
+        woken.set()
+        while True:
+            until = min(time.time() + jittered(recheck_seconds), ends_at)
+            if token_expires is not None:
+                until = min(until, token_expires)
+            async for delivery in hub.follow(feed, position, until, woken=woken):
+                yield delivery
+                position = delivery.position
+            await _ended(token_expires, ends_at, still_allowed)
+
+
+async def _ended(
+    token_expires: float | None,
+    ends_at: float,
+    still_allowed: Callable[[], Awaitable[str | None]],
+) -> None:
+    """Raises WatchEnded when the watch may not go on."""
+    if token_expires is not None and time.time() >= token_expires:
+        raise WatchEnded(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "the end user's token expired: resume from the last position with a fresh one",
+        )
+    if time.time() >= ends_at:
+        raise WatchEnded(
+            grpc.StatusCode.UNAVAILABLE,
+            "this watch has lasted its time: resume from the last position",
+        )
+    reason = await still_allowed()
+    if reason is not None:
+        raise WatchEnded(grpc.StatusCode.PERMISSION_DENIED, reason)
 
 
 def parse_after(text: str) -> Position | None:
