@@ -83,6 +83,9 @@ class FeedHub:
         self.reader = FeedReader(client, feeds)
         self.poll_seconds = poll_seconds
         self._watchers: dict[str, set[asyncio.Event]] = defaultdict(set)
+        # Counted as they come and go: every new watch asks (its bound), and a sum over the
+        # feeds at each would cost as many steps as there are feeds.
+        self._watching = 0
         # A sequence of this process's wake-ups and new watches; per feed, where its latest is.
         self._seq = 0
         self._last_wake: dict[str, int] = {}
@@ -95,7 +98,7 @@ class FeedHub:
 
     @property
     def watching(self) -> int:
-        return sum(len(w) for w in self._watchers.values())
+        return self._watching
 
     @contextlib.contextmanager
     def watch(self, feed: str) -> Iterator[asyncio.Event]:
@@ -103,6 +106,7 @@ class FeedHub:
         if feed not in self._watchers:
             self._next_look[feed] = time.monotonic() + jittered(self.poll_seconds)
         self._watchers[feed].add(woken)
+        self._watching += 1
         # A read begun before this watch may predate an entry it must see: not to be joined.
         self._mark(feed)
         try:
@@ -111,6 +115,7 @@ class FeedHub:
             watchers = self._watchers.get(feed)
             if watchers is not None:
                 watchers.discard(woken)
+                self._watching -= 1
                 if not watchers:
                     del self._watchers[feed]
                     del self._last_wake[feed]
