@@ -4,14 +4,38 @@ start next to it."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 
+# Below the kernel's ephemeral range (net.ipv4.ip_local_port_range starts at 32768): a port
+# picked here is never handed to an outgoing connection between the pick and the server's bind,
+# which is how a port from bind(0) can be taken before the process that was given it listens.
+# Above the local stack's fixed ports, and below its Redis Cluster's bus ports (27001…).
+_LOW, _HIGH = 20_000, 26_999
+_given: set[int] = set()
 
-def free_port() -> int:
-    """A port nothing listens on right now (the kernel's pick; a race is possible but rare)."""
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, low: int = _LOW, high: int = _HIGH, also_free: int | None = None) -> int:
+    """A port nothing listens on right now and this process has not handed out before.
+
+    `also_free` asks for `port + also_free` to be free as well (a Redis Cluster node's bus port)."""
+    while True:
+        port = random.randint(low, high)
+        if port in _given or not _bindable(port):
+            continue
+        if also_free is not None and not _bindable(port + also_free):
+            continue
+        _given.add(port)
+        return port
 
 
 def stack_redis() -> tuple[str, bool]:

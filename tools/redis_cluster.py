@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,24 +23,15 @@ from pathlib import Path
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 
+from tools import ports
+
 # The local Redis settings (noeviction, AOF); the cluster ones are given on the command line.
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "local" / "redis.conf"
 
 
 def free_port() -> int:
-    """A loopback port whose cluster bus port (+10000) is free too."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port + 10_000 > 65_535:
-            continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10_000))
-            except OSError:
-                continue
-        return port
+    """A loopback port whose cluster bus port (+10000) is free too, both below ephemeral ones."""
+    return ports.free_port(low=18_000, high=22_767, also_free=10_000)
 
 
 def server_args(port: int, directory: Path, *, aof: bool = True) -> list[str]:

@@ -110,7 +110,18 @@ class Service:
 
     async def healthy(self, seconds: float = 30) -> None:
         if await wait([f"grpc:127.0.0.1:{self.health_port}"], seconds):
-            raise RuntimeError(f"{self.name} did not become healthy (see {self.log_path})")
+            raise RuntimeError(self.why_not_healthy())
+
+    def why_not_healthy(self) -> str:
+        """What CI prints when a process never answered: whether it is still running, and how its
+        log ends (the log file itself is gone with the machine)."""
+        state = "still running" if self.running else f"exited {self.proc and self.proc.returncode}"
+        if self._log is not None:
+            self._log.flush()
+        tail = self.log_path.read_text(errors="replace").splitlines()[-25:]
+        return f"{self.name} did not become healthy ({state}); {self.log_path} ends:\n" + "\n".join(
+            tail
+        )
 
     @property
     def running(self) -> bool:
@@ -396,7 +407,7 @@ class ChaosStack:
             gateway.env["GATEWAY_PORT"] = str(gateway.port)
             await gateway.start()
             if await wait([f"http://127.0.0.1:{gateway.port}/healthz"], 30):
-                raise RuntimeError("gateway did not become healthy")
+                raise RuntimeError(gateway.why_not_healthy())
             self.services["gateway"] = gateway
 
     async def _consuming_past(self, fences: Mapping[str, int], seconds: float = 30) -> None:

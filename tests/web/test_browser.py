@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import socket
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, timedelta
 
@@ -34,6 +33,7 @@ from tests.web.support import (
     watched_page,
 )
 from tools.jwt_token import mint
+from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
 
@@ -284,9 +284,7 @@ async def same(state: Awaitable[tuple[int, bool]], expected: tuple[int, bool]) -
 async def docs_gateway() -> AsyncIterator[str]:
     """The gateway app under uvicorn on a free loopback port, its upstreams nowhere (the
     documentation calls none), with production token settings (no JWT_DEV_MODE)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(settings()), host="127.0.0.1", port=port, log_config=None, lifespan="on"
