@@ -31,17 +31,17 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     grpc_health_port: int = 50054
     mysql_pool_size: int = Field(default=8, ge=1)
     # Messages per MySQL transaction (entries are never split, so one may exceed it).
-    flusher_batch_max: int = Field(default=500, ge=1, le=5000)
-    flusher_read_count: int = Field(default=64, ge=1)
-    flusher_block_ms: int = Field(default=1000, ge=1)
-    flusher_max_deliveries: int = Field(default=5, ge=1)
-    flusher_lease_ttl_ms: int = Field(default=10_000, ge=1000)
+    flusher_batch_max: int = Field(default=ConsumerConfig.batch_max, ge=1, le=5000)
+    flusher_read_count: int = Field(default=ConsumerConfig.read_count, ge=1)
+    flusher_block_ms: int = Field(default=ConsumerConfig.block_ms, ge=1)
+    flusher_max_deliveries: int = Field(default=ConsumerConfig.max_deliveries, ge=1)
+    flusher_lease_ttl_ms: int = Field(default=ConsumerConfig.lease_ms, ge=1000)
     flusher_consumer_name: str = Field(default_factory=_default_consumer_name)
     # Every batch commits only while its lease's epoch is the shard's current one. Switching it
     # off is for the fault-injection suite's negative control only: it shows what fencing stops.
     flusher_fencing: bool = True
     # Dead-letter streams keep about this many entries (XADD MAXLEN ~).
-    dead_letter_max_entries: int = Field(default=100_000, ge=100)
+    dead_letter_max_entries: int = Field(default=ConsumerConfig.dead_letter_max, ge=100)
 
     # Retention (docs/retention.md): the live table keeps the newest N messages per conversation.
     prune_enabled: bool = True

@@ -85,7 +85,7 @@ async def liked_in_db(pg: asyncpg.Pool) -> bool:
 async def stale_batch(a: ShardConsumer[LikeEvent]) -> list[Entry]:
     """What A has read and not committed when it stalls."""
     await a.take_over(asyncio.Event())
-    entries = await a._read(">", block=False)
+    entries = await a.read(">", block=False)
     assert len(entries) == 1
     return entries
 
@@ -113,11 +113,11 @@ async def test_a_consumer_fenced_off_by_a_takeover_cannot_commit_its_stale_batch
 
     # A wakes up and applies the batch it read before the stall.
     with pytest.raises(Fenced):
-        await a._apply_with_retry(entries, [a._handler.decode(e) for e in entries], asyncio.Event())
+        await a.apply_with_retry(entries, [a.handler.decode(e) for e in entries], asyncio.Event())
     # Nor can it take new entries meant for B.
     await toggle(likes, True)
     with pytest.raises(Fenced):
-        await a._read(">", block=False)
+        await a.read(">", block=False)
 
     assert not await liked_in_db(pg_admin), "a fenced-off consumer committed a stale like"
     count = await pg_admin.fetchval("SELECT like_count FROM posts WHERE id = 1")
@@ -149,7 +149,7 @@ async def test_without_fencing_the_stale_batch_lands_and_reorders_the_likes(
         pass
     assert not await liked_in_db(pg_admin)
 
-    await a._apply_with_retry(entries, [a._handler.decode(e) for e in entries], asyncio.Event())
+    await a.apply_with_retry(entries, [a.handler.decode(e) for e in entries], asyncio.Event())
 
     assert await liked_in_db(pg_admin)  # the database now says liked; Redis says unliked
 
@@ -251,7 +251,7 @@ async def test_two_takeovers_at_the_same_lease_epoch_leave_only_the_newer_one_ab
     assert not await liked_in_db(pg_admin)
 
     with pytest.raises(Fenced):
-        await a._apply_with_retry(entries, [a._handler.decode(e) for e in entries], asyncio.Event())
+        await a.apply_with_retry(entries, [a.handler.decode(e) for e in entries], asyncio.Event())
 
     assert not await liked_in_db(pg_admin), "a consumer at a reused epoch committed a stale like"
     await toggle(likes, True)
@@ -286,14 +286,14 @@ async def test_a_message_consumer_whose_shard_was_taken_over_cannot_commit(
 
     async def stale(consumer: ShardConsumer[Any]) -> list[Entry]:
         """What `consumer` has read and not committed when it stalls past its lease."""
-        entries = await consumer._read(">", block=False)
+        entries = await consumer.read(">", block=False)
         assert len(entries) == 1
         await asyncio.sleep(LEASE_MS / 1000 + 0.2)
         return entries
 
     async def apply(consumer: ShardConsumer[Any], entries: list[Entry]) -> None:
-        items = [consumer._handler.decode(e) for e in entries]
-        await consumer._apply_with_retry(entries, items, asyncio.Event())
+        items = [consumer.handler.decode(e) for e in entries]
+        await consumer.apply_with_retry(entries, items, asyncio.Event())
 
     # Taken over at a newer epoch, after its lease lapsed.
     a = await leased_consumer("pod-a")
@@ -319,7 +319,7 @@ async def test_a_message_consumer_whose_shard_was_taken_over_cannot_commit(
     with pytest.raises(Fenced):
         await apply(b, entries)
     with pytest.raises(Fenced):
-        await b._read(">", block=False)
+        await b.read(">", block=False)
 
     rows = await admin_db.fetchall("SELECT msg_id FROM zalo_messages ORDER BY msg_id")
     assert [r[0] for r in rows] == ["m1", "m2"]

@@ -9,8 +9,8 @@ import pytest
 import redis.asyncio as redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from services.runtime import lua
 from services.runtime.redis_client import _ClosedUnderUs
-from services.streams.consumer import _READ_NEW
 
 pytestmark = pytest.mark.asyncio
 
@@ -25,7 +25,7 @@ async def test_a_re_sent_read_returns_the_entries_the_lost_reply_carried(
     ids = [await redis_client.xadd(STREAM, {"n": str(i)}) for i in range(3)]
     await redis_client.set(LEASE, "me")
     await redis_client.set(EPOCH, "1")
-    read = redis_client.register_script(_READ_NEW)
+    read = redis_client.register_script(lua.source("services.streams.consumer", "read_new"))
     args: list[str | int | bytes] = ["flusher", "c", 2, "me", "1", "0"]
 
     lost: Any = await read(keys=[STREAM, LEASE, EPOCH], args=args)  # its reply never arrives

@@ -29,7 +29,7 @@ from services.flusher.maintenance.builder import PRUNE_PREFIX
 from services.flusher.maintenance.prune import PruneQueue
 from services.gateway.rate_limit import RateLimiter
 from services.ingest.repository import BacklogFull, MessageStreamRepository
-from services.runtime import redis_client
+from services.runtime import lua, redis_client
 from services.runtime.redis_client import DurableScripts, NotReplicated
 from services.streams.consumer import failures_key
 from services.streams.likes import COMMENT, POST, LikeStreams
@@ -46,10 +46,13 @@ def slot(key: str) -> int:
 
 
 def registered_scripts() -> dict[str, str]:
-    """Every Lua script a service registers: 'module:NAME' → its text."""
+    """Every Lua script a service registers, as Redis gets it: 'module:NAME' (a script put
+    together in Python, `client.register_script(NAME)`) or 'module:lua/name' (a .lua file as is,
+    `lua.register(client, __package__, "name")`) → its text."""
     found: dict[str, str] = {}
     for path in sorted((ROOT / "services").rglob("*.py")):
-        if path.name == "__main__.py":
+        # The loader's own call registers whichever file it is given (counted where it is used).
+        if path.name == "__main__.py" or path == ROOT / "services/runtime/lua.py":
             continue
         tree = ast.parse(path.read_text())
         calls = [
@@ -57,12 +60,17 @@ def registered_scripts() -> dict[str, str]:
             for node in ast.walk(tree)
             if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "register_script"
+            and node.func.attr in ("register_script", "register")
+            and (node.func.attr == "register_script" or ast.unparse(node.func.value) == "lua")
         ]
         if not calls:
             continue
         module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
         for call in calls:
+            if call.func.attr == "register":  # type: ignore[attr-defined]
+                name = ast.literal_eval(call.args[2])
+                found[f"{module.__name__}:lua/{name}"] = lua.source(module.__package__, name)
+                continue
             name = ast.unparse(call.args[0])
             value: Any = module
             for part in name.split("."):
