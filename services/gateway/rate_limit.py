@@ -9,12 +9,7 @@ from typing import Annotated
 import redis.asyncio as redis
 from fastapi import Depends, Request
 
-# Count this call in the current window; the key expires with the window.
-_HIT = """#!lua flags=allow-oom
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return n
-"""
+from services.runtime import lua
 
 
 @dataclass(frozen=True)
@@ -27,7 +22,7 @@ class RateLimiter:
     """At most `limit` calls per `window` seconds per subject."""
 
     def __init__(self, client: redis.Redis, prefix: str, limit: int, window: int) -> None:
-        self._hit = client.register_script(_HIT)
+        self._hit = lua.register(client, __package__, "rate_limit/hit")
         self._prefix = prefix
         self._limit = limit
         self._window = window

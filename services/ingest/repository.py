@@ -33,6 +33,7 @@ from agora.events.v1 import message_events_pb2
 from redis.exceptions import OutOfMemoryError
 
 from services.ingest.config import IngestSettings
+from services.runtime import lua
 from services.runtime.redis_client import DurableScripts, as_cluster
 from services.streams import messages
 from services.streams.producer import LUA_APPEND, publishing
@@ -40,177 +41,15 @@ from services.streams.producer import LUA_APPEND, publishing
 # How long a reservation holds room if its call never completes (its process died).
 RESERVATION_TTL_MS = 30_000
 
-# The shard's backlog with the room held by calls between their two steps (cluster only): a hash
-# call id → units:bytes:expiry. Expired ones are dropped as they are seen. `now` is the caller's
-# clock (ms): a few seconds of skew between ingest processes only moves when a dead process's
-# reservation is dropped.
-_LUA_USED = """
-local function reserved(key, now)
-  local units, size = 0, 0
-  local all = redis.call('HGETALL', key)
-  for i = 1, #all, 2 do
-    local u, b, expires = string.match(all[i + 1], '^(%d+):(%d+):(%d+)$')
-    if tonumber(expires) <= now then
-      redis.call('HDEL', key, all[i])
-    else
-      units = units + tonumber(u)
-      size = size + tonumber(b)
-    end
-  end
-  return units, size
-end
-local function used(units_key, bytes_key, reserved_key, now)
-  local r_units, r_size = reserved(reserved_key, now)
-  return tonumber(redis.call('GET', units_key) or '0') + r_units,
-         tonumber(redis.call('GET', bytes_key) or '0') + r_size
-end
-"""
-
-# Fair shares. Counts of messages appended, halving every `half_life` ms: the shard's key holds
-# "t s at" (its count, and the sum of its accounts' counts squared), an account's key "c at".
-# Stamps only move forward, so an ingest process whose clock lags another's decays nothing rather
-# than undoing a decay (the clock is the caller's: ingest's Redis user may not run TIME).
-_LUA_RATES = """
-local function decay(at, now, half_life)
-  if now <= at then return 1 end
-  return 0.5 ^ ((now - at) / half_life)
-end
--- t, s and c decayed to now, and the stamps to store them under.
-local function rates(shard_key, account_key, now, half_life)
-  local t, s, c, shard_at, account_at = 0, 0, 0, now, now
-  local shard = redis.call('GET', shard_key)
-  if shard then
-    local rt, rs, at = string.match(shard, '^(%S+) (%S+) (%S+)$')
-    local d = decay(tonumber(at), now, half_life)
-    t, s, shard_at = tonumber(rt) * d, tonumber(rs) * d * d, math.max(now, tonumber(at))
-  end
-  local own = redis.call('GET', account_key)
-  if own then
-    local rc, at = string.match(own, '^(%S+) (%S+)$')
-    c = tonumber(rc) * decay(tonumber(at), now, half_life)
-    account_at = math.max(now, tonumber(at))
-  end
-  return t, s, c, shard_at, account_at
-end
--- 0 when the account is within its share, else the ms after which it may be again. Its share is
--- `share` times the others' typical count: their mean weighted by count, (s - c^2) / (t - c), the
--- rate the others' messages come at (a crowd of nearly idle accounts does not drag it down).
--- Alone on the shard (less than one message from anyone else) there is nobody to be fair to.
-local function over_share(shard_key, account_key, now, share, half_life)
-  local t, s, c = rates(shard_key, account_key, now, half_life)
-  local others = t - c
-  if others < 1 then return 0 end
-  local limit = share * math.max(s - c * c, 0) / others
-  if c <= limit then return 0 end
-  if limit <= 0 then return half_life end
-  -- When its count will have decayed to the limit, if nobody else sends meanwhile.
-  local wait = math.ceil(half_life * math.log(c / limit) / math.log(2))
-  return math.min(half_life, math.max(1000, wait))
-end
-local function count_rates(shard_key, account_key, now, half_life, ttl, units)
-  local t, s, c, shard_at, account_at = rates(shard_key, account_key, now, half_life)
-  local after = c + units
-  redis.call('SET', shard_key,
-             string.format('%.17g %.17g %d', t + units, s - c * c + after * after, shard_at),
-             'PX', ttl)
-  redis.call('SET', account_key, string.format('%.17g %d', after, account_at), 'PX', ttl)
-end
-"""
-
-# One Redis: the whole call in one step. The shebang makes a Redis at maxmemory refuse the whole
-# script (OOM). Returns {'stored'}, {'full'}, or {'share', i, ms}: the i-th shard (from 0) refuses
-# its entry's account for `ms` (an account over its share is told so even where a shard is full).
-# Rates are counted only past the watch level (a quarter of the pressure level): a shard that
-# keeps up pays nothing for fair shares and keeps no key per account.
-# KEYS: per shard its messages counter, bytes counter, reservations, stream, rates, account rate.
-# ARGV: messages bound, bytes bound (per shard), now (ms), pressure in messages and in bytes,
-# share, half-life ms, rates ttl ms, watch level in messages and in bytes; then per shard its
-# messages and encoded entry.
-_APPEND = (
-    "#!lua\n"
-    + LUA_APPEND
-    + _LUA_USED
-    + _LUA_RATES
-    + """
-local BOUND, BYTES, NOW = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local PRESSURE, PRESSURE_BYTES = tonumber(ARGV[4]), tonumber(ARGV[5])
-local SHARE, HALF_LIFE, TTL = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local WATCH, WATCH_BYTES = tonumber(ARGV[9]), tonumber(ARGV[10])
-local K, FIRST, STEP = 6, 11, 1 + ENTRY_LENGTH
-local full, watched = false, {}
-for s = 0, #KEYS / K - 1 do
-  local k, at = s * K, FIRST + s * STEP
-  local units, size = tonumber(ARGV[at]), entry_bytes(at + 1)
-  local u, b = used(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], NOW)
-  if u + units > PRESSURE or b + size > PRESSURE_BYTES then
-    local wait = over_share(KEYS[k + 5], KEYS[k + 6], NOW, SHARE, HALF_LIFE)
-    if wait > 0 then return {'share', s, wait} end
-  end
-  if u + units > BOUND or b + size > BYTES then full = true end
-  watched[s] = u + units > WATCH or b + size > WATCH_BYTES
-end
-if full then return {'full'} end
-for s = 0, #KEYS / K - 1 do
-  local k, at = s * K, FIRST + s * STEP
-  append_entry(KEYS[k + 4], at + 1)
-  redis.call('INCRBY', KEYS[k + 1], ARGV[at])
-  redis.call('INCRBY', KEYS[k + 2], entry_bytes(at + 1))
-  if watched[s] then
-    count_rates(KEYS[k + 5], KEYS[k + 6], NOW, HALF_LIFE, TTL, tonumber(ARGV[at]))
-  end
-end
-return {'stored'}
-"""
-)
-
-# Cluster, step 1 on one shard: hold room for the call ({'held', 1 when step 2 counts its rates
-# (past the watch level) else 0}), or refuse ({'full'}, {'share', 0, ms}).
-# KEYS: messages counter, bytes counter, reservations, rates, account rate.
-# ARGV: messages bound, bytes bound, now (ms), call id, messages, bytes, ttl ms, pressure in
-# messages and in bytes, share, half-life ms, watch level in messages and in bytes.
-_RESERVE = (
-    "#!lua\n"
-    + _LUA_USED
-    + _LUA_RATES
-    + """
-local now, units, size = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local u, b = used(KEYS[1], KEYS[2], KEYS[3], now)
-if u + units > tonumber(ARGV[8]) or b + size > tonumber(ARGV[9]) then
-  local wait = over_share(KEYS[4], KEYS[5], now, tonumber(ARGV[10]), tonumber(ARGV[11]))
-  if wait > 0 then return {'share', 0, wait} end
-end
-if u + units > tonumber(ARGV[1]) or b + size > tonumber(ARGV[2]) then return {'full'} end
-redis.call('HSET', KEYS[3], ARGV[4], units .. ':' .. size .. ':' .. (now + tonumber(ARGV[7])))
-if u + units > tonumber(ARGV[12]) or b + size > tonumber(ARGV[13]) then return {'held', 1} end
-return {'held', 0}
-"""
-)
-
-# Cluster, step 2 on one shard: append the entry, count it (backlog, and rates when step 1 said
-# so), drop its reservation. KEYS: messages counter, bytes counter, reservations, stream, rates,
-# account rate. ARGV: call id, messages, now (ms), half-life ms, rates ttl ms, count rates (1/0),
-# then the encoded entry.
-_COMMIT = (
-    "#!lua\n"
-    + LUA_APPEND
-    + _LUA_RATES
-    + """
-local id = append_entry(KEYS[4], 7)
-redis.call('INCRBY', KEYS[1], ARGV[2])
-redis.call('INCRBY', KEYS[2], entry_bytes(7))
-redis.call('HDEL', KEYS[3], ARGV[1])
-if ARGV[6] == '1' then
-  count_rates(KEYS[5], KEYS[6], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-              tonumber(ARGV[2]))
-end
-return id
-"""
-)
-
-# Cluster, a refused call: give back the room step 1 held. KEYS: reservations. ARGV: call id.
-_RELEASE = """#!lua flags=allow-oom
-return redis.call('HDEL', KEYS[1], ARGV[1])
-"""
+# The append's scripts (lua/repository/): one Redis takes a call in one step (append.lua), a
+# Redis Cluster in two per shard (reserve.lua, then commit.lua; release.lua gives back the room
+# a refused call held). used.lua and rates.lua are the backlog and fair-share functions they call.
+_LUA_USED = lua.library(__package__, "repository/used")
+_LUA_RATES = lua.library(__package__, "repository/rates")
+_APPEND = lua.source(__package__, "repository/append", before=(LUA_APPEND, _LUA_USED, _LUA_RATES))
+_RESERVE = lua.source(__package__, "repository/reserve", before=(_LUA_USED, _LUA_RATES))
+_COMMIT = lua.source(__package__, "repository/commit", before=(LUA_APPEND, _LUA_RATES))
+_RELEASE = lua.source(__package__, "repository/release")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ import redis.asyncio as redis
 
 from services.likes import metrics
 from services.likes.errors import EarlierToggleUnflushed
+from services.runtime import lua
 from services.runtime.redis_client import REDIS_ERRORS, DurableScripts
 from services.streams.likes import LikeStreams, TargetKind, member, unflushed
 
@@ -48,32 +49,9 @@ BUSY = "busy:"
 # warming a SET (its database read is bounded by POSTGRES_TIMEOUT_SECONDS).
 TOKEN_TTL_SECONDS = 3600
 
-# The likes user may not DEL (deploy/local/stack.sh, write_redis_acl): a non-positive EXPIRE
-# removes the SET the same way.
-# KEYS: liked SET, last-op hash, guard. ARGV: member, busy value, busy ms.
-# 0: the user's toggle of this target is not flushed yet (wait). 1: go ahead — a dead-lettered
-# toggle of the target is forgotten (it must never be replayed over this newer one), the SET is
-# deleted and the guard is busy.
-BEGIN = """#!lua flags=allow-oom
-local op = redis.call('HGET', KEYS[2], ARGV[1])
-if op and string.sub(op, 1, 5) ~= 'dead:' then return 0 end
-if op then redis.call('HDEL', KEYS[2], ARGV[1]) end
-redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
-redis.call('EXPIRE', KEYS[1], 0)
-return 1
-"""
+BEGIN = lua.source(__package__, "direct_writes/begin")
 
-# KEYS: liked SET, guard. ARGV: busy value, fresh token, token ttl. The write is in PostgreSQL:
-# any SET warmed meanwhile goes, and the guard gets a fresh token — unless another direct write of
-# the user is still busy (its own end will, after its commit).
-END = """#!lua flags=allow-oom
-redis.call('EXPIRE', KEYS[1], 0)
-local guard = redis.call('GET', KEYS[2])
-if guard == ARGV[1] or not guard or string.sub(guard, 1, 5) ~= 'busy:' then
-  redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
-end
-return 1
-"""
+END = lua.source(__package__, "direct_writes/end")
 
 
 class DirectWrites:

@@ -32,108 +32,15 @@ from services.likes import metrics
 from services.likes.access import AccessCache
 from services.likes.direct_writes import BUSY
 from services.likes.errors import BacklogFull, ColdSetError
+from services.runtime import lua
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import LikeStreams, TargetKind, member, unflushed
 from services.streams.producer import LUA_APPEND, publishing
 
-# Warm KEYS[1] from ARGV[from..]: how many members the database has, those members, then the
-# user's unflushed toggles as read before the database ('+<member>' a like, '-<member>' an
-# unlike). Read before, not in here: the flusher forgets a toggle once committed, so toggles read
-# now could miss one that the database read, made earlier, missed too. The '_' member keeps a
-# user who liked nothing from looking cold; unpack() takes at most 5,000 members at a time
-# (Lua's stack limit is near 8,000).
-_WARM_BODY = """
-local function warm(from)
-  redis.call('SADD', KEYS[1], '_')
-  local last = from + tonumber(ARGV[from])
-  for i = from + 1, last, 5000 do
-    redis.call('SADD', KEYS[1], unpack(ARGV, i, math.min(i + 4999, last)))
-  end
-  for i = last + 1, #ARGV do
-    if string.sub(ARGV[i], 1, 1) == '+' then
-      redis.call('SADD', KEYS[1], string.sub(ARGV[i], 2))
-    else
-      redis.call('SREM', KEYS[1], string.sub(ARGV[i], 2))
-    end
-  end
-end
-"""
-
-# May the SET at KEYS[1] be warmed from a database read made after reading `token` off the
-# user's direct-write guard? Not while a sync or counterless pod writes the user's likes (-3:
-# wait), nor once one wrote since the read (-1: read again); 1 otherwise (services/likes/
-# direct_writes.py).
-_GUARD_BODY = """
-local function may_warm(guard_key, token)
-  local guard = redis.call('GET', guard_key)
-  if guard and string.sub(guard, 1, 5) == 'busy:' then return -3 end
-  if (guard or '') ~= token then return -1 end
-  return 1
-end
-"""
-
-# One atomic step: the SET never changes without its event. Returns 1 changed, 0 already so,
-# -1 cold (ask again with the database's members), -2 the shard's backlog is full, -3 a direct
-# pod is writing the user's likes in the course (ask again in a moment). Declared with a shebang
-# so a Redis at maxmemory refuses the whole script up front (OOM) instead of letting it run past
-# the limit.
-# KEYS: liked set, stream, last-ops hash, the stream's bytes counter, direct-write guard.
-# ARGV: member, op ('like' | 'unlike'), ttl, the encoded stream entry (ENTRY_LENGTH items),
-# backlog entries bound, backlog bytes bound, the guard's token read before the members (or ''),
-# warm ('1' when what warm() takes follows), what warm() takes...
-TOGGLE = (
-    "#!lua\n"
-    + LUA_APPEND
-    + _WARM_BODY
-    + _GUARD_BODY
-    + """
-local BOUND = 4 + ENTRY_LENGTH
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local allowed = may_warm(KEYS[5], ARGV[BOUND + 2])
-  if allowed ~= 1 then return allowed end
-  if ARGV[BOUND + 3] ~= '1' then return -1 end
-  warm(BOUND + 4)
-end
-local like = ARGV[2] == 'like'
-if (redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1) == like then
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  return 0
-end
-local size = entry_bytes(4)
-if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[BOUND])
-   or tonumber(redis.call('GET', KEYS[4]) or '0') + size > tonumber(ARGV[BOUND + 1]) then
-  return -2
-end
-if like then
-  redis.call('SADD', KEYS[1], ARGV[1])
-else
-  redis.call('SREM', KEYS[1], ARGV[1])
-end
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-local id = append_entry(KEYS[2], 4)
-redis.call('INCRBY', KEYS[4], size)
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. id)
-redis.call('EXPIRE', KEYS[3], ARGV[3])
-return 1
-"""
-)
-
-# KEYS: liked set, direct-write guard. ARGV: ttl, the guard's token read before the members (or
-# ''), what warm() takes... Returns 1 warmed, 0 warm already, -1 / -3 as may_warm (not warmed:
-# the caller answers from its read without keeping it).
-WARM = (
-    "#!lua\n"
-    + _WARM_BODY
-    + _GUARD_BODY
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local allowed = may_warm(KEYS[2], ARGV[2])
-if allowed ~= 1 then return allowed end
-warm(3)
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return 1
-"""
-)
+_WARM_BODY = lua.library(__package__, "redis_store/warm_from")
+_GUARD_BODY = lua.library(__package__, "redis_store/may_warm")
+TOGGLE = lua.source(__package__, "redis_store/toggle", before=(LUA_APPEND, _WARM_BODY, _GUARD_BODY))
+WARM = lua.source(__package__, "redis_store/warm", before=(_WARM_BODY, _GUARD_BODY))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar
 
 import redis.asyncio as redis
 
-from services.runtime import errors
+from services.runtime import errors, lua
 
 R = TypeVar("R")
 
@@ -50,35 +50,6 @@ class ShardedLayout(Protocol):
     def lease_epoch_key(self, shard: int) -> str: ...
 
 
-# KEYS: the member set. ARGV: member, now ms, ttl ms. This replica is alive, the silent ones are
-# dropped; returns how many are alive.
-_HEARTBEAT = """#!lua flags=allow-oom
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
-return redis.call('ZCARD', KEYS[1])
-"""
-# KEYS: lease, epoch counter. ARGV: holder, ttl ms. A free lease is taken with the next epoch.
-_ACQUIRE = """#!lua flags=allow-oom
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
-end
-return 0
-"""
-# KEYS: lease. ARGV: holder, ttl ms. Only the holder extends (or gives back) its lease.
-_RENEW = """#!lua flags=allow-oom
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-_RELEASE = """#!lua flags=allow-oom
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-
 class ShardLeases:
     """Lease bookkeeping for one family of sharded streams."""
 
@@ -90,10 +61,10 @@ class ShardLeases:
         self.shards = layout.shards
         self.member = member
         self.ttl_ms = ttl_ms
-        self._heartbeat = client.register_script(_HEARTBEAT)
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
+        self._heartbeat = lua.register(client, __package__, "leases/heartbeat")
+        self._acquire = lua.register(client, __package__, "leases/acquire")
+        self._renew = lua.register(client, __package__, "leases/renew")
+        self._release = lua.register(client, __package__, "leases/release")
 
     def _key(self, shard: int) -> str:
         return self._layout.lease_key(shard)

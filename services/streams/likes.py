@@ -20,6 +20,7 @@ from agora.forum.v1 import like_service_pb2
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.runtime import lua
 from services.streams.entries import Entry, PoisonEntry
 
 LikeChanged = like_events_pb2.LikeChanged
@@ -171,37 +172,11 @@ def unflushed(ops: Mapping[Any, Any]) -> dict[str, bool]:
     return found
 
 
-# KEYS: last-op hashes (one shard: one hash tag). ARGV: (key index, member, value) triples.
-# Delete each field still holding exactly the flushed value. allow-oom: deleting frees memory.
-FORGET_FLUSHED = """#!lua flags=allow-oom
-for i = 1, #ARGV, 3 do
-  local key = KEYS[tonumber(ARGV[i])]
-  if redis.call('HGET', key, ARGV[i + 1]) == ARGV[i + 2] then
-    redis.call('HDEL', key, ARGV[i + 1])
-  end
-end
-return 1
-"""
+FORGET_FLUSHED = lua.source(__package__, "likes/forget_flushed")
 
-# Same arguments: mark each field still holding exactly the dead-lettered value as dead.
-MARK_DEAD = """#!lua flags=allow-oom
-for i = 1, #ARGV, 3 do
-  local key = KEYS[tonumber(ARGV[i])]
-  if redis.call('HGET', key, ARGV[i + 1]) == ARGV[i + 2] then
-    redis.call('HSET', key, ARGV[i + 1], 'dead:' .. ARGV[i + 2])
-  end
-end
-return 1
-"""
+MARK_DEAD = lua.source(__package__, "likes/mark_dead")
 
-# KEYS: dirty posts, dirty comments. ARGV: how many post ids, the post ids, the comment ids.
-# allow-oom: a mark must not be lost when Redis is full (the sets hold ids, bounded by targets).
-MARK_DIRTY = """#!lua flags=allow-oom
-local posts = tonumber(ARGV[1])
-for i = 2, posts + 1 do redis.call('SADD', KEYS[1], ARGV[i]) end
-for i = posts + 2, #ARGV do redis.call('SADD', KEYS[2], ARGV[i]) end
-return 1
-"""
+MARK_DIRTY = lua.source(__package__, "likes/mark_dirty")
 
 
 def decode(entry: Entry) -> like_events_pb2.LikeChanged:

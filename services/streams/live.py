@@ -31,6 +31,7 @@ import redis.asyncio as redis
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.runtime import lua
 from services.runtime.redis_client import DurableScripts
 
 log = logging.getLogger(__name__)
@@ -113,67 +114,14 @@ class LiveFeeds:
         return self.wake(zlib.crc32(feed.encode()) % self.wake_shards)
 
 
-# KEYS: the feed. ARGV: oldest id to keep (ms), most entries to keep, seconds to keep the key,
-# then the payloads in order. Returns the id of the last one added. Trims exactly and records the
-# newest id it removed as the stream's max-deleted-entry-id (XSETID): Redis records only what XDEL
-# removes, and a reader needs it to tell a resume that missed nothing from one that did.
-# allow-oom: the flusher adds these before it ACKs the batch that frees memory, so refusing them
-# when Redis is full would stall the flush; each call adds one batch's events and trims as much.
-APPEND = """#!lua flags=allow-oom
-local id
-for i = 4, #ARGV do
-  id = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i])
-end
-local removed
-local older = redis.call('XREVRANGE', KEYS[1], '(' .. ARGV[1] .. '-0', '-', 'COUNT', 1)
-if #older > 0 then
-  removed = older[1][1]
-  redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
-end
-local over = redis.call('XLEN', KEYS[1]) - tonumber(ARGV[2])
-if over > 0 then
-  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', over)
-  removed = oldest[#oldest][1]
-  redis.call('XTRIM', KEYS[1], 'MAXLEN', ARGV[2])
-end
-if removed then redis.call('XSETID', KEYS[1], id, 'MAXDELETEDID', removed) end
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return id
-"""
+APPEND = lua.source(__package__, "live/append")
 
-# KEYS: the feed. ARGV: the position to read after, how many (0: none). Returns {0} when there
-# is no feed, else {1, last id, newest id a trim removed, entries after the position}: one atomic
-# look, so a trim cannot fall between the check and the read.
-READ = """#!lua flags=no-writes
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local last, deleted = '0-0', '0-0'
-for i = 1, #info, 2 do
-  if info[i] == 'last-generated-id' then last = info[i + 1] end
-  if info[i] == 'max-deleted-entry-id' then deleted = info[i + 1] end
-end
-local entries = {}
-if tonumber(ARGV[2]) > 0 then
-  entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
-end
-return {1, last, deleted, entries}
-"""
+READ = lua.source(__package__, "live/read")
 
 # Wake streams only say "this feed has something new": a reader that fell behind their bound
 # re-reads every feed it watches.
 WAKE_MAXLEN = 100_000
-# KEYS: a wake stream. ARGV: the feeds to name there. allow-oom as APPEND: a few bytes each,
-# bounded by WAKE_MAXLEN, so watchers stay prompt while Redis is full.
-WAKE = (
-    """#!lua flags=allow-oom
-for i = 1, #ARGV do
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', '"""
-    + str(WAKE_MAXLEN)
-    + """', '*', 'k', ARGV[i])
-end
-return #ARGV
-"""
-)
+WAKE = lua.source(__package__, "live/wake", before=(f"local WAKE_MAXLEN = {WAKE_MAXLEN}",))
 
 
 class LivePublisher:

@@ -15,24 +15,15 @@ from google.protobuf.message import Message
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
+from services.runtime import lua
 from services.streams import entries
 
 _tracer = trace.get_tracer(__name__)
 
-# Include in a producer script. append_entry(stream, first) XADDs the entry whose ENCODED_LENGTH
-# field/value items start at ARGV[first] and returns its id; entry_bytes(first) is its weight.
-LUA_APPEND = f"""
-local ENTRY_LENGTH = {entries.ENCODED_LENGTH}
-local function append_entry(stream, first)
-  return redis.call('XADD', stream, '*', unpack(ARGV, first, first + ENTRY_LENGTH - 1))
-end
--- What the entry at ARGV[first] weighs against a byte bound (entries.stored_bytes).
-local function entry_bytes(first)
-  local n = 0
-  for i = first, first + ENTRY_LENGTH - 1 do n = n + #ARGV[i] end
-  return n
-end
-"""
+# Put in front of a producer script (lua.source's `before`): append_entry and entry_bytes.
+LUA_APPEND = f"local ENTRY_LENGTH = {entries.ENCODED_LENGTH}\n" + lua.library(
+    __package__, "producer/append_entry"
+)
 
 
 @dataclass(frozen=True)

@@ -14,42 +14,13 @@ from dataclasses import dataclass
 import redis.asyncio as redis
 from redis.commands.core import AsyncScript
 
+from services.runtime import lua
 from services.streams import likes, messages
 from services.streams.entries import DEAD_LETTER_FIELDS, FIELD_SOURCE_ID, Entry, encode
 from services.streams.producer import LUA_APPEND
 
-# KEYS: stream, units counter, bytes counter. ARGV: units, the encoded entry.
-_REPLAY_MESSAGE = (
-    "#!lua\n"
-    + LUA_APPEND
-    + """
-local id = append_entry(KEYS[1], 2)
-redis.call('INCRBY', KEYS[2], ARGV[1])
-redis.call('INCRBY', KEYS[3], entry_bytes(2))
-return id
-"""
-)
-
-# KEYS: last-op hash, stream, liked SET, the stream's bytes counter.
-# ARGV: member, the dead field value to expect, op, the encoded entry.
-_REPLAY_LIKE = (
-    "#!lua\n"
-    + LUA_APPEND
-    + """
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return false end
-local id = append_entry(KEYS[2], 4)
-redis.call('INCRBY', KEYS[4], entry_bytes(4))
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. ':' .. id)
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  if ARGV[3] == 'like' then
-    redis.call('SADD', KEYS[3], ARGV[1])
-  else
-    redis.call('SREM', KEYS[3], ARGV[1])
-  end
-end
-return id
-"""
-)
+_REPLAY_MESSAGE = lua.source(__package__, "replay/message", before=(LUA_APPEND,))
+_REPLAY_LIKE = lua.source(__package__, "replay/like", before=(LUA_APPEND,))
 
 
 @dataclass(frozen=True)

@@ -22,36 +22,12 @@ from redis.exceptions import LockError
 
 from services.flusher.maintenance import metrics
 from services.flusher.maintenance.retention_repository import RetentionRepository
+from services.runtime import lua
 from services.runtime.errors import is_transient
 from services.runtime.loops import repeat
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
-
-# Move expired leases back to due, then claim up to ARGV[2] due conversations with a lease.
-# KEYS: due, running. ARGV: now ms, limit, lease ms.
-_CLAIM = """#!lua flags=allow-oom
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
-for _, member in ipairs(expired) do
-  redis.call('ZREM', KEYS[2], member)
-  redis.call('ZADD', KEYS[1], 'NX', ARGV[1], member)
-end
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-for _, member in ipairs(due) do
-  redis.call('ZREM', KEYS[1], member)
-  redis.call('ZADD', KEYS[2], tonumber(ARGV[1]) + tonumber(ARGV[3]), member)
-end
-return due
-"""
-
-
-# KEYS: due. ARGV: due time, conversation ids. Schedule each unless already due (ZADD NX).
-# allow-oom: scheduled after a COMMIT, right before the ACK that frees memory, so it must not
-# be refused when Redis is full (the set holds at most one member per conversation).
-_SCHEDULE = """#!lua flags=allow-oom
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'NX', ARGV[1], ARGV[i]) end
-return 1
-"""
 
 
 def _now_ms() -> int:
@@ -66,8 +42,8 @@ class PruneQueue:
         # One hash tag: the claim script moves members between the two (one slot on a cluster).
         self.due_key = f"{prefix}:{{prune}}:due"
         self.running_key = f"{prefix}:{{prune}}:running"
-        self._claim = client.register_script(_CLAIM)
-        self._schedule = client.register_script(_SCHEDULE)
+        self._claim = lua.register(client, __package__, "prune/claim")
+        self._schedule = lua.register(client, __package__, "prune/schedule")
 
     async def schedule(self, conversation_ids: set[int], debounce_ms: int) -> None:
         if conversation_ids:
