@@ -13,11 +13,12 @@ from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.streams.live import LiveFeeds
 from services.timeline.config import TimelineSettings
+from services.timeline.feed_hub import FeedHub
 from services.timeline.forum_handlers import ForumReadHandlers
 from services.timeline.forum_repository import ForumReadRepository
 from services.timeline.handlers import TimelineHandlers
 from services.timeline.repository import TimelineRepository
-from services.timeline.watch import FeedHub, Watches
+from services.timeline.watch import Watches
 
 MESSAGING = timeline_service_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name
 FORUM = forum_read_service_pb2.DESCRIPTOR.services_by_name["ForumReadService"].full_name

@@ -1,283 +1,29 @@
-"""Following live feeds for WatchInbox and WatchCourse (docs/live.md).
-
-A watcher reads its feed from its own position, always: the hub only wakes it. The hub reads the
-wake streams (one blocking read per wake shard for the whole process) and sets the event of every
-watcher of a feed named there; a watcher clears its event before each read, so a wake-up that
-comes during a read is never lost. Wake streams are bounded, and a process can be away from Redis:
-every watched feed is also looked at every LIVE_POLL_SECONDS, and after any trouble reading the
-wake streams the hub wakes every watcher. Nothing is delivered out of a buffer the process keeps,
-so a process killed at any point loses nothing: the client resumes elsewhere from its last
-position.
-"""
+"""One watch of WatchInbox or WatchCourse, as long as its caller may watch: its end user's token
+expiry, the recheck of its access, its age, and its responses (docs/live.md). The feeds are
+followed by the process's FeedHub (feed_hub.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import math
 import random
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
 import grpc
-import redis.asyncio as redis
 from cachetools import LRUCache, TTLCache
 from google.protobuf.message import Message
 from opentelemetry import trace
 
 from services.domain.live import POSITION_HEADER
 from services.runtime.grpc_errors import FieldViolation, abort
-from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.tokens import TokenError, TokenVerifier
 from services.runtime.trace_context import links_to
-from services.streams.live import Entries, FeedReader, LiveFeeds, Position, Reset
+from services.streams.live import Position
+from services.timeline.feed_hub import Delivery, FeedHub, jittered
 
 R = TypeVar("R", bound=Message)
-log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
-
-# Entries read per look: a watcher far behind catches up in pages of this size.
-PAGE = 200
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One entry of a feed (payload set) or a reset (payload None), with its position."""
-
-    position: Position
-    payload: bytes | None
-    reason: str = ""
-
-
-class FeedHub:
-    """The watchers of this process, by feed; the wake readers that rouse them; and the reads
-    they share.
-
-    Watchers of one feed woken together are mostly at the same position, so a read of a feed
-    after a position is shared by every watcher that asks for it while it is in flight, as long
-    as it began after the feed's latest wake-up and the asker's own start: a read begun before
-    either may have missed an entry that the asker must see. The look without a
-    wake-up (LIVE_POLL_SECONDS) is per feed too, so a thousand watchers of one course cost one
-    read a period, not a thousand.
-    """
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        feeds: LiveFeeds,
-        poll_seconds: float,
-        block_ms: int = 2000,
-        concurrent_reads: int = 32,
-    ) -> None:
-        self._redis = client
-        self._block_ms = block_ms
-        # Feed reads at once, below the client's connections (the wake readers hold one each):
-        # thousands of watchers woken together queue here instead of exhausting the pool (the
-        # cluster client fails at once when its pool is empty).
-        self._reads = asyncio.Semaphore(concurrent_reads)
-        self.feeds = feeds
-        self.reader = FeedReader(client, feeds)
-        self.poll_seconds = poll_seconds
-        self._watchers: dict[str, set[asyncio.Event]] = defaultdict(set)
-        # Counted as they come and go: every new watch asks (its bound), and a sum over the
-        # feeds at each would cost as many steps as there are feeds.
-        self._watching = 0
-        # A sequence of this process's wake-ups and new watches; per feed, where its latest is.
-        self._seq = 0
-        self._last_wake: dict[str, int] = {}
-        self._next_look: dict[str, float] = {}
-        self._shared: dict[tuple[str, Position], _SharedRead] = {}
-
-    async def head(self, feed: str) -> Position:
-        async with self._reads:
-            return await self.reader.head(feed)
-
-    @property
-    def watching(self) -> int:
-        return self._watching
-
-    @contextlib.contextmanager
-    def watch(self, feed: str) -> Iterator[asyncio.Event]:
-        woken = asyncio.Event()
-        if feed not in self._watchers:
-            self._next_look[feed] = time.monotonic() + jittered(self.poll_seconds)
-        self._watchers[feed].add(woken)
-        self._watching += 1
-        # A read begun before this watch may predate an entry it must see: not to be joined.
-        self._mark(feed)
-        try:
-            yield woken
-        finally:
-            watchers = self._watchers.get(feed)
-            if watchers is not None:
-                watchers.discard(woken)
-                self._watching -= 1
-                if not watchers:
-                    del self._watchers[feed]
-                    del self._last_wake[feed]
-                    del self._next_look[feed]
-
-    def _mark(self, feed: str) -> None:
-        self._seq += 1
-        self._last_wake[feed] = self._seq
-
-    def _wake(self, feed: str) -> None:
-        watchers = self._watchers.get(feed)
-        if not watchers:
-            return
-        self._mark(feed)
-        for woken in watchers:
-            woken.set()
-
-    def _wake_all(self) -> None:
-        for feed in list(self._watchers):
-            self._wake(feed)
-
-    async def read(self, feed: str, after: Position) -> Entries | Reset:
-        """The feed after `after` (a page), shared with the other watchers asking the same."""
-        key = (feed, after)
-        shared = self._shared.get(key)
-        if shared is None or shared.begun < self._last_wake.get(feed, 0):
-            shared = _SharedRead(self._seq, asyncio.ensure_future(self._read(feed, after)))
-            self._shared[key] = shared
-            shared.result.add_done_callback(lambda done: self._forget(key, shared, done))
-        # Shielded: a watcher that leaves does not cancel the read the others wait for.
-        return await asyncio.shield(shared.result)
-
-    def _forget(
-        self, key: tuple[str, Position], shared: _SharedRead, done: asyncio.Future[Any]
-    ) -> None:
-        if self._shared.get(key) is shared:
-            del self._shared[key]
-        if not done.cancelled():
-            done.exception()  # retrieved: the watchers that left do not leave it unheard
-
-    async def _read(self, feed: str, after: Position) -> Entries | Reset:
-        async with self._reads:
-            return await self.reader.after(feed, after, PAGE)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Read every wake stream and look at due feeds until `stop` (a background job)."""
-        ending = asyncio.Event()
-        readers = [
-            asyncio.create_task(self._follow(wake, ending)) for wake in self.feeds.all_wakes()
-        ]
-        looker = asyncio.create_task(self._look_when_due())
-        try:
-            await stop.wait()
-        finally:
-            looker.cancel()
-            # Each wake reader ends after its blocking read: one cancelled inside it can be left
-            # waiting on its connection for good, and the process would not end.
-            ending.set()
-            _, late = await asyncio.wait([looker, *readers], timeout=self._block_ms / 1000 + 2)
-            for reader in late:
-                reader.cancel()
-
-    async def _look_when_due(self) -> None:
-        """Wake each watched feed once a LIVE_POLL_SECONDS (spread): the look that finds what a
-        lost wake-up would have announced."""
-        tick = min(1.0, self.poll_seconds / 4)
-        while True:
-            await asyncio.sleep(tick)
-            now = time.monotonic()
-            due = [feed for feed, at in self._next_look.items() if at <= now]
-            for feed in due:
-                self._next_look[feed] = now + jittered(self.poll_seconds)
-                self._wake(feed)
-
-    async def _follow(self, wake: str, ending: asyncio.Event) -> None:
-        last: Any = "$"
-        trouble = False
-        while not ending.is_set():
-            try:
-                if last == "$":
-                    # Where the wake stream is now; what came before, each watcher reads itself.
-                    last = "0-0"
-                    if await self._redis.exists(wake):
-                        last = (await self._redis.xinfo_stream(wake))["last-generated-id"]
-                reply: Any = await self._redis.xread({wake: last}, count=1000, block=self._block_ms)
-            except REDIS_ERRORS as exc:
-                if not trouble:
-                    log.warning("live: cannot read %s (feeds are still looked at): %s", wake, exc)
-                trouble = True
-                await asyncio.sleep(1)
-                continue
-            if trouble:
-                # Wake-ups may have come and gone meanwhile: every watcher looks once.
-                trouble = False
-                self._wake_all()
-            for _stream, entries in reply or ():
-                for entry_id, fields in entries:
-                    last = entry_id
-                    feed = fields.get(b"k") or fields.get("k")
-                    if feed is not None:
-                        self._wake(feed.decode() if isinstance(feed, bytes) else str(feed))
-
-    async def follow(
-        self,
-        feed: str,
-        after: Position,
-        until: float,
-        *,
-        woken: asyncio.Event | None = None,
-    ) -> AsyncIterator[Delivery]:
-        """Every entry of `feed` after `after`, then each new one as it comes; a reset (payload
-        None) when `after` is older than what the feed keeps. Returns at `until` (time.time()).
-
-        With `woken` (from `watch(feed)`, held by the caller across calls) the first look waits
-        for a wake-up: the caller read up to `after` while watching, and what came since has set
-        it. Without, this call watches for itself and looks at once."""
-        if woken is None:
-            with self.watch(feed) as own:
-                own.set()
-                async for delivery in self.follow(feed, after, until, woken=own):
-                    yield delivery
-            return
-        position = after
-        while True:
-            if woken.is_set():
-                # Cleared before the read: a wake-up that comes during it is not lost.
-                woken.clear()
-                got = await self.read(feed, position)
-                if isinstance(got, Reset):
-                    position = got.position
-                    woken.set()  # and on from there at once
-                    yield Delivery(position, None, got.reason)
-                    continue
-                for at, payload in got.items:
-                    yield Delivery(at, payload)
-                position = got.position
-                if got.full:
-                    woken.set()
-                    continue
-            timeout = until - time.time()
-            if timeout <= 0:
-                return
-            # Not wait_for: on Python 3.11 it swallows a cancellation that comes as the event
-            # is set, and a watch whose caller left would go on reading.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await woken.wait()
-
-
-@dataclass
-class _SharedRead:
-    """A read in flight, and the wake sequence when it began."""
-
-    begun: int
-    result: asyncio.Future[Entries | Reset]
-
-
-def jittered(seconds: float) -> float:
-    """`seconds`, give or take a quarter: watches opened together (a gateway's streams coming
-    back after a restart) would otherwise look and recheck together, a burst of reads every
-    period that stalls the process for the deliveries due meanwhile."""
-    return seconds * random.uniform(0.75, 1.25)  # noqa: S311 - spreading load, not a secret
 
 
 class WatchEnded(Exception):

@@ -22,7 +22,7 @@ import redis.asyncio as redis
 
 from services.runtime.redis_client import DurableScripts
 from services.streams.live import ORIGIN, Entries, LiveFeeds, LivePublisher, Position, Reset
-from services.timeline.watch import FeedHub
+from services.timeline.feed_hub import FeedHub
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
