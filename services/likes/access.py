@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis
+from cachetools import LRUCache
 
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
@@ -117,10 +118,12 @@ class AccessCache:
         self._streams = streams
         self._limits = limits
         self._clock = clock
+        # Not a cachetools cache: bounded by two measures at once (courses, and member ids over
+        # all of them), and a course's size grows in place as members are remembered.
         self._courses: OrderedDict[int, _Course] = OrderedDict()
         self._member_ids = 0  # held over all courses
         self._per_course = max(1, limits.members // 4)
-        self._targets: OrderedDict[tuple[int, int], _Target] = OrderedDict()
+        self._targets: LRUCache[tuple[int, int], _Target] = LRUCache(limits.targets)
         self._flights: dict[Hashable, asyncio.Future[Any]] = {}
         self._redis_answers = True
         self.liked = LikedLoader(checks)
@@ -212,14 +215,13 @@ class AccessCache:
         self, course_id: int, kind: TargetKind, target_id: int, version: bytes
     ) -> bool:
         key = (int(kind), target_id)
-        known = self._targets.get(key)
+        known = self._targets.get(key)  # a hit is the most recently used from here on
         if (
             known is not None
             and known.course_id == course_id
             and known.version == version
             and known.until > self._clock()
         ):
-            self._targets.move_to_end(key)
             return known.live
         fact = await self._once(
             ("target", *key, course_id, version),
@@ -258,11 +260,7 @@ class AccessCache:
             return None
         known = _Target(fact.course_id, fact.live, version, until)
         if fact.course_id == course_id:  # remembered only under the version it was read with
-            key = (int(kind), target_id)
-            self._targets[key] = known
-            self._targets.move_to_end(key)
-            while len(self._targets) > self._limits.targets:
-                self._targets.popitem(last=False)
+            self._targets[int(kind), target_id] = known
         return known
 
     async def _once(self, key: Hashable, load: Callable[[], Awaitable[T]]) -> T:

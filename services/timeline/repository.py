@@ -7,10 +7,11 @@ OFFSET is never used. The statements are module constants so the EXPLAIN tests c
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from cachetools import LRUCache
 
 from services.domain.messaging import INBOX_ROWS, MESSAGE_COLUMNS, NEVER
 from services.domain.paging import Page
@@ -78,21 +79,17 @@ class TimelineRepository:
         self._db = db
         # A conversation's id never changes, so the (account, thread) → id lookup of every
         # timeline page is answered from memory after the first time.
-        self._ids: OrderedDict[tuple[int, str], int] = OrderedDict()
-        self._id_cache_size = id_cache_size
+        self._ids: LRUCache[tuple[int, str], int] = LRUCache(id_cache_size)
 
     async def conversation_id(self, account_id: int, thread_id: str) -> int | None:
         key = (account_id, thread_id)
         cached = self._ids.get(key)
         if cached is not None:
-            self._ids.move_to_end(key)
             return cached
         found = await self.find_conversation(account_id, thread_id)
         if found is None:
             return None
         self._ids[key] = found.id
-        if len(self._ids) > self._id_cache_size:
-            self._ids.popitem(last=False)
         return found.id
 
     async def account_exists(self, account_id: int) -> bool:
