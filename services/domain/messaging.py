@@ -9,6 +9,8 @@ from typing import Any
 
 from agora.messaging.v1 import message_pb2
 
+from services.runtime.timeutil import timestamp_fields
+
 THREAD_TYPE_NAMES = {message_pb2.THREAD_TYPE_USER: "user", message_pb2.THREAD_TYPE_GROUP: "group"}
 DIRECTION_NAMES = {message_pb2.DIRECTION_IN: "in", message_pb2.DIRECTION_OUT: "out"}
 THREAD_TYPES = {name: value for value, name in THREAD_TYPE_NAMES.items()}
@@ -52,15 +54,6 @@ SELECT c.id, c.zalo_account_id, c.thread_id, c.thread_type, c.last_message_at, c
 FROM zalo_conversations c"""
 _CREATED_AT = MESSAGE_COLUMNS.index("created_at")
 _UPDATED_AT = MESSAGE_COLUMNS.index("updated_at")
-
-_EPOCH = datetime(1970, 1, 1)
-
-
-def timestamp_fields(value: datetime) -> dict[str, int]:
-    """A naive-UTC DATETIME(3) as a Timestamp's fields: a dict the message constructor copies
-    into the field, several times cheaper than building a Timestamp object per value."""
-    delta = value - _EPOCH
-    return {"seconds": delta.days * 86_400 + delta.seconds, "nanos": delta.microseconds * 1000}
 
 
 def stored_message_fields(row: Sequence[Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from services.domain.messaging import DIRECTION_NAMES, DIRECTIONS, THREAD_TYPE_NAMES, THREAD_TYPES
 from services.gateway import schemas
 from services.runtime.grpc_errors import FieldViolation
+from services.runtime.timeutil import to_timestamp
 
 # An unencoded "+00:00" in a query string arrives as " 00:00".
 _SPACE_OFFSET = re.compile(r"(\d) (\d{2}:?\d{2})$")
@@ -46,9 +47,7 @@ def parse_instant(value: str, field: str) -> Timestamp:
         parsed = parsed.replace(tzinfo=UTC)
     if not 1970 <= parsed.astimezone(UTC).year <= 9999:
         raise BadValue(field, "is out of range")
-    ts = Timestamp()
-    ts.FromDatetime(parsed.astimezone(UTC))
-    return ts
+    return to_timestamp(parsed)
 
 
 _EPOCH_DAY = date(1970, 1, 1)

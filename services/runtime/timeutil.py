@@ -14,13 +14,20 @@ def to_datetime(ts: Timestamp) -> datetime:
     return _EPOCH + timedelta(seconds=ts.seconds, milliseconds=ts.nanos // 1_000_000)
 
 
-def to_timestamp(value: datetime) -> Timestamp:
-    """A Timestamp from a naive-UTC or aware datetime."""
+def timestamp_fields(value: datetime) -> dict[str, int]:
+    """A naive-UTC or aware datetime as a Timestamp's fields: a dict a message constructor
+    copies into the field, several times cheaper than building a Timestamp object per value
+    (the hot loop of every timeline page)."""
     if value.tzinfo is not None:
         value = value.astimezone(UTC).replace(tzinfo=None)
-    # Arithmetic instead of Timestamp.FromDatetime: this runs for every row a page returns.
+    # Arithmetic instead of Timestamp.FromDatetime, for the same reason.
     delta = value - _EPOCH
-    return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
+    return {"seconds": delta.days * 86_400 + delta.seconds, "nanos": delta.microseconds * 1000}
+
+
+def to_timestamp(value: datetime) -> Timestamp:
+    """A Timestamp from a naive-UTC or aware datetime."""
+    return Timestamp(**timestamp_fields(value))
 
 
 def truncate_to_millis(ts: Timestamp) -> Timestamp:
