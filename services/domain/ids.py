@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from services.runtime.grpc_errors import FieldViolation
+from services.runtime.tokens import MAX_ID
 
 _ID = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 # The same rule for the OpenAPI document and pydantic (where $ is the end of the text).
@@ -17,7 +18,8 @@ ID_PATTERN = f"^{_ID.pattern}$"
 # Row ids (courses, posts, comments, users) are PostgreSQL bigints, which the protos carry as
 # uint64: a value past 2**63 - 1 is refused before any query, where the driver could not even
 # encode it (asyncpg fails the bind, leaving a half-sent statement holding its locks).
-MAX_ROW_ID = 2**63 - 1
+# A token's user id is such a row id: one bound for both.
+MAX_ROW_ID = MAX_ID
 
 
 def check_row_id(value: int, field: str) -> FieldViolation | None:

@@ -6,7 +6,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from services.runtime.grpc_errors import FieldViolation
+
 R = TypeVar("R")
+
+# The most rows one page of a read holds (the timeline's and the forum's reads, and the
+# gateway's `limit` parameter).
+MAX_LIMIT = 100
+
+
+def check_limit(limit: int) -> FieldViolation | None:
+    """None when `limit` rows make a page."""
+    if 1 <= limit <= MAX_LIMIT:
+        return None
+    return FieldViolation("limit", f"must be between 1 and {MAX_LIMIT}")
 
 
 @dataclass(frozen=True)

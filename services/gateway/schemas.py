@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, JsonValue, ValidatorFunctionWrapHandler, field_validator
 from pydantic_core import PydanticCustomError
 
-from services.domain.ids import ID_PATTERN
+from services.domain.ids import ID_PATTERN, MAX_ROW_ID
 
 # Messages per HTTP batch: ingest's INGEST_MAX_BATCH default, refused here before any item is
 # converted (the OpenAPI document says maxItems).
@@ -332,7 +332,7 @@ class NewComment(RequestModel):
     parent_id: int | None = Field(
         default=None,
         ge=1,
-        le=2**63 - 1,
+        le=MAX_ROW_ID,
         description="Reply to this comment (a reply to a reply is placed under its root)",
     )
 

@@ -12,18 +12,18 @@ from google.protobuf.message import Message
 
 from services.domain.forum import NOT_ENROLLED, comment_fields, post_fields, require_enrolled
 from services.domain.ids import MAX_ROW_ID, check_row_id
+from services.domain.paging import check_limit
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.timeline.forum_repository import ForumReadRepository
 from services.timeline.watch import Watches, feed_response
 
-MAX_LIMIT = 100
 POST_NOT_FOUND = "post not found in this course"
 
 
 def _checks(limit: int | None = None, **ids: int) -> list[FieldViolation]:
     problems = [v for name, value in ids.items() if (v := check_row_id(value, name)) is not None]
-    if limit is not None and not 1 <= limit <= MAX_LIMIT:
-        problems.append(FieldViolation("limit", f"must be between 1 and {MAX_LIMIT}"))
+    if limit is not None and (violation := check_limit(limit)) is not None:
+        problems.append(violation)
     return problems
 
 

@@ -12,18 +12,12 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
 from services.domain.ids import check_id
-from services.domain.messaging import (
-    SENT_AT,
-    conversation_fields,
-    stored_message_fields,
-    timestamp_fields,
-)
+from services.domain.messaging import SENT_AT, conversation_fields, stored_message_fields
+from services.domain.paging import check_limit
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
-from services.runtime.timeutil import to_datetime, to_timestamp
+from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
 from services.timeline.repository import TimelineRepository
 from services.timeline.watch import Watches, feed_response
-
-MAX_LIMIT = 100
 
 
 class TimelineHandlers(pb_grpc.TimelineServiceServicer):
@@ -63,7 +57,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         self, request: pb.ListMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListMessagesResponse:
         problems = _check_conversation(request.account_id, request.conversation_key)
-        problems += _check_limit(request.limit)
+        problems += filter(None, [check_limit(request.limit)])
         before, cursor_problems = _cursor(request, "before_sent_at", "before_id", request.before_id)
         if problems or cursor_problems:
             await abort_invalid(context, problems + cursor_problems)
@@ -138,7 +132,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         self, request: pb.ListConversationsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListConversationsResponse:
         problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
-        problems += _check_limit(request.limit)
+        problems += filter(None, [check_limit(request.limit)])
         before, cursor_problems = _cursor(
             request, "before_last_message_at", "before_id", request.before_id
         )
@@ -161,12 +155,6 @@ def _check_conversation(account_id: int, conversation_key: str) -> list[FieldVio
     problems = [] if account_id else [FieldViolation("account_id", "is required")]
     violation = check_id(conversation_key, "conversation_key", required=True)
     return [*problems, violation] if violation else problems
-
-
-def _check_limit(limit: int) -> list[FieldViolation]:
-    if 1 <= limit <= MAX_LIMIT:
-        return []
-    return [FieldViolation("limit", f"must be between 1 and {MAX_LIMIT}")]
 
 
 def _cursor(

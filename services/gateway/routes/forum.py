@@ -7,28 +7,25 @@ comment belongs to the course of the URL (404).
 from __future__ import annotations
 
 import logging
-from typing import Annotated
 
 import grpc
 from agora.forum.v1 import forum_read_service_pb2 as read_pb
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from agora.forum.v1 import like_service_pb2 as like_pb
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter
 
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, Principal
 from services.gateway.clients import Clients, Upstream
 from services.gateway.convert import JsonBytes, comment_json, ok, optional_value, post_json
 from services.gateway.errors import ApiError
+from services.gateway.params import CourseId, CursorId, Limit, RowId
 from services.gateway.rate_limit import LikeLimiter, RateLimiter
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
 
-Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
-Limit = Annotated[int, Query(ge=1, le=100)]
-Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
 _DELETED = {"data": {"deleted": True}}
 
 
@@ -68,9 +65,9 @@ def _comments(ids: list[int]) -> list[Target]:
 async def list_posts(
     clients: Upstream,
     user: CurrentUser,
-    course_id: Id,
+    course_id: CourseId,
     limit: Limit = 20,
-    before_id: Cursor = None,
+    before_id: CursorId = None,
 ) -> JsonBytes:
     rpc = read_pb.ListPostsRequest(
         course_id=course_id, user_id=user.user_id, limit=limit, before_id=before_id
@@ -93,7 +90,7 @@ async def list_posts(
     "/posts", summary="Create a post", response_model=schemas.PostResponse, status_code=201
 )
 async def create_post(
-    clients: Upstream, user: CurrentUser, course_id: Id, body: schemas.NewPost
+    clients: Upstream, user: CurrentUser, course_id: CourseId, body: schemas.NewPost
 ) -> JsonBytes:
     reply = await clients.forum_write.CreatePost(
         write_pb.CreatePostRequest(
@@ -105,7 +102,9 @@ async def create_post(
 
 
 @router.get("/posts/{post_id}", summary="One post", response_model=schemas.PostResponse)
-async def get_post(clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id) -> JsonBytes:
+async def get_post(
+    clients: Upstream, user: CurrentUser, course_id: CourseId, post_id: RowId
+) -> JsonBytes:
     reply = await clients.forum_read.GetPost(
         read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         **clients.options,
@@ -118,7 +117,7 @@ async def get_post(clients: Upstream, user: CurrentUser, course_id: Id, post_id:
     "/posts/{post_id}", summary="Delete your post", response_model=schemas.DeletedResponse
 )
 async def delete_post(
-    clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id
+    clients: Upstream, user: CurrentUser, course_id: CourseId, post_id: RowId
 ) -> JsonBytes:
     await clients.forum_write.DeletePost(
         write_pb.DeletePostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
@@ -135,10 +134,10 @@ async def delete_post(
 async def list_comments(
     clients: Upstream,
     user: CurrentUser,
-    course_id: Id,
-    post_id: Id,
+    course_id: CourseId,
+    post_id: RowId,
     limit: Limit = 20,
-    after_id: Cursor = None,
+    after_id: CursorId = None,
 ) -> JsonBytes:
     rpc = read_pb.ListCommentsRequest(
         course_id=course_id, post_id=post_id, user_id=user.user_id, limit=limit, after_id=after_id
@@ -154,7 +153,11 @@ async def list_comments(
     status_code=201,
 )
 async def create_comment(
-    clients: Upstream, user: CurrentUser, course_id: Id, post_id: Id, body: schemas.NewComment
+    clients: Upstream,
+    user: CurrentUser,
+    course_id: CourseId,
+    post_id: RowId,
+    body: schemas.NewComment,
 ) -> JsonBytes:
     rpc = write_pb.CreateCommentRequest(
         course_id=course_id,
@@ -175,10 +178,10 @@ async def create_comment(
 async def list_replies(
     clients: Upstream,
     user: CurrentUser,
-    course_id: Id,
-    comment_id: Id,
+    course_id: CourseId,
+    comment_id: RowId,
     limit: Limit = 20,
-    after_id: Cursor = None,
+    after_id: CursorId = None,
 ) -> JsonBytes:
     rpc = read_pb.ListRepliesRequest(
         course_id=course_id,
@@ -197,7 +200,7 @@ async def list_replies(
     response_model=schemas.DeletedResponse,
 )
 async def delete_comment(
-    clients: Upstream, user: CurrentUser, course_id: Id, comment_id: Id
+    clients: Upstream, user: CurrentUser, course_id: CourseId, comment_id: RowId
 ) -> JsonBytes:
     await clients.forum_write.DeleteComment(
         write_pb.DeleteCommentRequest(
@@ -257,8 +260,8 @@ async def like_post(
     clients: Upstream,
     limiter: LikeLimiter,
     user: CurrentUser,
-    course_id: Id,
-    post_id: Id,
+    course_id: CourseId,
+    post_id: RowId,
     body: schemas.LikeBody,
 ) -> JsonBytes:
     return await _set_like(clients, limiter, user, course_id, _posts([post_id])[0], body.like)
@@ -273,8 +276,8 @@ async def like_comment(
     clients: Upstream,
     limiter: LikeLimiter,
     user: CurrentUser,
-    course_id: Id,
-    comment_id: Id,
+    course_id: CourseId,
+    comment_id: RowId,
     body: schemas.LikeBody,
 ) -> JsonBytes:
     return await _set_like(clients, limiter, user, course_id, _comments([comment_id])[0], body.like)

@@ -23,7 +23,7 @@ import orjson
 from agora.forum.v1 import forum_read_service_pb2 as forum_pb
 from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
-from fastapi import APIRouter, Header, Path, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
 from opentelemetry import trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -39,14 +39,13 @@ from services.gateway.convert import (
     time_text,
 )
 from services.gateway.errors import ApiError
+from services.gateway.params import AccountId, CourseId
 from services.runtime.trace_context import links_to
 
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
 STREAM_PATH = re.compile(r"/api/(zalo-accounts|courses)/[^/]+/events")
 
-AccountId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Zalo account id")]
-CourseId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Course id")]
 LastEventId = Annotated[
     str | None,
     Header(

@@ -30,19 +30,17 @@ from services.gateway.convert import (
     time_text,
 )
 from services.gateway.errors import ApiError
+from services.gateway.params import AccountId, CursorId, Limit
 from services.runtime.grpc_errors import FieldViolation
 
 router = APIRouter(prefix="/api/zalo-accounts/{account_id}", tags=["messaging"])
 
-AccountId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Zalo account id")]
 ConversationKey = Annotated[
     str, Query(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
 ConversationKeyPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
-Limit = Annotated[int, Query(ge=1, le=100)]
-CursorId = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
 
 
 def _cursor_time(value: str | None, field: str) -> Timestamp | None:
