@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from starlette.middleware.cors import CORSMiddleware
@@ -30,7 +29,7 @@ from services.gateway.rate_limit import RateLimiter
 from services.gateway.request_body import BodyLimit
 from services.gateway.routes import forum, live, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
-from services.gateway.security_headers import SecurityHeaders, docs_page, hardening
+from services.gateway.security_headers import SecurityHeaders, hardening
 from services.gateway.tracing import TraceContext
 from services.runtime import redis_client
 from services.runtime.metrics import HttpMetrics
@@ -84,7 +83,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         description="HTTP/JSON API over the agora services. Every /api route needs a bearer JWT.",
         lifespan=lifespan,
         responses=_ERRORS,  # type: ignore[arg-type]
-        # Served below with a Content-Security-Policy of its own; ReDoc is not served.
+        # Swagger UI and ReDoc are web.py's, from vendored assets (they work offline).
         docs_url=None,
         redoc_url=None,
         # Tracing is set up below, once: FastAPI's own telemetry would be a second layer of it.
@@ -100,10 +99,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.state.stream_bounds = live.StreamBounds(
         settings.live_streams_per_user, settings.live_streams_per_process
     )
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs(request: Request) -> HTMLResponse:
-        return docs_page(request.scope.get("root_path", "") + "/openapi.json", app.title)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

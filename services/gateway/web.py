@@ -1,7 +1,7 @@
 """What a browser gets from the gateway besides the API: the web client at `/` (static files from
 web/, no build step), the API documentation at `/docs` (Swagger UI) and `/redoc` (ReDoc) from
-assets vendored in web/vendor/ (no CDN: they work offline), and, in development only, a sign-in
-helper that mints a short-lived token with the gateway's own HS256 key.
+assets vendored in web/vendor/ (no CDN: they work offline), and, in development only, the sign-in
+of dev_signin.py.
 
 The page talks to the public `/api` routes only. Each HTML page carries a Content-Security-Policy
 of its own (SecurityHeaders keeps a CSP a response sets); every other response keeps the API's
@@ -14,24 +14,18 @@ import base64
 import hashlib
 import logging
 import re
-import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
 
-import jwt
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
-from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field
+from fastapi.responses import FileResponse, HTMLResponse
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
+from services.gateway import dev_signin
 from services.gateway.config import GatewaySettings
 from services.gateway.errors import ApiError
-from services.runtime.loopback import is_local_request
-from services.runtime.tokens import MAX_ID
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +45,9 @@ PAGE_CSP = (
 )
 _INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
 
-# Development sign-in: the demo users of `make up` (tools/demo_data.py, tools/forum_data.py).
-DEV_TOKEN_TTL_SECONDS = 3600
-DEMO_USERS: tuple[dict[str, Any], ...] = (
-    {"sub": 7, "accounts": [1, 2], "label": "Student in course 42; Zalo accounts 1 and 2"},
-    {"sub": 8, "accounts": [3], "label": "Student in course 42; Zalo account 3"},
-    {"sub": 9, "accounts": [], "label": "Student in course 42; no Zalo account"},
-    {"sub": 1, "accounts": [1, 2, 3], "label": "Teacher of courses 42 and 99; every Zalo account"},
-)
-
 
 def install(app: FastAPI, settings: GatewaySettings) -> None:
     """Add the web client, the offline documentation pages and (dev only) /dev/token."""
-    # The app's own /docs page loads Swagger UI from a CDN: this one replaces it.
-    app.router.routes[:] = [
-        r
-        for r in app.router.routes
-        if not (isinstance(r, APIRoute) and r.path in ("/docs", "/redoc"))
-    ]
     index = WEB_ROOT / "index.html"
     if not index.is_file():
         log.warning("no web client at %s: / and the documentation pages answer 404", WEB_ROOT)
@@ -111,9 +90,9 @@ def install(app: FastAPI, settings: GatewaySettings) -> None:
         # ReDoc's search index runs in a worker it makes from a blob: URL.
         return _with_csp(page, styles="'self' 'unsafe-inline'", extra="worker-src blob:; ")
 
-    key = dev_signing_key(settings)
+    key = dev_signin.signing_key(settings)
     if key is not None:
-        app.include_router(dev_router(settings, *key))
+        app.include_router(dev_signin.router(settings, *key))
 
 
 class _Assets(StaticFiles):
@@ -143,89 +122,3 @@ def _with_csp(page: HTMLResponse, *, styles: str, extra: str = "") -> HTMLRespon
         "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
     )
     return page
-
-
-# --- development sign-in ------------------------------------------------------------------------
-
-
-def dev_signing_key(settings: GatewaySettings) -> tuple[str, str] | None:
-    """(kid, secret) of the HS256 key /dev/token signs with, or None: only with JWT_DEV_MODE and
-    an HS256 secret the gateway itself verifies (JWT_SECRET_KID's first, else any HS256 key)."""
-    if not settings.jwt_dev_mode:
-        return None
-    keys = settings.verification_keys()
-    preferred = keys.get(settings.jwt_secret_kid)
-    candidates = [preferred] if preferred is not None else []
-    candidates += [k for k in keys.values() if k is not preferred]
-    for key in candidates:
-        if key.algorithm == "HS256" and isinstance(key.key, str):
-            return key.kid, key.key
-    return None
-
-
-class DevTokenRequest(BaseModel):
-    sub: int = Field(ge=1, le=MAX_ID, description="The user id the token names")
-    accounts: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(
-        default_factory=list, max_length=100, description="The Zalo accounts it grants"
-    )
-
-
-class DevToken(BaseModel):
-    token: str
-    sub: int
-    accounts: list[int]
-    expires_at: int = Field(description="Unix time")
-
-
-class DevTokenResponse(BaseModel):
-    success: Literal[True] = True
-    data: DevToken
-
-
-def dev_router(settings: GatewaySettings, kid: str, secret: str) -> APIRouter:
-    """GET /dev/token: the demo users; POST /dev/token: a token for one, valid an hour at most.
-    Answered to loopback callers that name a loopback host only (services/runtime/loopback.py):
-    a development gateway reachable from a network (the k8s dev overlay also sets JWT_DEV_MODE)
-    must not hand tokens to whoever asks, nor to a page elsewhere through DNS rebinding."""
-    router = APIRouter(prefix="/dev", include_in_schema=False)
-    ttl = min(DEV_TOKEN_TTL_SECONDS, settings.jwt_max_lifetime_seconds)
-
-    def loopback_only(request: Request) -> None:
-        peer = request.client.host if request.client else None
-        if not is_local_request(peer, request.headers.get("host")):
-            raise ApiError.forbidden(
-                "the development sign-in answers loopback callers naming a loopback host only"
-            )
-
-    @router.get("/token")
-    async def demo_users(request: Request) -> JSONResponse:
-        loopback_only(request)
-        body = {"success": True, "data": {"demo_users": DEMO_USERS, "ttl_seconds": ttl}}
-        return JSONResponse(body, headers={"Cache-Control": "no-store"})
-
-    @router.post("/token")
-    async def mint_token(request: Request, body: DevTokenRequest) -> JSONResponse:
-        loopback_only(request)
-        now = int(time.time())
-        claims: dict[str, Any] = {
-            "sub": str(body.sub),
-            "accounts": sorted(set(body.accounts)),
-            "iat": now,
-            "exp": now + ttl,
-        }
-        if settings.jwt_audience:
-            claims["aud"] = settings.jwt_audience
-        if settings.jwt_issuer:
-            claims["iss"] = settings.jwt_issuer
-        token = jwt.encode(claims, secret, algorithm="HS256", headers={"kid": kid})
-        log.info("dev token minted for user %s (accounts %s)", body.sub, claims["accounts"])
-        data = DevToken(
-            token=token, sub=body.sub, accounts=claims["accounts"], expires_at=now + ttl
-        )
-        return JSONResponse(
-            DevTokenResponse(data=data).model_dump(),
-            status_code=201,
-            headers={"Cache-Control": "no-store"},
-        )
-
-    return router

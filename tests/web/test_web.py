@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from fastapi import FastAPI
 
-from services.gateway import web
+from services.gateway import dev_signin, web
 from services.gateway.app import create_app
 from services.gateway.security_headers import API_CSP
 from tests.web.support import AUD, ISS, settings
@@ -47,7 +47,7 @@ async def test_dev_token_mints_a_short_lived_token_the_gateway_accepts() -> None
         principal = app.state.token_verifier.verify(token)
         assert (principal.user_id, principal.accounts) == (7, frozenset({1, 2}))
         claims = jwt.decode(token, options={"verify_signature": False})
-        assert claims["exp"] - claims["iat"] == web.DEV_TOKEN_TTL_SECONDS
+        assert claims["exp"] - claims["iat"] == dev_signin.DEV_TOKEN_TTL_SECONDS
         assert (claims["aud"], claims["iss"]) == (AUD, ISS)
         assert jwt.get_unverified_header(token)["kid"] == "web"
         # The token opens /api (401 without it); the route then needs an upstream, not asked here.
