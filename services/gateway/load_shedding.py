@@ -12,7 +12,7 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import orjson
+from services.gateway.errors import ApiError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -20,12 +20,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_BODY = orjson.dumps(
-    {
-        "success": False,
-        "error": {"code": "unavailable", "message": "the gateway is at capacity; retry shortly"},
-    }
-)
+_AT_CAPACITY = ApiError.unavailable("the gateway is at capacity; retry shortly", 1)
 
 
 class InFlightLimit:
@@ -48,18 +43,7 @@ class InFlightLimit:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 503,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"retry-after", b"1"),
-                        (b"content-length", str(len(_BODY)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": _BODY})
+            await _AT_CAPACITY.response()(scope, receive, send)
             return
         self.in_flight += 1
         try:
