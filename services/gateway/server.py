@@ -1,4 +1,5 @@
-"""gateway process bootstrap: settings, telemetry, uvicorn (which drains on SIGTERM).
+"""gateway process bootstrap: the shared one (settings, logs, workers, telemetry, metrics:
+services/runtime/service.py), then uvicorn, which drains on SIGTERM.
 
 With WORKERS > 1 (default: one per core) a supervisor runs that many copies; each binds the port
 with SO_REUSEPORT and the kernel spreads connections over them (services/runtime/workers.py).
@@ -12,7 +13,7 @@ import uvicorn
 
 from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
-from services.runtime import config, logs, metrics, telemetry, workers
+from services.runtime import service
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -26,15 +27,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def main() -> None:
-    settings = config.load(GatewaySettings)
-    logs.setup(settings.log_level)
-    processes = workers.count(settings.workers)
-    if processes > 1 and not workers.is_worker():
-        raise SystemExit(await workers.supervise(processes, settings.metrics_port))
-    shutdown_telemetry = telemetry.setup("gateway")
-    if not workers.is_worker():  # the supervisor serves the workers' metrics together
-        metrics.serve(settings.metrics_port)
+async def serve(settings: GatewaySettings) -> None:
+    """The app under uvicorn on the shared port until SIGTERM (uvicorn drains first)."""
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(settings),
@@ -45,7 +39,7 @@ async def main() -> None:
             proxy_headers=True,
         )
     )
-    try:
-        await server.serve(sockets=[listening_socket(settings.gateway_host, settings.gateway_port)])
-    finally:
-        shutdown_telemetry()
+    await server.serve(sockets=[listening_socket(settings.gateway_host, settings.gateway_port)])
+
+
+main = service.process("gateway", GatewaySettings, serve)

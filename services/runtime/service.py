@@ -66,10 +66,11 @@ async def serve(service: Service) -> None:
         await service.close()
 
 
-def main(
-    name: str, settings_class: type[S], build: Callable[[S], Awaitable[Service]]
+def process(
+    name: str, settings_class: type[S], serve_settings: Callable[[S], Awaitable[None]]
 ) -> Callable[[], Coroutine[Any, Any, None]]:
-    """The process entry point of service `name`: settings, logs, telemetry, metrics, serve."""
+    """The process entry point of `name` (a gRPC service, or the gateway's HTTP server):
+    settings, logs, workers, telemetry and metrics, then `serve_settings` until it returns."""
 
     async def run() -> None:
         settings = config.load(settings_class)
@@ -81,8 +82,19 @@ def main(
         if not workers.is_worker():  # the supervisor serves the workers' metrics together
             metrics.serve(settings.metrics_port)
         try:
-            await serve(await build(settings))
+            await serve_settings(settings)
         finally:
             shutdown_telemetry()
 
     return run
+
+
+def main(
+    name: str, settings_class: type[S], build: Callable[[S], Awaitable[Service]]
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """The process entry point of gRPC service `name`: what `process` does, serving `build`'s."""
+
+    async def serve_built(settings: S) -> None:
+        await serve(await build(settings))
+
+    return process(name, settings_class, serve_built)
