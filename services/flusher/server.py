@@ -17,9 +17,8 @@ from services.flusher.config import FlusherSettings
 from services.flusher.likes import builder as likes
 from services.flusher.maintenance import builder as maintenance
 from services.flusher.messages import builder as messages
-from services.runtime import postgres, redis_client, service
+from services.runtime import redis_client, service
 from services.runtime.grpc_server import GrpcServer
-from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.streams.monitor import StreamMonitor
 
@@ -47,26 +46,10 @@ def monitor(settings: FlusherSettings, client: Redis) -> StreamMonitor:
 async def build(settings: FlusherSettings) -> service.Service:
     """The flusher, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        redis = redis_client.connect(
-            settings.redis_url,
-            timeout=settings.redis_timeout_seconds,
-            cluster=settings.redis_cluster,
-        )
-        resources.push_async_callback(redis.aclose)
-        mysql = await MysqlDatabase.connect(
-            settings.mysql_url,
-            maxsize=settings.mysql_pool_size,
-            timeout=settings.mysql_timeout_seconds,
-        )
-        resources.push_async_callback(mysql.close)
-        pg = await postgres.connect(
-            settings.postgres_url,
-            max_size=settings.postgres_pool_size,
-            name="flusher",
-            timeout=settings.postgres_timeout_seconds,
-            statement_cache_size=settings.postgres_statement_cache_size,
-        )
-        resources.push_async_callback(pg.close)
+        stores = service.Datastores(resources, settings)
+        redis = stores.redis(settings.redis_url)
+        mysql = await stores.mysql(settings.mysql_url, settings.mysql_pool_size)
+        pg = await stores.postgres(settings.postgres_url, settings.postgres_pool_size, "flusher")
         # Live feed appends are acknowledged like every producer's (REDIS_WAIT_REPLICAS): the
         # batch is ACKed after them.
         durable = redis_client.DurableScripts(

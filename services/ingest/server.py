@@ -14,9 +14,8 @@ from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import ForumWriteRepository
 from services.ingest.handlers import IngestHandlers
 from services.ingest.repository import FairShare, MessageStreamRepository
-from services.runtime import postgres, redis_client, service
+from services.runtime import redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
-from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import AccessSignal, LikeStreams, LikeStreamSettings
@@ -31,26 +30,10 @@ FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"]
 async def build(settings: IngestSettings) -> service.Service:
     """The ingest service, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        redis = redis_client.connect(
-            settings.redis_url,
-            timeout=settings.redis_timeout_seconds,
-            cluster=settings.redis_cluster,
-        )
-        resources.push_async_callback(redis.aclose)
-        pool = await postgres.connect(
-            settings.postgres_url,
-            max_size=settings.postgres_pool_size,
-            name="ingest",
-            timeout=settings.postgres_timeout_seconds,
-            statement_cache_size=settings.postgres_statement_cache_size,
-        )
-        resources.push_async_callback(pool.close)
-        mysql = await MysqlDatabase.connect(
-            settings.mysql_url,
-            maxsize=settings.mysql_pool_size,
-            timeout=settings.mysql_timeout_seconds,
-        )
-        resources.push_async_callback(mysql.close)
+        stores = service.Datastores(resources, settings)
+        redis = stores.redis(settings.redis_url)
+        pool = await stores.postgres(settings.postgres_url, settings.postgres_pool_size, "ingest")
+        mysql = await stores.mysql(settings.mysql_url, settings.mysql_pool_size)
         accounts = AccountDirectory(
             mysql,
             known_seconds=settings.account_cache_known_seconds,

@@ -17,7 +17,7 @@ from services.likes.handlers import LikeHandlers, LikeStore
 from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
 from services.likes.sync_store import SyncLikes
-from services.runtime import postgres, redis_client, service
+from services.runtime import redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
@@ -32,26 +32,17 @@ LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
 async def build(settings: LikesSettings) -> service.Service:
     """The likes service in the configured mode, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        read_pool = await postgres.connect(
-            settings.postgres_url,
-            max_size=settings.postgres_pool_size,
-            name="likes",
-            timeout=settings.postgres_timeout_seconds,
-            statement_cache_size=settings.postgres_statement_cache_size,
+        stores = service.Datastores(resources, settings)
+        read_pool = await stores.postgres(
+            settings.postgres_url, settings.postgres_pool_size, "likes"
         )
-        resources.push_async_callback(read_pool.close)
         dependencies = [Dependency("postgresql", lambda: schema.postgres_ready(read_pool))]
         checks = ForumChecks(read_pool)
         store: LikeStore
         # LikesSettings guarantees the URLs each mode needs.
         redis = None
         if settings.redis_url:
-            redis = redis_client.connect(
-                settings.redis_url,
-                timeout=settings.redis_timeout_seconds,
-                cluster=settings.redis_cluster,
-            )
-            resources.push_async_callback(redis.aclose)
+            redis = stores.redis(settings.redis_url)
         # Buffered likes live in Redis. Counterless ones do not: while Redis is away they are
         # checked in PostgreSQL and their dirty marks wait in the process.
         if settings.likes_mode == "buffered" and redis is not None:
@@ -63,14 +54,9 @@ async def build(settings: LikesSettings) -> service.Service:
             )
         write_pool = None
         if settings.likes_mode in ("sync", "counterless") and settings.postgres_write_url:
-            write_pool = await postgres.connect(
-                settings.postgres_write_url,
-                max_size=settings.postgres_pool_size,
-                name="likes-writer",
-                timeout=settings.postgres_timeout_seconds,
-                statement_cache_size=settings.postgres_statement_cache_size,
+            write_pool = await stores.postgres(
+                settings.postgres_write_url, settings.postgres_pool_size, "likes-writer"
             )
-            resources.push_async_callback(write_pool.close)
         streams = LikeStreams.from_settings(settings)
         limits = AccessLimits(
             seconds=settings.access_cache_seconds,

@@ -13,9 +13,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from services.runtime import config, logs, metrics, telemetry, workers
+import asyncpg
+import redis.asyncio as redis
+
+from services.runtime import config, logs, metrics, postgres, redis_client, telemetry, workers
 from services.runtime.config import ServiceSettings
 from services.runtime.grpc_server import GrpcServer, run_until_terminated
+from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency, Readiness
 
 S = TypeVar("S", bound=ServiceSettings)
@@ -98,3 +102,40 @@ def main(
         await serve(await build(settings))
 
     return process(name, settings_class, serve_built)
+
+
+class Datastores:
+    """What a build opens, each with the service's deadlines and each closed with the build's
+    resources (newest first): the open-and-register lines every composition root would repeat."""
+
+    def __init__(self, resources: contextlib.AsyncExitStack, settings: ServiceSettings) -> None:
+        self._resources = resources
+        self._settings = settings
+
+    async def mysql(self, url: str, pool_size: int) -> MysqlDatabase:
+        db = await MysqlDatabase.connect(
+            url, maxsize=pool_size, timeout=self._settings.mysql_timeout_seconds
+        )
+        self._resources.push_async_callback(db.close)
+        return db
+
+    async def postgres(self, url: str, pool_size: int, name: str) -> asyncpg.Pool:
+        pool = await postgres.connect(
+            url,
+            max_size=pool_size,
+            name=name,
+            timeout=self._settings.postgres_timeout_seconds,
+            statement_cache_size=self._settings.postgres_statement_cache_size,
+        )
+        self._resources.push_async_callback(pool.close)
+        return pool
+
+    def redis(self, url: str, **options: Any) -> redis.Redis:
+        client = redis_client.connect(
+            url,
+            timeout=self._settings.redis_timeout_seconds,
+            cluster=self._settings.redis_cluster,
+            **options,
+        )
+        self._resources.push_async_callback(client.aclose)
+        return client

@@ -7,9 +7,8 @@ from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
 from services.domain import access, schema
-from services.runtime import postgres, redis_client, service
+from services.runtime import service
 from services.runtime.grpc_server import Api, GrpcServer
-from services.runtime.mysql import MysqlDatabase
 from services.runtime.readiness import Dependency
 from services.streams.live import LiveFeeds
 from services.timeline.config import TimelineSettings
@@ -27,27 +26,10 @@ FORUM = forum_read_service_pb2.DESCRIPTOR.services_by_name["ForumReadService"].f
 async def build(settings: TimelineSettings) -> service.Service:
     """The timeline service, not yet started (tests set GRPC_PORT=0)."""
     async with service.opening() as resources:
-        mysql = await MysqlDatabase.connect(
-            settings.mysql_url,
-            maxsize=settings.mysql_pool_size,
-            timeout=settings.mysql_timeout_seconds,
-        )
-        resources.push_async_callback(mysql.close)
-        pool = await postgres.connect(
-            settings.postgres_url,
-            max_size=settings.postgres_pool_size,
-            name="timeline",
-            timeout=settings.postgres_timeout_seconds,
-            statement_cache_size=settings.postgres_statement_cache_size,
-        )
-        resources.push_async_callback(pool.close)
-        redis = redis_client.connect(
-            settings.redis_url,
-            max_connections=64,
-            timeout=settings.redis_timeout_seconds,
-            cluster=settings.redis_cluster,
-        )
-        resources.push_async_callback(redis.aclose)
+        stores = service.Datastores(resources, settings)
+        mysql = await stores.mysql(settings.mysql_url, settings.mysql_pool_size)
+        pool = await stores.postgres(settings.postgres_url, settings.postgres_pool_size, "timeline")
+        redis = stores.redis(settings.redis_url, max_connections=64)
         # One blocking read per wake stream, shorter than a Redis call's deadline.
         hub = FeedHub(
             redis,
