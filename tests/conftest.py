@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +33,7 @@ from services.gateway.config import GatewaySettings
 from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
-from services.likes.config import LikesSettings
+from services.likes.config import LikesMode, LikesSettings
 from services.runtime import postgres, telemetry
 from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
@@ -161,74 +161,42 @@ def spans() -> InMemorySpanExporter:
     return exporter
 
 
-@pytest_asyncio.fixture(scope="session")
-async def admin_db(env: Env) -> AsyncIterator[MysqlDatabase]:
-    """The migrator user on agora_test: resets tables and checks stored state."""
-    db = await MysqlDatabase.connect(env.mysql_admin_url)
-    yield db
-    await db.close()
+def _mysql_fixture(url: Callable[[Env], str], doc: str = "") -> Any:
+    """A session fixture: a MysqlDatabase on `url(env)`, closed at the end."""
+
+    async def fixture(env: Env) -> AsyncIterator[MysqlDatabase]:
+        db = await MysqlDatabase.connect(url(env))
+        yield db
+        await db.close()
+
+    fixture.__doc__ = doc or None
+    return pytest_asyncio.fixture(scope="session")(fixture)
 
 
-@pytest_asyncio.fixture(scope="session")
-async def flusher_db(env: Env) -> AsyncIterator[MysqlDatabase]:
-    db = await MysqlDatabase.connect(env.mysql_flusher_url)
-    yield db
-    await db.close()
+def _pool_fixture(url: Callable[[Env], str], name: str, doc: str = "") -> Any:
+    """A session fixture: a PostgreSQL pool on `url(env)` as the role's service opens one
+    (through PgBouncer in transaction pooling: no statement cache), closed at the end."""
+
+    async def fixture(env: Env) -> AsyncIterator[asyncpg.Pool]:
+        pool = await postgres.connect(url(env), max_size=10, name=name, statement_cache_size=0)
+        yield pool
+        await pool.close()
+
+    fixture.__doc__ = doc or None
+    return pytest_asyncio.fixture(scope="session")(fixture)
 
 
-@pytest_asyncio.fixture(scope="session")
-async def timeline_db(env: Env) -> AsyncIterator[MysqlDatabase]:
-    db = await MysqlDatabase.connect(env.mysql_timeline_url)
-    yield db
-    await db.close()
-
-
-async def _pool(url: str, name: str) -> asyncpg.Pool:
-    # The service roles' URLs go through PgBouncer (transaction pooling): no statement cache.
-    return await postgres.connect(url, max_size=10, name=name, statement_cache_size=0)
-
-
-@pytest_asyncio.fixture(scope="session")
-async def pg_admin(env: Env) -> AsyncIterator[asyncpg.Pool]:
-    """The migrator role on agora_test: resets tables and checks stored state."""
-    pool = await _pool(env.pg_admin_url, "tests")
-    yield pool
-    await pool.close()
-
-
-@pytest_asyncio.fixture(scope="session")
-async def pg_ingest(env: Env) -> AsyncIterator[asyncpg.Pool]:
-    pool = await _pool(env.pg_ingest_url, "ingest")
-    yield pool
-    await pool.close()
-
-
-@pytest_asyncio.fixture(scope="session")
-async def pg_timeline(env: Env) -> AsyncIterator[asyncpg.Pool]:
-    pool = await _pool(env.pg_timeline_url, "timeline")
-    yield pool
-    await pool.close()
-
-
-@pytest_asyncio.fixture(scope="session")
-async def pg_likes(env: Env) -> AsyncIterator[asyncpg.Pool]:
-    pool = await _pool(env.pg_likes_url, "likes")
-    yield pool
-    await pool.close()
-
-
-@pytest_asyncio.fixture(scope="session")
-async def pg_likes_writer(env: Env) -> AsyncIterator[asyncpg.Pool]:
-    pool = await _pool(env.pg_likes_writer_url, "likes")
-    yield pool
-    await pool.close()
-
-
-@pytest_asyncio.fixture(scope="session")
-async def pg_flusher(env: Env) -> AsyncIterator[asyncpg.Pool]:
-    pool = await _pool(env.pg_flusher_url, "flusher")
-    yield pool
-    await pool.close()
+# Each service's own database user, as in production; the migrator's resets and checks.
+_RESETS = "The migrator on agora_test: resets tables and checks stored state."
+admin_db = _mysql_fixture(lambda env: env.mysql_admin_url, _RESETS)
+flusher_db = _mysql_fixture(lambda env: env.mysql_flusher_url)
+timeline_db = _mysql_fixture(lambda env: env.mysql_timeline_url)
+pg_admin = _pool_fixture(lambda env: env.pg_admin_url, "tests", _RESETS)
+pg_ingest = _pool_fixture(lambda env: env.pg_ingest_url, "ingest")
+pg_timeline = _pool_fixture(lambda env: env.pg_timeline_url, "timeline")
+pg_likes = _pool_fixture(lambda env: env.pg_likes_url, "likes")
+pg_likes_writer = _pool_fixture(lambda env: env.pg_likes_writer_url, "likes")
+pg_flusher = _pool_fixture(lambda env: env.pg_flusher_url, "flusher")
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -361,15 +329,26 @@ def flusher(
     return Flusher(flusher_settings, redis_client, flusher_db, pg_flusher)
 
 
+def likes_settings(env: Env, mode: LikesMode = "buffered", **overrides: Any) -> LikesSettings:
+    """The likes service's settings in `mode` for the test datastores, as a deployment gives
+    them (Redis, where a sync pod publishes its counts too; the writer's URL for the modes that
+    write to PostgreSQL); `overrides` on top."""
+    values: dict[str, Any] = {
+        "likes_mode": mode,
+        "postgres_url": env.pg_likes_url,
+        "redis_url": env.redis_likes_url,
+        "like_stream_shards": SHARDS,
+        **as_service("likes", env.jwt_secret),
+    }
+    if mode != "buffered":
+        values["postgres_write_url"] = env.pg_likes_writer_url
+    return LikesSettings(**{**values, **overrides})
+
+
 @pytest_asyncio.fixture(scope="session")
 async def likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
     """The likes service in buffered mode (the default)."""
-    settings = LikesSettings(
-        postgres_url=env.pg_likes_url,
-        redis_url=env.redis_likes_url,
-        like_stream_shards=SHARDS,
-        **as_service("likes", env.jwt_secret),
-    )
+    settings = likes_settings(env)
     async with serving(await likes_service.build(settings)) as server:
         yield server
 
@@ -377,12 +356,7 @@ async def likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[G
 @pytest_asyncio.fixture(scope="session")
 async def sync_likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
     """The likes service in sync mode."""
-    settings = LikesSettings(
-        likes_mode="sync",
-        postgres_url=env.pg_likes_url,
-        postgres_write_url=env.pg_likes_writer_url,
-        **as_service("likes", env.jwt_secret),
-    )
+    settings = likes_settings(env, "sync", redis_url=None)
     async with serving(await likes_service.build(settings)) as server:
         yield server
 

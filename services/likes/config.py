@@ -12,6 +12,9 @@ from services.runtime.tokens import JwtSettings
 from services.streams.likes import LikeStreamSettings
 from services.streams.live import LiveSettings
 
+# How likes are kept (docs/likes.md).
+LikesMode = Literal["buffered", "sync", "counterless"]
+
 
 class LikesSettings(ServiceSettings, LikeStreamSettings, LiveSettings, JwtSettings, MtlsSettings):
     """likes reads POSTGRES_URL (read-only role) and, by mode, REDIS_URL or POSTGRES_WRITE_URL;
@@ -24,7 +27,7 @@ class LikesSettings(ServiceSettings, LikeStreamSettings, LiveSettings, JwtSettin
     # flusher's reconciliation recounts the targets it marks dirty (RECONCILE_INTERVAL_SECONDS=5).
     # sync uses REDIS_URL too when it is set (every deployment here sets it): only then may it
     # serve next to buffered pods (a mode switch).
-    likes_mode: Literal["buffered", "sync", "counterless"] = "buffered"
+    likes_mode: LikesMode = "buffered"
     postgres_url: str
     redis_url: str | None = None
     postgres_write_url: str | None = None

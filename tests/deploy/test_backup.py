@@ -42,14 +42,13 @@ from services.flusher.messages.repository import MessageRepository
 from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
-from services.likes.config import LikesSettings
 from services.runtime import postgres
 from services.runtime.mysql import MysqlDatabase
 from services.streams.consumer import ShardConsumer
 from services.streams.entries import Entry
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import GROUP, MessageStreams, MessageStreamSettings, decode
-from tests.conftest import Env, serving
+from tests.conftest import Env, likes_settings, serving
 from tests.helpers import (
     ROOT,
     SHARDS,
@@ -234,15 +233,10 @@ async def producers(env: Env, url: str) -> AsyncIterator[tuple[Any, Any]]:
         grpc_forum_port=0,
         **as_service("ingest", env.jwt_secret),
     )
-    likes_settings = LikesSettings(
-        redis_url=url,
-        postgres_url=env.pg_likes_url,
-        like_stream_shards=SHARDS,
-        **as_service("likes", env.jwt_secret),
-    )
+    likes_config = likes_settings(env, redis_url=url)
     async with (
         serving(await ingest_service.build(ingest_settings)) as ingest_server,
-        serving(await likes_service.build(likes_settings)) as likes_server,
+        serving(await likes_service.build(likes_config)) as likes_server,
         as_gateway(ingest_server.port, env.jwt_secret) as ingest_channel,
         as_gateway(likes_server.port, env.jwt_secret) as likes_channel,
     ):
@@ -724,11 +718,8 @@ async def test_writes_between_the_snapshot_and_the_dumps(
         assert (1001, 1) in likes_stored
         assert drift == []
 
-        settings = LikesSettings(
-            redis_url=server.url,
-            postgres_url=on(env.pg_likes_url, throwaway),
-            like_stream_shards=SHARDS,
-            **as_service("likes", env.jwt_secret),
+        settings = likes_settings(
+            env, redis_url=server.url, postgres_url=on(env.pg_likes_url, throwaway)
         )
         async with (
             serving(await likes_service.build(settings)) as likes_server,

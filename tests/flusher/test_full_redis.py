@@ -22,11 +22,10 @@ from services.flusher.config import FlusherSettings
 from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
-from services.likes.config import LikesSettings
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
-from tests.conftest import Env, serving
+from tests.conftest import Env, likes_settings, serving
 from tests.helpers import (
     SHARDS,
     Flusher,
@@ -65,15 +64,10 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
             grpc_forum_port=0,
             **as_service("ingest", env.jwt_secret),
         )
-        likes_settings = LikesSettings(
-            redis_url=url,
-            postgres_url=env.pg_likes_url,
-            like_stream_shards=SHARDS,
-            **as_service("likes", env.jwt_secret),
-        )
+        likes_config = likes_settings(env, redis_url=url)
         async with (
             serving(await ingest_service.build(ingest_settings)) as ingest_server,
-            serving(await likes_service.build(likes_settings)) as likes_server,
+            serving(await likes_service.build(likes_config)) as likes_server,
             as_gateway(ingest_server.port, env.jwt_secret) as ingest_channel,
             as_gateway(likes_server.port, env.jwt_secret) as likes_channel,
         ):

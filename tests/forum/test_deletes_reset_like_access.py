@@ -15,11 +15,10 @@ from agora.forum.v1 import like_service_pb2 as pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.likes import server as likes_service
-from services.likes.config import LikesSettings
 from services.runtime.grpc_server import GrpcServer
 from services.streams.likes import COMMENT, POST, TargetKind
-from tests.conftest import Env, serving
-from tests.helpers import SHARDS, as_gateway, as_service
+from tests.conftest import Env, likes_settings, serving
+from tests.helpers import as_gateway
 
 pytestmark = pytest.mark.asyncio
 LikeStub = like_service_pb2_grpc.LikeServiceStub
@@ -27,14 +26,7 @@ LikeStub = like_service_pb2_grpc.LikeServiceStub
 
 @pytest_asyncio.fixture(scope="session")
 async def counterless_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    settings = LikesSettings(
-        likes_mode="counterless",
-        postgres_url=env.pg_likes_url,
-        postgres_write_url=env.pg_likes_writer_url,
-        redis_url=env.redis_likes_url,
-        like_stream_shards=SHARDS,
-        **as_service("likes", env.jwt_secret),
-    )
+    settings = likes_settings(env, "counterless")
     async with serving(await likes_service.build(settings)) as server:
         yield server
 

@@ -36,14 +36,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.flusher.config import FlusherSettings
 from services.flusher.maintenance import builder as maintenance
 from services.likes import server as likes_service
-from services.likes.config import LikesSettings
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from services.streams.live import LiveFeeds, LiveSettings, Position
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.conftest import Env, serving
+from tests.conftest import Env, likes_settings, serving
 from tests.gateway import test_live_events as sse
 from tests.helpers import ROOT, SHARDS, Flusher, as_gateway, as_service, mint_token, run_flusher
 from tools import callers
@@ -85,28 +84,14 @@ async def writes(ingest_server: GrpcServer, env: Env, fresh: None) -> AsyncItera
 @pytest_asyncio.fixture(scope="module")
 async def live_sync_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
     """A sync-mode likes pod with Redis, as every deployment runs it: it publishes its counts."""
-    settings = LikesSettings(
-        likes_mode="sync",
-        postgres_url=env.pg_likes_url,
-        postgres_write_url=env.pg_likes_writer_url,
-        redis_url=env.redis_likes_url,
-        like_stream_shards=SHARDS,
-        **as_service("likes", env.jwt_secret),
-    )
+    settings = likes_settings(env, "sync")
     async with serving(await likes_service.build(settings)) as server:
         yield server
 
 
 @pytest_asyncio.fixture(scope="module")
 async def counterless_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    settings = LikesSettings(
-        likes_mode="counterless",
-        postgres_url=env.pg_likes_url,
-        postgres_write_url=env.pg_likes_writer_url,
-        redis_url=env.redis_likes_url,
-        like_stream_shards=SHARDS,
-        **as_service("likes", env.jwt_secret),
-    )
+    settings = likes_settings(env, "counterless")
     async with serving(await likes_service.build(settings)) as server:
         yield server
 

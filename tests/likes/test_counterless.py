@@ -28,7 +28,7 @@ from services.likes.counterless_store import DirtyMarks
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from tests.conftest import Env, serving
+from tests.conftest import Env, likes_settings, serving
 from tests.helpers import SHARDS, Flusher, as_gateway, as_service
 from tools.ports import free_port
 
@@ -39,14 +39,7 @@ INTERVAL = 5.0
 
 @pytest_asyncio.fixture(scope="session")
 async def counterless_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    settings = LikesSettings(
-        likes_mode="counterless",
-        postgres_url=env.pg_likes_url,
-        postgres_write_url=env.pg_likes_writer_url,
-        redis_url=env.redis_likes_url,
-        like_stream_shards=SHARDS,
-        **as_service("likes", env.jwt_secret),
-    )
+    settings = likes_settings(env, "counterless")
     async with serving(await likes_service.build(settings)) as server:
         yield server
 
@@ -240,13 +233,8 @@ async def test_with_redis_away_toggles_wait_and_liked_maps_come_from_postgresql(
     """A toggle is acknowledged only once it is known not to overtake a buffered pod's unflushed
     toggle of the user (docs/likes.md, "Switching modes"): with Redis away that is unknown, so it
     is refused UNAVAILABLE (retried) and changes nothing. Reads are answered from PostgreSQL."""
-    settings = LikesSettings(
-        likes_mode="counterless",
-        postgres_url=env.pg_likes_url,
-        postgres_write_url=env.pg_likes_writer_url,
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
-        **as_service("likes", env.jwt_secret),
-    )
+    # Nothing listens at its Redis.
+    settings = likes_settings(env, "counterless", redis_url=f"redis://127.0.0.1:{free_port()}/0")
     async with (
         serving(await likes_service.build(settings)) as server,
         as_gateway(server.port, env.jwt_secret) as channel,

@@ -29,8 +29,8 @@ from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from tests.conftest import ON_CLUSTER, Env, serving
-from tests.helpers import SHARDS, Flusher, as_gateway, as_service, dead_letter_count
+from tests.conftest import ON_CLUSTER, Env, likes_settings, serving
+from tests.helpers import SHARDS, Flusher, as_gateway, dead_letter_count
 
 pytestmark = pytest.mark.asyncio
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
@@ -39,14 +39,7 @@ Stub = like_service_pb2_grpc.LikeServiceStub
 
 def direct_settings(env: Env, mode: Literal["sync", "counterless"]) -> LikesSettings:
     """A sync or counterless pod as the deployments run one: with the writer role and Redis."""
-    return LikesSettings(
-        likes_mode=mode,
-        postgres_url=env.pg_likes_url,
-        postgres_write_url=env.pg_likes_writer_url,
-        redis_url=env.redis_likes_url,
-        like_stream_shards=SHARDS,
-        **as_service("likes", env.jwt_secret),
-    )
+    return likes_settings(env, mode)
 
 
 @pytest_asyncio.fixture(scope="session")
