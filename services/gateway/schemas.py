@@ -11,9 +11,11 @@ import sys
 from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue, ValidatorFunctionWrapHandler, field_validator
+from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
 from services.domain.ids import ID_PATTERN, MAX_ROW_ID
+from services.domain.text import MAX_BODY, MAX_TITLE, TEXT_PATTERN
 
 # Messages per HTTP batch: ingest's INGEST_MAX_BATCH default, refused here before any item is
 # converted (the OpenAPI document says maxItems).
@@ -220,7 +222,11 @@ class IngestBody(BaseModel):
 
     messages: list[JsonValue] = Field(
         max_length=MAX_BATCH,
-        json_schema_extra={"items": {"$ref": "#/components/schemas/IncomingMessage"}},
+        # At least one: the route refuses an empty batch with its own message.
+        json_schema_extra={
+            "items": {"$ref": "#/components/schemas/IncomingMessage"},
+            "minItems": 1,
+        },
     )
 
 
@@ -322,13 +328,32 @@ class CommentResponse(BaseModel):
     data: Comment
 
 
+# Stated here, enforced by ingest (services/domain/text.py): the same pattern.
+_TEXT: JsonDict = {"pattern": TEXT_PATTERN}
+
+
 class NewPost(RequestModel):
-    title: str = Field(min_length=1, max_length=200, description="1-200 characters, not blank")
-    body: str = Field(min_length=1, max_length=20_000, description="1-20,000 characters")
+    title: str = Field(
+        min_length=1,
+        max_length=MAX_TITLE,
+        description=f"1-{MAX_TITLE} characters, not blank, no NUL",
+        json_schema_extra=_TEXT,
+    )
+    body: str = Field(
+        min_length=1,
+        max_length=MAX_BODY,
+        description=f"1-{MAX_BODY:,} characters, not blank, no NUL",
+        json_schema_extra=_TEXT,
+    )
 
 
 class NewComment(RequestModel):
-    body: str = Field(min_length=1, max_length=20_000, description="1-20,000 characters")
+    body: str = Field(
+        min_length=1,
+        max_length=MAX_BODY,
+        description=f"1-{MAX_BODY:,} characters, not blank, no NUL",
+        json_schema_extra=_TEXT,
+    )
     parent_id: int | None = Field(
         default=None,
         ge=1,

@@ -11,6 +11,7 @@ from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 
 from services.domain.forum import comment_from_row, post_from_row, require_enrolled
 from services.domain.ids import MAX_ROW_ID, check_row_id
+from services.domain.text import MAX_BODY, MAX_TITLE, check_text
 from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import ForumWriteRepository, Written
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
@@ -18,19 +19,6 @@ from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import AccessSignal
 
 log = logging.getLogger(__name__)
-
-MAX_TITLE = 200
-MAX_BODY = 20_000
-
-
-def check_text(value: str, field: str, limit: int) -> FieldViolation | None:
-    if not value.strip():
-        return FieldViolation(field, "must not be empty")
-    if len(value) > limit:
-        return FieldViolation(field, f"must be at most {limit} characters")
-    if "\x00" in value:
-        return FieldViolation(field, "must not contain NUL characters")
-    return None
 
 
 def check_ids(**ids: int) -> list[FieldViolation]:

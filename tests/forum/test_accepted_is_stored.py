@@ -23,7 +23,7 @@ from agora.forum.v1 import forum_write_service_pb2 as pb
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.ingest.forum_handlers import MAX_BODY, MAX_TITLE
+from services.domain.text import MAX_BODY, MAX_TITLE
 from services.runtime.grpc_server import GrpcServer
 from tests.conftest import Env
 from tests.helpers import as_gateway

@@ -46,11 +46,13 @@ router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
 STREAM_PATH = re.compile(r"/api/(zalo-accounts|courses)/[^/]+/events")
 
+# A string, possibly empty (no id yet), never null: a header has no null to send.
 LastEventId = Annotated[
-    str | None,
+    str,
     Header(
         alias="Last-Event-ID",
         max_length=40,
+        pattern=r"^(\d{1,15}-\d{1,19})?$",
         description="The id of the last event received: the stream resumes after it",
     ),
 ]
@@ -58,9 +60,24 @@ _tracer = trace.get_tracer(__name__)
 # Times in a row a watch that timeline ended with UNAVAILABLE is opened again before the browser's
 # stream ends (it then reconnects with its last id, maybe to another gateway).
 _REOPENS = 3
+# One event of the stream, as a client's parser hands it over (OpenAPI describes a stream by its
+# items): `data` is the JSON text of one object in the REST routes' shapes.
+_EVENT = {
+    "type": "object",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": r"^\d{1,15}-\d{1,19}$"},
+        "event": {
+            "type": "string",
+            "enum": ["message", "conversation", "post", "comment", "likes", "reset"],
+        },
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
 _STREAM_DOC = {
     200: {
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _EVENT, "itemSchema": _EVENT}},
         "description": (
             "An event stream: each event has `id:` (its position: send it back as Last-Event-ID "
             "to resume), `event:` and `data:` (one JSON object). `reset` means the position is "
@@ -112,7 +129,7 @@ async def inbox_events(
     clients: Upstream,
     user: CurrentUser,
     account_id: AccountId,
-    last_event_id: LastEventId = None,
+    last_event_id: LastEventId = "",
 ) -> EventSourceResponse:
     """Events: `message` (a stored message, as in GET …/messages), `conversation` (its state,
     as in GET …/conversations), `reset`."""
@@ -124,7 +141,7 @@ async def inbox_events(
             metadata=clients.options["metadata"],
         )
 
-    return await _stream(request, user.user_id, watch, last_event_id or "", _inbox_event)
+    return await _stream(request, user.user_id, watch, last_event_id, _inbox_event)
 
 
 @router.get(
@@ -138,7 +155,7 @@ async def course_events(
     clients: Upstream,
     user: CurrentUser,
     course_id: CourseId,
-    last_event_id: LastEventId = None,
+    last_event_id: LastEventId = "",
 ) -> EventSourceResponse:
     """Events: `post` and `comment` (created, or deleted with `deleted_at`), `likes` (a
     target's new like count), `reset`."""
@@ -149,7 +166,7 @@ async def course_events(
             metadata=clients.options["metadata"],
         )
 
-    return await _stream(request, user.user_id, watch, last_event_id or "", _course_event)
+    return await _stream(request, user.user_id, watch, last_event_id, _course_event)
 
 
 async def _stream(
