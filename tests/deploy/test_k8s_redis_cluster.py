@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.deploy.test_k8s import (
     rendered,
     secret_values,
 )
+from tests.waiting import until_sync
 from tools import k8s_validate
 from tools.redis_cluster import free_port
 
@@ -493,10 +493,7 @@ class Nodes:
             ["sh", str(COMPONENT / "start.sh"), *args],
             env=self.env(REDIS_NODES_CONF=str(directory / "nodes.conf"), REDIS_RESOLVE_TRIES="1"),
         )
-        deadline = time.monotonic() + 10
-        while self.cli(n, "ping") != "PONG":
-            assert time.monotonic() < deadline, f"node{n} did not start"
-            time.sleep(0.05)
+        until_sync(f"node{n} to start", lambda: self.cli(n, "ping") == "PONG")
 
     def stop(self, n: int) -> None:
         process = self.processes.pop(n)
@@ -556,10 +553,10 @@ def assert_formed(nodes: Nodes) -> None:
         info = nodes.info(n)
         assert info["cluster_state"] == "ok", (n, info)
         assert info["cluster_known_nodes"] == str(NODES), (n, info)
-    deadline = time.monotonic() + 10
-    while sorted(nodes.roles()) != ["master"] * 3 + ["slave"] * 3:
-        assert time.monotonic() < deadline, nodes.roles()
-        time.sleep(0.1)
+    until_sync(
+        "three masters with a replica each",
+        lambda: sorted(nodes.roles()) == ["master"] * 3 + ["slave"] * 3,
+    )
 
 
 def test_bootstrap_forms_the_cluster_once(nodes: Nodes) -> None:
@@ -586,10 +583,7 @@ def test_a_restarted_node_rejoins_with_its_nodes_conf(nodes: Nodes) -> None:
     before = node_ids(nodes)
     nodes.stop(4)
     nodes.start(4)
-    deadline = time.monotonic() + 15
-    while nodes.info(4).get("cluster_state") != "ok":
-        assert time.monotonic() < deadline, nodes.info(4)
-        time.sleep(0.1)
+    until_sync("node4 back in the cluster", lambda: nodes.info(4).get("cluster_state") == "ok", 15)
     assert node_ids(nodes) == before
     again = nodes.bootstrap()
     assert again.returncode == 0, again.stdout + again.stderr
@@ -619,10 +613,7 @@ def test_bootstrap_leaves_a_partly_formed_cluster_alone(nodes: Nodes) -> None:
     # Two nodes that know each other, no slot assigned (a create interrupted half-way): neither
     # fresh nor formed.
     assert nodes.cli(2, "cluster", "meet", "127.0.0.1", str(nodes.ports[3])) == "OK"
-    deadline = time.monotonic() + 10
-    while nodes.info(3)["cluster_known_nodes"] != "2":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    until_sync("node3 to know node2", lambda: nodes.info(3)["cluster_known_nodes"] == "2")
     result = nodes.bootstrap()
     assert result.returncode == 1
     assert "partly formed" in result.stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from services.streams.leases import ShardLeases
 from services.streams.messages import MessageStreams
 from services.streams.supervisor import ShardSupervisor
 from tests.helpers import message
+from tests.waiting import until
 from tools.redis_cluster import LocalCluster, Node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -38,6 +38,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 LEASE_MS = 6000
 OUTLASTING_MS = 15_000
 MEMBER = "pod-a"
+# How the waits here look: often, and through a Redis that is failing over.
+_QUICK: dict[str, Any] = {"every": 0.05, "ignoring": (redis.RedisError,)}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -127,16 +129,6 @@ async def state(cluster: LocalCluster, node: Node) -> str:
     return (await cluster.cluster_info(node)).get("cluster_state", "")
 
 
-async def until(check: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with contextlib.suppress(redis.RedisError):
-            if await check():
-                return True
-        await asyncio.sleep(0.05)
-    return False
-
-
 def thread_on(layout: MessageStreams, shard: int) -> str:
     return next(f"t{i}" for i in range(10_000) if layout.shard_of(1, f"t{i}") == shard)
 
@@ -163,7 +155,7 @@ async def supervising(
     task = asyncio.create_task(supervisor.run(stop))
     layout = message_role.streams(settings)
     try:
-        assert await until(lambda: _owns_all(supervisor, layout), 10), "never held every shard"
+        await until("every shard held", lambda: _owns_all(supervisor, layout), 10, **_QUICK)
         yield supervisor
     finally:
         stop.set()
@@ -202,15 +194,15 @@ async def test_a_consumer_rides_out_a_cluster_that_is_down_keeping_its_shard(
     task = asyncio.create_task(consumer.run(stop))
     try:
         await send(client, layout, shard, "before")
-        assert await until(lambda: stored(flusher_db, "before"), 10)
+        await until("the first message stored", lambda: stored(flusher_db, "before"), 10, **_QUICK)
 
         async with master_dead(cluster, gone, node_timeout_ms=1000):
-            assert await until(lambda: _down(cluster, alive), 10), "the cluster never went down"
+            await until("the cluster down", lambda: _down(cluster, alive), 10, **_QUICK)
             await asyncio.sleep(5.0)
             assert not task.done(), f"the consumer ended: {task.exception()!r}"
 
         await send(client, layout, shard, "after")
-        assert await until(lambda: stored(flusher_db, "after"), 5)
+        await until("the second message stored", lambda: stored(flusher_db, "after"), 5, **_QUICK)
         assert not task.done(), f"the consumer ended: {task.exception()!r}"
         assert consumer.fenced is None
     finally:
@@ -250,6 +242,10 @@ async def test_a_shard_whose_master_is_unreachable_does_not_stop_the_other_lease
             # The shard out of reach is given up once its lease can no longer be renewed.
             assert down not in sup.owned
         # Back: the shard is taken again and consumed.
-        assert await until(lambda: _owns_all(sup, layout), 3 * LEASE_MS / 1000)
+        await until(
+            "every shard held", lambda: _owns_all(sup, layout), 3 * LEASE_MS / 1000, **_QUICK
+        )
         await send(observer, layout, down, "back")
-        assert await until(lambda: stored(flusher_db, "back"), LEASE_MS / 1000)
+        await until(
+            "the last message stored", lambda: stored(flusher_db, "back"), LEASE_MS / 1000, **_QUICK
+        )

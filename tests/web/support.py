@@ -3,11 +3,9 @@ records every request, refuses any that would leave 127.0.0.1, and keeps its scr
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -137,13 +135,6 @@ async def watched_page(browser: Browser) -> AsyncIterator[Watched]:
         yield watched
     finally:
         await context.close()
-
-
-async def until(what: str, check: Callable[[], Awaitable[bool]], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ from playwright.async_api import Browser, Page, Route, expect
 from services.gateway.app import create_app
 from tests.conftest import Env
 from tests.helpers import mint_token
+from tests.waiting import until
 from tests.web.support import (
     AUD,
     ISS,
@@ -29,7 +30,6 @@ from tests.web.support import (
     conversation,
     settings,
     sign_in,
-    until,
     watched_page,
 )
 from tools.jwt_token import mint

@@ -19,7 +19,8 @@ from playwright.async_api import Browser, Page, Request, expect
 
 from tests.conftest import Env
 from tests.helpers import mint_token
-from tests.web.support import bearer, conversation, sign_in, until, watched_page
+from tests.waiting import until
+from tests.web.support import bearer, conversation, sign_in, watched_page
 
 pytestmark = pytest.mark.asyncio
 
