@@ -17,7 +17,7 @@
 #   stack.sh run-cluster CMD...
 #                         test-cluster, then CMD as with run plus env/test-cluster.env (make test)
 #   stack.sh redis-stop | redis-start | services-stop | services-start
-#                         one part of a running stack, for a restore (tools/backup.py)
+#                         one part of a running stack, for a restore (tools/backup/)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -160,85 +160,13 @@ init_datastores() {
   fi
 }
 
-# One Redis user per service, each allowed the commands its code and its Lua scripts run, each on
-# the key family it runs them on, and nothing else (least privilege, as in any deployment); the
-# dev overlay's deploy/k8s/overlays/dev/redis-users.acl holds the same rules (tests/deploy keep the
-# two in step and try every user's rights: test_redis_acl.py). `default` is the operator's (tools,
-# tests, backups). Rewritten on every start; the single Redis and every cluster node read it.
-# Redis checks every command a script runs against the caller's ACL, so a script is no way round
-# it (and EVALSHA/SCRIPT LOAD grant nothing): each selector, (~keys +commands), allows its
-# commands on its keys only. No service user can DEL, UNLINK, EXPIRE, RENAME, MOVE, SET, XTRIM or
-# XSETID a stream or a backlog counter. What no ACL can refuse is an option of an allowed command:
-# XADD's MAXLEN/MINID trim the stream appended to (ingest its message streams, likes its like
-# streams, the flusher its dead letters), and an INCRBY/DECRBY takes any number; the flusher XDELs
-# the entries it acknowledged. docs/security.md says what that leaves.
-# Every key of a stream shard carries the shard's hash tag (one slot: its scripts and MULTIs stay
-# on one node): agora:msg:{m<s>}:events|backlog|backlog-bytes|backlog-reserved|backlog-rate(s)...|
-# dead|lease..., forum:{ls<s>}:..., forum:{c<course>}:access-version, forum:{dirty}:...,
-# agora:prune:{prune}:... In a key pattern `{` is an ordinary character, `*` any text.
+# One Redis user per service, each allowed the commands its code and its Lua scripts run on the
+# key family it runs them on (least privilege): the rules are tools/redis_acl.py's, which also
+# renders the dev overlay's file. `default` is the operator's (tools, tests, backups). Rewritten
+# on every start; the single Redis and every cluster node read it.
 write_redis_acl() {
-  # Every user: connecting (not CLIENT KILL/LIST/PAUSE: -@dangerous), INFO (the eviction check),
-  # SELECT, loading its scripts; no key outside its selectors.
-  local base="on resetchannels resetkeys -@all +@connection -@dangerous +info +select +script|load +script|exists"
-  # redis-py's cluster client reads the topology (CLUSTER SLOTS/SHARDS/NODES/INFO/MYID) and follows
-  # redirections (ASKING, READONLY, READWRITE); WAIT holds an acknowledgement until replicas have
-  # the write (REDIS_WAIT_REPLICAS). None is @dangerous; on the single Redis they are harmless.
-  local cluster="+cluster|slots +cluster|shards +cluster|nodes +cluster|info +cluster|myid +readonly +readwrite +asking +wait"
-  # Writers add to the live feeds what they committed (trimming them, recording what a trim
-  # removed, expiring idle ones) and wake the feeds' watchers: the flusher to the accounts' and
-  # courses' feeds, ingest (forum writes) and likes (direct modes) to the courses'. The feeds are
-  # derived, so trimming them loses nothing stored.
-  local live_append="(~live:{a*}:inbox ~live:{f*}:course +xadd +xrevrange +xrange +xlen +xtrim +xsetid +expire)"
-  local course_append="(~live:{f*}:course +xadd +xrevrange +xrange +xlen +xtrim +xsetid +expire)"
-  local live_wake="(~live:{w*}:wake +xadd)"
-  # ingest: appends to the message streams; counts their backlog (messages, bytes), holds room for
-  # a call on a cluster, keeps the accounts' fair-share rates; drops a course's likes access
-  # version after a forum write changed what the likes service may cache.
-  local ingest_append="(~agora:msg:{m*}:events +xadd)"
-  local ingest_backlog="(~agora:msg:{m*}:backlog ~agora:msg:{m*}:backlog-bytes +get +incrby)"
-  local ingest_reserved="(~agora:msg:{m*}:backlog-reserved +hgetall +hset +hdel)"
-  local ingest_rates="(~agora:msg:{m*}:backlog-rates ~agora:msg:{m*}:backlog-rate:* +get +set)"
-  local ingest_access="(~forum:{c*}:access-version +del)"
-  # A script's keys grant nothing (each command it runs is checked): every family of the user.
-  local ingest_scripts="(~agora:msg:{m*}:events ~agora:msg:{m*}:backlog* ~forum:{c*}:access-version ~live:{f*}:course ~live:{w*}:wake +evalsha)"
-  # likes: its users' liked SETs, last operations and direct-write guards (a cache it expires and
-  # deletes), appends to the like streams and counts their bytes, the courses' access versions,
-  # the dirty marks of a counterless pod.
-  local likes_users="(~forum:{ls*}:u:* +exists +get +set +del +expire +sadd +srem +sismember +smismember +hget +hgetall +hset +hdel)"
-  local likes_append="(~forum:{ls*}:like-events +xadd +xlen)"
-  local likes_bytes="(~forum:{ls*}:like-events:bytes +get +incrby)"
-  local likes_access="(~forum:{c*}:access-version +get +set)"
-  local likes_dirty="(~forum:{dirty}:* +sadd)"
-  local likes_scripts="(~forum:{ls*}:u:* ~forum:{ls*}:like-events ~forum:{ls*}:like-events:bytes ~forum:{c*}:access-version ~forum:{dirty}:* ~live:{f*}:course ~live:{w*}:wake +evalsha)"
-  # flusher: consumes both stream families and acknowledges (XACK + XDEL) what it stored, gives
-  # the backlog back, counts each pending entry's failed attempts (a hash beside the stream,
-  # expiring), dead-letters (a capped stream), holds its shard leases and their epochs,
-  # forgets flushed last operations, reconciles the dirty marks, runs the prune and periodic jobs.
-  local flusher_consume="(~agora:msg:{m*}:events ~forum:{ls*}:like-events +xgroup|create +xreadgroup +xread +xrevrange +xautoclaim +xpending +xinfo|groups +xlen +xack +xdel)"
-  local flusher_failures="(~agora:msg:{m*}:events:failures ~forum:{ls*}:like-events:failures +exists +hincrby +hdel +pexpire)"
-  local flusher_dead="(~agora:msg:{m*}:dead ~forum:{ls*}:like-events:dead +xadd +xlen +xrange)"
-  local flusher_backlog="(~agora:msg:{m*}:backlog ~agora:msg:{m*}:backlog-bytes ~forum:{ls*}:like-events:bytes +get +decrby)"
-  local flusher_leases="(~agora:msg:{m*}:lease ~agora:msg:{m*}:lease:epoch ~forum:{ls*}:lease ~forum:{ls*}:lease:epoch +get +set +pexpire +del +incr)"
-  local flusher_members="(~agora:msg:lease-members ~forum:like-lease-members +zadd +zremrangebyscore +zcard +zrem)"
-  local flusher_ops="(~forum:{ls*}:u:*:ops +hget +hset +hdel)"
-  local flusher_dirty="(~forum:{dirty}:* +sadd +spop)"
-  local flusher_prune="(~agora:prune:{prune}:* +zadd +zrem +zrangebyscore +zcard)"
-  local flusher_locks="(~agora:prune:lock:* ~agora:jobs:* +get +set +del +pexpire +pttl)"
-  local flusher_scripts="(~agora:msg:* ~agora:prune:* ~agora:jobs:* ~forum:{ls*}:* ~forum:like-lease-members ~forum:{dirty}:* ~live:{a*}:inbox ~live:{f*}:course ~live:{w*}:wake +evalsha)"
-  # timeline: reads the live feeds (its script looks at a feed and reads it in one step) and the
-  # wake streams; writes nothing.
-  local timeline_live="(~live:{a*}:inbox ~live:{f*}:course ~live:{w*}:wake +exists +xinfo|stream +xrange +xread +evalsha)"
-  # gateway: its rate-limit windows, counted and expiring.
-  local gateway_limits="(~agora:ratelimit:* +incr +expire +evalsha)"
   mkdir -p "$var/redis"
-  (umask 077 && cat >"$var/redis/users.acl.new") <<EOF
-user default on >$REDIS_PASSWORD ~* &* +@all
-user agora-ingest $base $cluster >$REDIS_INGEST_PASSWORD $ingest_append $ingest_backlog $ingest_reserved $ingest_rates $ingest_access $course_append $live_wake $ingest_scripts
-user agora-likes $base $cluster >$REDIS_LIKES_PASSWORD $likes_users $likes_append $likes_bytes $likes_access $likes_dirty $course_append $live_wake $likes_scripts
-user agora-flusher $base +multi +exec +discard $cluster >$REDIS_FLUSHER_PASSWORD $flusher_consume $flusher_failures $flusher_dead $flusher_backlog $flusher_leases $flusher_members $flusher_ops $flusher_dirty $flusher_prune $flusher_locks $live_append $live_wake $flusher_scripts
-user agora-timeline $base $cluster >$REDIS_TIMELINE_PASSWORD $timeline_live
-user agora-gateway $base $cluster >$REDIS_GATEWAY_PASSWORD $gateway_limits
-EOF
+  (cd "$root" && umask 077 && "$py" -m tools.redis_acl local >"$var/redis/users.acl.new")
   # ACL LOAD drops the connections of every user it redefines: only when the users changed.
   if cmp -s "$var/redis/users.acl.new" "$var/redis/users.acl"; then
     rm -f "$var/redis/users.acl.new"
@@ -731,7 +659,7 @@ down() {
 
 logs() { tail -n 50 -F "$var"/log/*.log; }
 
-# A restore (tools/backup.py) replaces Redis's files and the databases: Redis alone and the
+# A restore (tools/backup/) replaces Redis's files and the databases: Redis alone and the
 # services alone are stopped and started again, the other datastores keep running.
 require_supervisord() {
   supervisord_running || die "the stack is not running (make up)"

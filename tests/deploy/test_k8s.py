@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tools import k8s_validate
+from tools import k8s_validate, redis_acl
 
 Doc = dict[str, Any]
 
@@ -838,15 +838,15 @@ def acl_users(text: str) -> dict[str, tuple[list[str], list[str]]]:
 
 
 def local_stack_acl() -> str:
-    """The ACL file deploy/local/stack.sh writes (write_redis_acl), its variables expanded."""
-    script = (k8s_validate.ROOT / "deploy" / "local" / "stack.sh").read_text()
-    body = script[script.index("write_redis_acl() {") :]
-    body = body[: body.index("\n}\n")]
-    variables = dict(re.findall(r'local (\w+)="([^"]*)"', body))
-    lines = re.findall(r"^user .*$", body, re.MULTILINE)
-    return "\n".join(
-        re.sub(r"\$(\w+)", lambda m: variables.get(m[1], m[0]), line) for line in lines
-    )
+    """The ACL file deploy/local/stack.sh writes (tools/redis_acl.py's rules, plain passwords)."""
+    return redis_acl.render(redis_acl.DEV_PASSWORDS, redis_acl.plain)
+
+
+def test_the_dev_overlays_acl_file_is_the_rendering_of_the_one_set_of_rules() -> None:
+    """Nobody keeps the committed file in step by hand: `python -m tools.redis_acl dev-overlay`
+    wrote it, and writes it again."""
+    committed = (k8s_validate.ROOT / "deploy/k8s/overlays/dev/redis-users.acl").read_text()
+    assert committed == redis_acl.render(redis_acl.DEV_PASSWORDS, redis_acl.hashed)
 
 
 def test_dev_redis_has_the_local_stacks_users_one_per_service() -> None:
