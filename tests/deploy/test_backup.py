@@ -1,4 +1,4 @@
-"""`make backup` / `make restore` (tools/backup.py) against real servers.
+"""`make backup` / `make restore` (tools/backup/) against real servers.
 
 The source is a private Redis started with the stack's own redis.conf (AOF, fsync always), fed by
 the real ingest and likes services and flushed into agora_test by the real consumers. The target

@@ -1,0 +1,5 @@
+import sys
+
+from tools.backup.cli import main
+
+sys.exit(main())
