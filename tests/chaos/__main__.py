@@ -16,8 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
-from tests.chaos.faults import FAULTS, QUICK
-from tests.chaos.run import CONTROLS, QUICK_CONTROLS, Outcome, describe, run_scenario, table
+from tests.chaos.harness.faults import FAULTS, QUICK
+from tests.chaos.harness.run import CONTROLS, QUICK_CONTROLS, Outcome, describe, run_scenario, table
 
 REPORT = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 BEGIN, END = "<!-- chaos:begin -->", "<!-- chaos:end -->"

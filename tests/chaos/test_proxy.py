@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 import pytest_asyncio
 
-from tests.chaos.proxy import Proxy, ProxyProcess
+from tests.chaos.harness.proxy import Proxy, ProxyProcess
 
 pytestmark = pytest.mark.asyncio
 

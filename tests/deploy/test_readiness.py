@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from services.domain import schema
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams, MessageStreamSettings
-from tests.chaos.proxy import Proxy
+from tests.chaos.harness.proxy import Proxy
 from tests.conftest import Env
 from tests.helpers import ROOT, SHARDS, as_listener, message
 from tools import callers

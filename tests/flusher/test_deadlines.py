@@ -21,7 +21,7 @@ from services.flusher.messages.repository import MessageRepository
 from services.runtime import errors, postgres, redis_client
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
-from tests.chaos.proxy import Proxy
+from tests.chaos.harness.proxy import Proxy
 from tests.conftest import Env
 from tests.helpers import message
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from tests.chaos.stack import ChaosStack
+from tests.chaos.harness.stack import ChaosStack
 from tests.conftest import Env
 from tests.helpers import mint_token
 

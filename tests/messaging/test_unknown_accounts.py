@@ -30,7 +30,7 @@ from services.streams.entries import FIELD_ERROR
 from services.streams.likes import LikeStreams
 from services.streams.messages import MessageStreams
 from services.streams.replay import Replayer
-from tests.chaos.proxy import Proxy
+from tests.chaos.harness.proxy import Proxy
 from tests.conftest import Env, serving
 from tests.helpers import Flusher, as_listener, at, dead_letter_count, message
 

@@ -9,8 +9,8 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser
 
-from tests.chaos.faults import ensure_grants
-from tests.chaos.stack import ChaosStack
+from tests.chaos.harness.faults import ensure_grants
+from tests.chaos.harness.stack import ChaosStack
 from tests.web.support import chromium
 
 

@@ -33,8 +33,8 @@ import asyncpg
 import grpc
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
-from tests.chaos.load import CHAOS_COURSE, RPC_TIMEOUT, Ledger, Load, PairHistory
-from tests.chaos.stack import ChaosStack, Service
+from tests.chaos.harness.load import CHAOS_COURSE, RPC_TIMEOUT, Ledger, Load, PairHistory
+from tests.chaos.harness.stack import ChaosStack, Service
 from tools import callers
 from tools.ports import free_port
 

@@ -3,7 +3,7 @@
 MariaDB and PostgreSQL are the local stack's (databases agora_test); everything else is started
 here on free ports, so a scenario can kill -9 any of it without touching the developer's stack.
 Optionally several flusher replicas (flusher-a, flusher-b, …: one consumer name and ports each),
-and each datastore behind a proxy of its own (tests/chaos/proxy.py) that a scenario can blackhole.
+and each datastore behind a proxy of its own (harness/proxy.py) that a scenario can blackhole.
 Redis is one redis-server, or (redis_cluster=True) a Redis Cluster of three masters with a replica
 each (tools/redis_cluster.py) that a scenario can fail over or reshard; every harness read below
 works on both (one key per command, or pipelines the cluster client splits by slot).
@@ -34,13 +34,13 @@ from services.runtime.redis_client import REDIS_ERRORS, connect
 from services.streams import likes, messages
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import MessageStreams, MessageStreamSettings
-from tests.chaos.proxy import ProxyProcess
+from tests.chaos.harness.proxy import ProxyProcess
 from tools import callers
 from tools.ports import free_port
 from tools.redis_cluster import LocalCluster
 from tools.wait_healthy import wait
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHARDS = 4
 # Every datastore call of the services has this deadline (seconds): a blackholed datastore must
 # cost a call this long, not the defaults' 5-10 s.

@@ -16,7 +16,7 @@ healed, each end of a dead connection learns the other is gone the next time it 
 (when one end closes, the proxy aborts the other), the way a TCP keepalive or a write finds out
 after a real partition; while blackholed, a close is not passed on either.
 
-Run in-process (`Proxy`) or as a process of its own (`python -m tests.chaos.proxy --target
+Run in-process (`Proxy`) or as a process of its own (`python -m tests.chaos.harness.proxy --target
 HOST:PORT`, driven by `ProxyProcess` through stdin), so relaying the services' traffic never
 competes with the load generator's event loop.
 """
@@ -35,7 +35,7 @@ from typing import Literal
 
 Mode = Literal["forward", "blackhole", "refuse"]
 _CHUNK = 65_536
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -227,7 +227,7 @@ class ProxyProcess:
         self._proc = await asyncio.create_subprocess_exec(
             os.environ.get("PYTHON", str(ROOT / ".venv/bin/python")),
             "-m",
-            "tests.chaos.proxy",
+            "tests.chaos.harness.proxy",
             "--target",
             f"{self.target[0]}:{self.target[1]}",
             cwd=ROOT,

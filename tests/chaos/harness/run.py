@@ -13,15 +13,15 @@ import asyncpg
 
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import POST, member
-from tests.chaos.faults import (
+from tests.chaos.harness.faults import (
     CLUSTER_FAILOVER,
     FAULTS,
     ensure_grants,
     mysql_admin_url,
     pg_admin_url,
 )
-from tests.chaos.load import CHAOS_ACCOUNT, CHAOS_COURSE, Ledger, Load, PairHistory
-from tests.chaos.stack import LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack
+from tests.chaos.harness.load import CHAOS_ACCOUNT, CHAOS_COURSE, Ledger, Load, PairHistory
+from tests.chaos.harness.stack import LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack
 
 USERS = list(range(60_000, 62_000))
 
@@ -76,7 +76,7 @@ class Outcome:
             (self.pending, "pending"),
             # A batch applied by a flusher that had lost its shard: what fencing refuses.
             (int(self.extra.get("stale_likes_committed", 0)), "stale likes committed"),
-            # One account's flood (tests/chaos/noisy_account.py): what fair shares prevent.
+            # One account's flood (tests/chaos/harness/noisy_account.py): what fair shares prevent.
             (int(self.extra.get("others_refused", 0)), "refusals of the other accounts"),
             (int(self.extra.get("others_p99_regressed", 0)), "others' ack p99 regressed"),
         ]

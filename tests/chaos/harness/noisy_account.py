@@ -39,8 +39,8 @@ from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, mess
 from services.runtime.grpc_quota import quota_refusal
 from services.runtime.mysql import MysqlDatabase
 from services.streams.monitor import counters_sum
-from tests.chaos.load import RPC_TIMEOUT, Ledger, Load
-from tests.chaos.stack import MESSAGE_STREAMS, SHARDS, ChaosStack, Service
+from tests.chaos.harness.load import RPC_TIMEOUT, Ledger, Load
+from tests.chaos.harness.stack import MESSAGE_STREAMS, SHARDS, ChaosStack, Service
 from tools import callers
 
 NOISY = 8_000

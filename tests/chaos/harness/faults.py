@@ -24,13 +24,19 @@ from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import GROUP as LIKE_GROUP
 from services.streams.messages import GROUP as MESSAGE_GROUP
 from services.streams.monitor import counters_sum
-from tests.chaos import mode_switch, noisy_account
-from tests.chaos.load import CHAOS_ACCOUNT, LikePlan, Load, thread_of
-from tests.chaos.proxy import ProxyProcess
-from tests.chaos.stack import LEASE_TTL_MS, LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack, Service
+from tests.chaos.harness import mode_switch, noisy_account
+from tests.chaos.harness.load import CHAOS_ACCOUNT, LikePlan, Load, thread_of
+from tests.chaos.harness.proxy import ProxyProcess
+from tests.chaos.harness.stack import (
+    LEASE_TTL_MS,
+    LIKE_STREAMS,
+    MESSAGE_STREAMS,
+    ChaosStack,
+    Service,
+)
 from tools.redis_cluster import LocalCluster, Node
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 Fault = Callable[[ChaosStack, Load], Awaitable[dict[str, float]]]
 LEASE_S = LEASE_TTL_MS / 1000
 LIKE_SHARDS = frozenset(LIKE_STREAMS.all_streams())
