@@ -57,7 +57,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         self, request: pb.ListMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListMessagesResponse:
         problems = _check_conversation(request.account_id, request.conversation_key)
-        problems += filter(None, [check_limit(request.limit)])
+        problems += [v for v in (check_limit(request.limit),) if v is not None]
         before, cursor_problems = _cursor(request, "before_sent_at", "before_id", request.before_id)
         if problems or cursor_problems:
             await abort_invalid(context, problems + cursor_problems)
@@ -132,7 +132,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         self, request: pb.ListConversationsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListConversationsResponse:
         problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
-        problems += filter(None, [check_limit(request.limit)])
+        problems += [v for v in (check_limit(request.limit),) if v is not None]
         before, cursor_problems = _cursor(
             request, "before_last_message_at", "before_id", request.before_id
         )

@@ -174,9 +174,11 @@ class ShardConsumer(Generic[T]):
             self._stalled(True)
             log.warning("%s: unavailable, retrying %s", self._stream, _error(state))
 
+        # One policy for the whole run (each call starts it afresh): not one built per read.
+        through_outage = self._through_outages(0.1, stop, errors.is_transient, outage)
         while not stop.is_set():
             try:
-                await self._through_outages(0.1, stop, errors.is_transient, outage)(step)
+                await through_outage(step)
             except Stopped:
                 return
             except Fenced as exc:
