@@ -28,8 +28,9 @@ PYTEST_ARGS ?= --durations=25
 # fuzzer's timeout; make chaos fuzzes them).
 FUZZ_MAX_EXAMPLES ?= 3
 FUZZ_SKIP_TAGS ?= live
-# Property examples on the cluster pass: the same properties as the first pass (20 each), checked
-# again on the cluster's topology with fewer examples, for CI's time.
+# Property examples per property in make test (make chaos: 20 each, their default), and on the
+# cluster pass: the same properties checked again on the cluster's topology, fewer still.
+PROPERTY_MAX_EXAMPLES ?= 10
 CLUSTER_MAX_EXAMPLES ?= 4
 N ?= 5
 
@@ -83,7 +84,8 @@ k8s-validate: setup
 test: lint proto-check
 	@$(STACK) datastores
 	@$(STACK) migrate agora_test
-	@$(STACK) run env FUZZ_MAX_EXAMPLES=$(FUZZ_MAX_EXAMPLES) FUZZ_SKIP_TAGS=$(FUZZ_SKIP_TAGS) $(PY) -m pytest $(PYTEST_ARGS)
+	@$(STACK) run env FUZZ_MAX_EXAMPLES=$(FUZZ_MAX_EXAMPLES) FUZZ_SKIP_TAGS=$(FUZZ_SKIP_TAGS) \
+		HYPOTHESIS_MAX_EXAMPLES=$(PROPERTY_MAX_EXAMPLES) $(PY) -m pytest $(PYTEST_ARGS)
 	@$(STACK) run-cluster env HYPOTHESIS_MAX_EXAMPLES=$(CLUSTER_MAX_EXAMPLES) $(PY) -m pytest $(PYTEST_CLUSTER_ARGS)
 
 bench:
@@ -101,6 +103,8 @@ chaos: setup
 	@$(STACK) migrate agora_test
 	@$(STACK) run $(PY) -m tests.chaos
 	@$(STACK) run $(PY) -m pytest -q tests/gateway/test_hostile.py -k fuzzed_from_the_openapi
+	@$(STACK) run $(PY) -m pytest -q tests/messaging/test_accepted_is_stored.py \
+		tests/forum/test_accepted_is_stored.py tests/likes/test_accepted_is_stored.py
 
 traces:
 	@$(PY) -m tools.traces -n $(N) $(if $(TRACE),--trace $(TRACE),)

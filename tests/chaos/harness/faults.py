@@ -1044,12 +1044,11 @@ FAULTS: dict[str, Scenario] = {
         wait_replicas=1,
     ),
 }
-# make test's rows (its 20-minute budget); make chaos runs every row. The backlog bound and the
-# cluster's failover have deterministic tests in make test (test_backlog_fairness.py,
-# test_lease_faults.py, and test_slots.py's WAIT).
+# make test's rows (its 20-minute budget); make chaos runs every row. The backlog bound, the
+# cluster's failover and a paused flusher's takeover have deterministic tests in make test
+# (test_backlog_fairness.py, test_lease_faults.py, test_slots.py's WAIT, test_fencing.py).
 QUICK = (
     "kill -9 ingest",
     "kill -9 flusher between COMMIT and ACK",
     "kill -9 Redis + restart (AOF, fsync always)",
-    "flusher SIGSTOPped past its lease",
 )
