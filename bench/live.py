@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -91,8 +92,14 @@ class LiveRun:
         return self.gateway_bytes_per_stream + self.timeline_bytes_per_stream
 
 
+@functools.cache
+def _secret() -> str:
+    # Read once: the idle run mints ten thousand tokens.
+    return secret_file().read_text().strip()
+
+
 def _token(user: int, accounts: list[int]) -> str:
-    return mint(secret_file().read_text().strip(), user, accounts, 3600)
+    return mint(_secret(), user, accounts, 3600)
 
 
 def _pids(service: str) -> list[int]:
