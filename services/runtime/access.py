@@ -12,13 +12,14 @@ server interceptor before the handler runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from services.runtime.grpc_errors import abort
+from services.runtime.grpc_handlers import rebuilt
 from services.runtime.tls import caller_identity
 from services.runtime.tokens import TokenError, TokenVerifier
 
@@ -127,35 +128,31 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 await check(request, context)
                 return await inner_unary(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return rebuilt(grpc.unary_unary_rpc_method_handler, handler, unary)
         if handler.unary_stream is not None:
-            inner_stream = handler.unary_stream
-
-            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                await check(request, context)
-                async for response in inner_stream(request, context):
-                    yield response
-
-            return grpc.unary_stream_rpc_method_handler(
-                unary_stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            streaming = _checked_stream(handler.unary_stream, check, one_request=True)
+            return rebuilt(grpc.unary_stream_rpc_method_handler, handler, streaming)
         if handler.stream_stream is not None:
-            inner_streams = handler.stream_stream
-
-            async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                await check(None, context)
-                async for response in inner_streams(requests, context):
-                    yield response
-
-            return grpc.stream_stream_rpc_method_handler(
-                stream_stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            streaming = _checked_stream(handler.stream_stream, check, one_request=False)
+            return rebuilt(grpc.stream_stream_rpc_method_handler, handler, streaming)
         return handler
+
+
+Check = Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
+
+
+def _checked_stream(
+    inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
+    check: Check,
+    *,
+    one_request: bool,
+) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
+    """`inner`'s responses once `check` let the call through. A call streaming its requests is
+    checked without one: none can be read before the handler reads the stream."""
+
+    async def streaming(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await check(requests if one_request else None, context)
+        async for response in inner(requests, context):
+            yield response
+
+    return streaming

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from services.runtime.grpc_handlers import UnaryBehavior, UnaryInterceptor
 from services.runtime.loops import pause
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -78,18 +79,10 @@ async def refresh_pools(stop: asyncio.Event) -> None:
         await pause(stop, 5.0)
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class MetricsInterceptor(UnaryInterceptor):
     """Rate, errors and duration of every unary RPC, labelled by method and final status."""
 
-    async def intercept_service(
-        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        method = handler_call_details.method
-        inner = handler.unary_unary
-
+    def wrap(self, inner: UnaryBehavior, method: str) -> UnaryBehavior:
         async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
             started = time.perf_counter()
             code = "UNKNOWN"
@@ -105,11 +98,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 GRPC_REQUESTS.labels(method, code).inc()
                 GRPC_DURATION.labels(method).observe(time.perf_counter() - started)
 
-        return grpc.unary_unary_rpc_method_handler(
-            behavior,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return behavior
 
 
 Scope = MutableMapping[str, Any]

@@ -22,6 +22,8 @@ from opentelemetry.instrumentation.grpc import (
 )
 from opentelemetry.trace import SpanKind
 
+from services.runtime.grpc_handlers import UnaryBehavior, UnaryInterceptor
+
 
 def records_spans() -> bool:
     """Whether the installed tracer provider may record spans. Only a provider known to drop
@@ -52,17 +54,12 @@ def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
     return list(aio_client_interceptors()) if records_spans() else [_InjectContext()]
 
 
-class _ContinueContext(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class _ContinueContext(UnaryInterceptor):
     def __init__(self) -> None:
         self._tracer = trace.get_tracer(__name__)
 
-    async def intercept_service(
-        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        inner, tracer, method = handler.unary_unary, self._tracer, handler_call_details.method
+    def wrap(self, inner: UnaryBehavior, method: str) -> UnaryBehavior:
+        tracer = self._tracer
 
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             carrier = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
@@ -75,11 +72,7 @@ class _ContinueContext(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             ):
                 return await inner(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return unary
 
 
 class _InjectContext(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]

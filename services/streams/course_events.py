@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from agora.events.v1 import live_events_pb2
 from agora.forum.v1 import forum_pb2, forum_read_service_pb2, like_service_pb2
@@ -32,9 +33,7 @@ def post_event(
     course_id: int, post: forum_pb2.Post, deleted_at: datetime | None = None
 ) -> CourseEvent:
     """A post created (or deleted, with `deleted_at`) as its course's event."""
-    change = forum_read_service_pb2.PostEvent(post=post)
-    if deleted_at is not None:
-        change.deleted_at.CopyFrom(to_timestamp(deleted_at))
+    change = _deleted_at(forum_read_service_pb2.PostEvent(post=post), deleted_at)
     return CourseEvent(course_id=course_id, post=change)
 
 
@@ -42,10 +41,18 @@ def comment_event(
     course_id: int, comment: forum_pb2.Comment, deleted_at: datetime | None = None
 ) -> CourseEvent:
     """A comment or reply created (or deleted, with `deleted_at`) as its course's event."""
-    change = forum_read_service_pb2.CommentEvent(comment=comment)
+    change = _deleted_at(forum_read_service_pb2.CommentEvent(comment=comment), deleted_at)
+    return CourseEvent(course_id=course_id, comment=change)
+
+
+_Change = TypeVar("_Change", forum_read_service_pb2.PostEvent, forum_read_service_pb2.CommentEvent)
+
+
+def _deleted_at(change: _Change, deleted_at: datetime | None) -> _Change:
+    """`change`, marked deleted at `deleted_at` when there is one."""
     if deleted_at is not None:
         change.deleted_at.CopyFrom(to_timestamp(deleted_at))
-    return CourseEvent(course_id=course_id, comment=change)
+    return change
 
 
 def stamp(events: Iterable[CourseEvent], committed_at: Timestamp | None = None) -> None:

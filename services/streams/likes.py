@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime import lua
 from services.streams.entries import Entry, PoisonEntry
+from services.streams.shards import ShardedStreams
 
 LikeChanged = like_events_pb2.LikeChanged
 GROUP = "like-flusher"
@@ -44,11 +45,13 @@ class LikeStreamSettings(BaseSettings):
 
 
 @dataclass(frozen=True)
-class LikeStreams:
+class LikeStreams(ShardedStreams):
     """Key names of the like stream shards and of each user's liked SETs."""
 
-    prefix: str
-    shards: int
+    TAG = "ls"
+    STREAM_SUFFIX = ":like-events"
+    DEAD_LETTERS_SUFFIX = ":like-events:dead"
+    LEASE_MEMBERS = "like-lease-members"
 
     @classmethod
     def from_settings(cls, settings: LikeStreamSettings) -> LikeStreams:
@@ -57,55 +60,30 @@ class LikeStreams:
     def shard_of(self, user_id: int) -> int:
         return zlib.crc32(str(user_id).encode()) % self.shards
 
-    def _tagged(self, user_id: int) -> str:
-        return f"{self.prefix}:{{ls{self.shard_of(user_id)}}}"
-
-    def stream(self, shard: int) -> str:
-        return f"{self.prefix}:{{ls{shard}}}:like-events"
-
-    def all_streams(self) -> list[str]:
-        return [self.stream(s) for s in range(self.shards)]
+    def _user_tagged(self, user_id: int) -> str:
+        return self._shard_tagged(self.shard_of(user_id))
 
     def stream_of(self, user_id: int) -> str:
         return self.stream(self.shard_of(user_id))
 
     def backlog_bytes(self, shard: int) -> str:
         """Bytes of the shard's unflushed events (the stream's length counts them)."""
-        return f"{self.prefix}:{{ls{shard}}}:like-events:bytes"
+        return f"{self.stream(shard)}:bytes"
 
     def liked_set(self, user_id: int, course_id: int) -> str:
         """What the user has liked in the course: members p:<post id> / c:<comment id>."""
-        return f"{self._tagged(user_id)}:u:{user_id}:c:{course_id}:liked"
+        return f"{self._user_tagged(user_id)}:u:{user_id}:c:{course_id}:liked"
 
     def last_ops(self, user_id: int, course_id: int) -> str:
         """The user's last operation per target in the course, kept as long as the SET."""
-        return f"{self._tagged(user_id)}:u:{user_id}:c:{course_id}:ops"
+        return f"{self._user_tagged(user_id)}:u:{user_id}:c:{course_id}:ops"
 
     def direct_guard(self, user_id: int, course_id: int) -> str:
         """Whether a sync or counterless pod is writing the user's likes in the course right now
         ('busy:<token>'), or the token of its last such write: a buffered pod warms the user's SET
         only from a database read that no such write overtook (docs/likes.md, "Switching
         modes")."""
-        return f"{self._tagged(user_id)}:u:{user_id}:c:{course_id}:direct"
-
-    def dead_letters(self, shard: int) -> str:
-        return f"{self.prefix}:{{ls{shard}}}:like-events:dead"
-
-    def all_dead_letters(self) -> list[str]:
-        return [self.dead_letters(s) for s in range(self.shards)]
-
-    def lease_key(self, shard: int) -> str:
-        """Who consumes the shard (SET NX PX, the holder's name)."""
-        return f"{self.prefix}:{{ls{shard}}}:lease"
-
-    def lease_epoch_key(self, shard: int) -> str:
-        """The shard's lease counter: every acquisition takes the next epoch."""
-        return f"{self.lease_key(shard)}:epoch"
-
-    @property
-    def lease_members_key(self) -> str:
-        """The flusher replicas alive (a heartbeat ZSET)."""
-        return f"{self.prefix}:like-lease-members"
+        return f"{self._user_tagged(user_id)}:u:{user_id}:c:{course_id}:direct"
 
     def access_version(self, course_id: int) -> str:
         """The version of what the likes service may cache about a course (its members, its

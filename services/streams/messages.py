@@ -15,6 +15,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.streams.entries import Entry, PoisonEntry
+from services.streams.shards import ShardedStreams
 
 MessageStreamEntry = message_events_pb2.MessageStreamEntry
 GROUP = "flusher"
@@ -31,13 +32,14 @@ class MessageStreamSettings(BaseSettings):
 
 
 @dataclass(frozen=True)
-class MessageStreams:
+class MessageStreams(ShardedStreams):
     """Key names of the message stream shards: the stream, its backlog counters, its dead
-    letters and its lease. Every key of shard s carries the hash tag {m<s>}, so each script and
-    multi-key command touches one hash slot and the layout holds on Redis Cluster unchanged."""
+    letters and its lease, all under the shard's hash tag {m<s>}."""
 
-    prefix: str
-    shards: int
+    TAG = "m"
+    STREAM_SUFFIX = ":events"
+    DEAD_LETTERS_SUFFIX = ":dead"
+    LEASE_MEMBERS = "lease-members"
 
     @classmethod
     def from_settings(cls, settings: MessageStreamSettings) -> MessageStreams:
@@ -47,54 +49,26 @@ class MessageStreams:
         """Stable shard of a conversation (crc32, identical in every process and language)."""
         return zlib.crc32(f"{account_id}:{thread_id}".encode()) % self.shards
 
-    def _tagged(self, shard: int) -> str:
-        return f"{self.prefix}:{{m{shard}}}"
-
-    def stream(self, shard: int) -> str:
-        return f"{self._tagged(shard)}:events"
-
-    def all_streams(self) -> list[str]:
-        return [self.stream(s) for s in range(self.shards)]
-
     def backlog_key(self, shard: int) -> str:
         """Messages appended to the shard and not yet flushed (the ingest bound, per shard)."""
-        return f"{self._tagged(shard)}:backlog"
+        return f"{self._shard_tagged(shard)}:backlog"
 
     def backlog_bytes_key(self, shard: int) -> str:
         """Bytes of the shard's entries appended and not yet flushed."""
-        return f"{self._tagged(shard)}:backlog-bytes"
+        return f"{self._shard_tagged(shard)}:backlog-bytes"
 
     def reserved_key(self, shard: int) -> str:
         """Room held for calls that span shards on a cluster (ingest's two-step append)."""
-        return f"{self._tagged(shard)}:backlog-reserved"
+        return f"{self._shard_tagged(shard)}:backlog-reserved"
 
     def rates_key(self, shard: int) -> str:
         """The shard's decaying count of messages appended, and the sum of its accounts' counts
         squared (ingest's fair shares; expires once the shard is idle)."""
-        return f"{self._tagged(shard)}:backlog-rates"
+        return f"{self._shard_tagged(shard)}:backlog-rates"
 
     def account_rate_key(self, shard: int, account_id: int) -> str:
         """One account's decaying count of messages appended to the shard (expires on its own)."""
-        return f"{self._tagged(shard)}:backlog-rate:{account_id}"
-
-    def dead_letters(self, shard: int) -> str:
-        return f"{self._tagged(shard)}:dead"
-
-    def all_dead_letters(self) -> list[str]:
-        return [self.dead_letters(s) for s in range(self.shards)]
-
-    def lease_key(self, shard: int) -> str:
-        """Who consumes the shard (SET NX PX, the holder's name)."""
-        return f"{self._tagged(shard)}:lease"
-
-    def lease_epoch_key(self, shard: int) -> str:
-        """The shard's lease counter: every acquisition takes the next epoch."""
-        return f"{self.lease_key(shard)}:epoch"
-
-    @property
-    def lease_members_key(self) -> str:
-        """The flusher replicas alive (a heartbeat ZSET)."""
-        return f"{self.prefix}:lease-members"
+        return f"{self._shard_tagged(shard)}:backlog-rate:{account_id}"
 
     def bound_per_shard(self, total: int) -> int:
         """A total bound (MESSAGE_QUEUE_MAX, …) split over the shards, rounded up."""

@@ -177,18 +177,22 @@ class ShardSupervisor:
         self._running.pop(shard)
         fenced = run.consumer.fenced is not None or run.task.cancelled()
         crash = None if fenced else run.task.exception()
-        try:
-            await self._bounded(self._leases.release(shard))
-        except Exception as exc:
-            if not errors.is_transient(exc):
-                raise
-            log.warning("shard %d: lease not released (it expires on its own): %s", shard, exc)
+        await self._release(shard)
         if crash is not None:
             if not errors.is_transient(crash):
                 raise crash
             log.warning(
                 "%s: consumer ended with %r; the shard is free again", run.consumer.stream, crash
             )
+
+    async def _release(self, shard: int) -> None:
+        """Give the lease back; a lease Redis cannot release now expires on its own."""
+        try:
+            await self._bounded(self._leases.release(shard))
+        except Exception as exc:
+            if not errors.is_transient(exc):
+                raise
+            log.warning("shard %d: lease not released (it expires on its own): %s", shard, exc)
 
     def _give_back(self, shard: int) -> None:
         """Stop the consumer first, then release the lease: never two consumers at once."""
@@ -213,9 +217,4 @@ class ShardSupervisor:
         log.info("stopped consuming %s", run.consumer.stream)
         if not release:
             return
-        try:
-            await self._bounded(self._leases.release(shard))
-        except Exception as exc:
-            if not errors.is_transient(exc):
-                raise
-            log.warning("shard %d: lease not released (it expires on its own): %s", shard, exc)
+        await self._release(shard)
