@@ -4,6 +4,7 @@ committed, its course event goes to the course's live feed."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
@@ -13,12 +14,20 @@ from services.domain.forum import comment_from_row, post_from_row, require_enrol
 from services.domain.ids import MAX_ROW_ID, check_row_id
 from services.domain.text import MAX_BODY, MAX_TITLE, check_text
 from services.ingest.forum_live import CourseOutbox
-from services.ingest.forum_repository import ForumWriteRepository, Written
+from services.ingest.forum_repository import Author, ForumWriteRepository, Written
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import AccessSignal
 
 log = logging.getLogger(__name__)
+
+POST_NOT_FOUND = "post not found in this course"
+COMMENT_NOT_FOUND = "comment not found in this course"
+
+# The requests of an enrolled user's write: its course and its user.
+Enrolling = (
+    pb.CreatePostRequest | pb.CreateCommentRequest | pb.DeletePostRequest | pb.DeleteCommentRequest
+)
 
 
 def check_ids(**ids: int) -> list[FieldViolation]:
@@ -55,6 +64,20 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         except REDIS_ERRORS as exc:
             log.warning("deleted in course %d, the likes service not told: %s", course_id, exc)
 
+    async def _require_enrolled(
+        self,
+        request: Enrolling,
+        context: grpc.aio.ServicerContext,
+        problems: list[FieldViolation],
+    ) -> None:
+        """INVALID_ARGUMENT for the request's `problems`, then PERMISSION_DENIED unless its user
+        is enrolled in its course."""
+        if problems:
+            await abort_invalid(context, problems)
+        await require_enrolled(
+            await self._repo.is_member(request.course_id, request.user_id), context
+        )
+
     async def CreatePost(
         self, request: pb.CreatePostRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreatePostResponse:
@@ -65,11 +88,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         ):
             if violation:
                 problems.append(violation)
-        if problems:
-            await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
+        await self._require_enrolled(request, context, problems)
         written = await self._repo.create_post(
             request.course_id, request.user_id, request.title.strip(), request.body
         )
@@ -87,21 +106,20 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             problems.append(body)
         if request.HasField("parent_id") and not 0 < request.parent_id <= MAX_ROW_ID:
             problems.append(FieldViolation("parent_id", "must be a comment id"))
-        if problems:
-            await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
+        await self._require_enrolled(request, context, problems)
+        await _in_course(
+            context,
+            await self._repo.find_post(request.post_id),
+            request.course_id,
+            POST_NOT_FOUND,
         )
-        post = await self._repo.find_post(request.post_id)
-        if post is None or post.course_id != request.course_id:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
 
         if not request.HasField("parent_id"):
             written = await self._repo.create_comment(
                 request.course_id, request.post_id, request.user_id, request.body
             )
             if written is None:  # deleted meanwhile
-                await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
+                await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
             await self._committed(written)
             return pb.CreateCommentResponse(comment=comment_from_row(written.row))
 
@@ -131,47 +149,58 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     async def DeletePost(
         self, request: pb.DeletePostRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeletePostResponse:
-        problems = check_ids(
-            course_id=request.course_id, post_id=request.post_id, user_id=request.user_id
+        await self._delete_own(
+            request,
+            context,
+            "post_id",
+            self._repo.find_post,
+            self._repo.delete_post,
+            POST_NOT_FOUND,
         )
-        if problems:
-            await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
-        post = await self._repo.find_post(request.post_id)
-        if post is None or post.course_id != request.course_id:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
-        if post.user_id != request.user_id:
-            await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
-        deleted = await self._repo.delete_post(request.course_id, request.post_id, request.user_id)
-        if deleted is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "post not found in this course")
-        await self._deleted(request.course_id)
-        await self._committed(deleted)
         return pb.DeletePostResponse()
 
     async def DeleteComment(
         self, request: pb.DeleteCommentRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteCommentResponse:
-        problems = check_ids(
-            course_id=request.course_id, comment_id=request.comment_id, user_id=request.user_id
+        await self._delete_own(
+            request,
+            context,
+            "comment_id",
+            self._repo.find_comment,
+            self._repo.delete_comment,
+            COMMENT_NOT_FOUND,
         )
-        if problems:
-            await abort_invalid(context, problems)
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
-        comment = await self._repo.find_comment(request.comment_id)
-        if comment is None or comment.course_id != request.course_id:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
-        if comment.user_id != request.user_id:
-            await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
-        deleted = await self._repo.delete_comment(
-            comment.course_id, request.comment_id, request.user_id
-        )
-        if deleted is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
-        await self._deleted(comment.course_id)
-        await self._committed(deleted)
         return pb.DeleteCommentResponse()
+
+    async def _delete_own(
+        self,
+        request: pb.DeletePostRequest | pb.DeleteCommentRequest,
+        context: grpc.aio.ServicerContext,
+        target: str,
+        find: Callable[[int], Awaitable[Author | None]],
+        delete: Callable[[int, int, int], Awaitable[Written | None]],
+        not_found: str,
+    ) -> None:
+        """Deletes the user's own post or comment (the request's `target` field) of the request's
+        course: NOT_FOUND when it is not there (or went away meanwhile), PERMISSION_DENIED when
+        another wrote it."""
+        target_id: int = getattr(request, target)
+        ids = {"course_id": request.course_id, target: target_id, "user_id": request.user_id}
+        await self._require_enrolled(request, context, check_ids(**ids))
+        author = await _in_course(context, await find(target_id), request.course_id, not_found)
+        if author.user_id != request.user_id:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
+        deleted = await delete(request.course_id, target_id, request.user_id)
+        if deleted is None:
+            await abort(context, grpc.StatusCode.NOT_FOUND, not_found)
+        await self._deleted(request.course_id)
+        await self._committed(deleted)
+
+
+async def _in_course(
+    context: grpc.aio.ServicerContext, author: Author | None, course_id: int, not_found: str
+) -> Author:
+    """A looked-up post or comment, NOT_FOUND unless it is there and in the course."""
+    if author is None or author.course_id != course_id:
+        await abort(context, grpc.StatusCode.NOT_FOUND, not_found)
+    return author

@@ -207,8 +207,8 @@ class ForumWriteRepository:
         )
 
     async def find_post(self, post_id: int) -> Author | None:
-        row = await self._pool.fetchrow(FIND_POST, post_id)
-        return None if row is None else Author(row["user_id"], row["course_id"])
+        """The author and course of a live post."""
+        return await self._author(FIND_POST, post_id)
 
     async def delete_post(self, course_id: int, post_id: int, user_id: int) -> Written | None:
         """The post as deleted, or None when it was not the user's live post in the course."""
@@ -220,8 +220,7 @@ class ForumWriteRepository:
 
     async def find_comment(self, comment_id: int) -> Author | None:
         """The author and course of a visible comment."""
-        row = await self._pool.fetchrow(FIND_COMMENT, comment_id)
-        return None if row is None else Author(row["user_id"], row["course_id"])
+        return await self._author(FIND_COMMENT, comment_id)
 
     async def delete_comment(self, course_id: int, comment_id: int, user_id: int) -> Written | None:
         """The comment as deleted, or None when it was not the user's visible comment."""
@@ -230,3 +229,7 @@ class ForumWriteRepository:
             (comment_id, user_id),
             lambda r: comment_event(course_id, comment_from_row(r), r["deleted_at"]),
         )
+
+    async def _author(self, sql: str, target_id: int) -> Author | None:
+        row = await self._pool.fetchrow(sql, target_id)
+        return None if row is None else Author(row["user_id"], row["course_id"])

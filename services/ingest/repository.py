@@ -116,6 +116,15 @@ def _refusal(reply: Sequence[bytes | int], shards: Sequence[int]) -> _Refusal | 
     return None
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """One call's entries by shard: their units, their accounts and their stream fields."""
+
+    units: Mapping[int, int]
+    accounts: Mapping[int, int]
+    fields: Mapping[int, list[bytes]]
+
+
 class MessageStreamRepository:
     """Appends events to the shard streams; returns only once Redis has accepted them (and,
     with REDIS_WAIT_REPLICAS, once that many replicas have them)."""
@@ -157,11 +166,12 @@ class MessageStreamRepository:
         accounts = {s: entries[s].account_id for s in shards}
         with publishing(self._streams.prefix, count=sum(units.values())) as publication:
             fields = {s: publication.fields(entries[s], units[s]) for s in shards}
+            batch = _Batch(units, accounts, fields)
             try:
                 if self._two_steps:
-                    refused = await self._append_in_two_steps(units, accounts, fields)
+                    refused = await self._append_in_two_steps(batch)
                 else:
-                    refused = await self._append_at_once(units, accounts, fields)
+                    refused = await self._append_at_once(batch)
             except OutOfMemoryError as exc:
                 publication.span.set_attribute("agora.backlog_full", True)
                 raise BacklogFull("Redis is full") from exc
@@ -185,12 +195,15 @@ class MessageStreamRepository:
         s = self._streams
         return [s.rates_key(shard), s.account_rate_key(shard, account_id)]
 
-    async def _append_at_once(
-        self,
-        units: Mapping[int, int],
-        accounts: Mapping[int, int],
-        fields: Mapping[int, list[bytes]],
-    ) -> _Refusal | None:
+    def _append_keys(self, shard: int, account_id: int) -> list[str]:
+        """A shard's keys in a script that appends to its stream (APPEND's, COMMIT's)."""
+        return [
+            *self._keys(shard),
+            self._streams.stream(shard),
+            *self._rate_keys(shard, account_id),
+        ]
+
+    async def _append_at_once(self, batch: _Batch) -> _Refusal | None:
         fair = self._fair
         keys: list[str] = []
         args: list[bytes | int | float] = [
@@ -205,35 +218,26 @@ class MessageStreamRepository:
             self._watch,
             self._watch_bytes,
         ]
-        shards = list(units)
+        shards = list(batch.units)
         for shard in shards:
-            keys += [
-                *self._keys(shard),
-                self._streams.stream(shard),
-                *self._rate_keys(shard, accounts[shard]),
-            ]
-            args += [units[shard], *fields[shard]]
+            keys += self._append_keys(shard, batch.accounts[shard])
+            args += [batch.units[shard], *batch.fields[shard]]
         return _refusal(await self._durable(self._append, keys, args), shards)
 
-    async def _append_in_two_steps(
-        self,
-        units: Mapping[int, int],
-        accounts: Mapping[int, int],
-        fields: Mapping[int, list[bytes]],
-    ) -> _Refusal | None:
+    async def _append_in_two_steps(self, batch: _Batch) -> _Refusal | None:
         call = uuid.uuid4().hex
         fair = self._fair
         held = await asyncio.gather(
             *(
                 self._reserve(
-                    keys=[*self._keys(shard), *self._rate_keys(shard, accounts[shard])],
+                    keys=[*self._keys(shard), *self._rate_keys(shard, batch.accounts[shard])],
                     args=[
                         self._max_backlog,
                         self._max_bytes,
                         _now_ms(),
                         call,
-                        units[shard],
-                        sum(len(f) for f in fields[shard]),
+                        batch.units[shard],
+                        sum(len(f) for f in batch.fields[shard]),
                         RESERVATION_TTL_MS,
                         self._pressure,
                         self._pressure_bytes,
@@ -243,14 +247,14 @@ class MessageStreamRepository:
                         self._watch_bytes,
                     ],
                 )
-                for shard in units
+                for shard in batch.units
             ),
             return_exceptions=True,
         )
         failures = [h for h in held if isinstance(h, BaseException)]
         replies = {
             shard: h
-            for shard, h in zip(units, held, strict=True)
+            for shard, h in zip(batch.units, held, strict=True)
             if not isinstance(h, BaseException)
         }
         refused = {shard: _refusal(reply, [shard]) for shard, reply in replies.items()}
@@ -273,22 +277,18 @@ class MessageStreamRepository:
             *(
                 self._durable(
                     self._commit,
-                    [
-                        *self._keys(shard),
-                        self._streams.stream(shard),
-                        *self._rate_keys(shard, accounts[shard]),
-                    ],
+                    self._append_keys(shard, batch.accounts[shard]),
                     [
                         call,
-                        units[shard],
+                        batch.units[shard],
                         now,
                         fair.half_life_ms,
                         fair.ttl_ms,
                         replies[shard][1],
-                        *fields[shard],
+                        *batch.fields[shard],
                     ],
                 )
-                for shard in units
+                for shard in batch.units
             ),
             return_exceptions=True,
         )

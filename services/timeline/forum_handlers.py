@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import grpc
 from agora.events.v1 import live_events_pb2
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
+from asyncpg import Record
 from google.protobuf.message import Message
 
 from services.domain.forum import NOT_ENROLLED, comment_fields, post_fields, require_enrolled
 from services.domain.ids import MAX_ROW_ID, check_row_id
-from services.domain.paging import check_limit
+from services.domain.paging import Page, check_limit
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
-from services.timeline.forum_repository import ForumReadRepository
+from services.timeline.forum_repository import Checked, ForumReadRepository
 from services.timeline.watch import Watches, feed_response
 
 POST_NOT_FOUND = "post not found in this course"
+COMMENT_NOT_FOUND = "comment not found in this course"
+
+# A thread's read: (course_id, post or comment id, user_id, limit, after_id) → its page.
+ThreadRead = Callable[[int, int, int, int, int | None], Awaitable[tuple[Checked, Page[Record]]]]
+CommentsResponse = TypeVar("CommentsResponse", pb.ListCommentsResponse, pb.ListRepliesResponse)
 
 
 def _checks(limit: int | None = None, **ids: int) -> list[FieldViolation]:
@@ -106,66 +113,68 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         if problems:
             await abort_invalid(context, problems)
         checked = await self._repo.post(request.course_id, request.post_id, request.user_id)
-        await require_enrolled(checked.enrolled, context)
-        if not checked.found:
-            await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
+        await _require_visible(checked, context, POST_NOT_FOUND)
         return pb.GetPostResponse(post=post_fields(checked.rows[0]))
 
     async def ListComments(
         self, request: pb.ListCommentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCommentsResponse:
-        problems = _checks(
-            request.limit,
-            course_id=request.course_id,
-            post_id=request.post_id,
-            user_id=request.user_id,
+        page = await self._thread_page(
+            request, context, "post_id", self._repo.comments, POST_NOT_FOUND
         )
-        problems += _cursor(request, "after_id", 0)
-        if problems:
-            await abort_invalid(context, problems)
-        after = request.after_id if request.HasField("after_id") else None
-        checked, page = await self._repo.comments(
-            request.course_id, request.post_id, request.user_id, request.limit, after
-        )
-        await require_enrolled(checked.enrolled, context)
-        if not checked.found:
-            await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
-        rows = page.rows
-        if not rows:
-            return pb.ListCommentsResponse(has_more=page.has_more)
-        return pb.ListCommentsResponse(
-            comments=[comment_fields(r) for r in rows],
-            has_more=page.has_more,
-            next_after_id=rows[-1]["id"],
-        )
+        return _comments_response(pb.ListCommentsResponse, page)
 
     async def ListReplies(
         self, request: pb.ListRepliesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRepliesResponse:
-        problems = _checks(
-            request.limit,
-            course_id=request.course_id,
-            comment_id=request.comment_id,
-            user_id=request.user_id,
+        page = await self._thread_page(
+            request, context, "comment_id", self._repo.replies, COMMENT_NOT_FOUND
         )
+        return _comments_response(pb.ListRepliesResponse, page)
+
+    async def _thread_page(
+        self,
+        request: pb.ListCommentsRequest | pb.ListRepliesRequest,
+        context: grpc.aio.ServicerContext,
+        target: str,
+        read: ThreadRead,
+        not_found: str,
+    ) -> Page[Record]:
+        """One page of a thread (a post's comments or a comment's replies), `target` naming the
+        request's field of its post or comment."""
+        target_id: int = getattr(request, target)
+        ids = {"course_id": request.course_id, target: target_id, "user_id": request.user_id}
+        problems = _checks(request.limit, **ids)
         problems += _cursor(request, "after_id", 0)
         if problems:
             await abort_invalid(context, problems)
         after = request.after_id if request.HasField("after_id") else None
-        checked, page = await self._repo.replies(
-            request.course_id, request.comment_id, request.user_id, request.limit, after
+        checked, page = await read(
+            request.course_id, target_id, request.user_id, request.limit, after
         )
-        await require_enrolled(checked.enrolled, context)
-        if not checked.found:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "comment not found in this course")
-        rows = page.rows
-        if not rows:
-            return pb.ListRepliesResponse(has_more=page.has_more)
-        return pb.ListRepliesResponse(
-            comments=[comment_fields(r) for r in rows],
-            has_more=page.has_more,
-            next_after_id=rows[-1]["id"],
-        )
+        await _require_visible(checked, context, not_found)
+        return page
+
+
+async def _require_visible(
+    checked: Checked, context: grpc.aio.ServicerContext, not_found: str
+) -> None:
+    await require_enrolled(checked.enrolled, context)
+    if not checked.found:
+        await abort(context, grpc.StatusCode.NOT_FOUND, not_found)
+
+
+def _comments_response(
+    response_type: type[CommentsResponse], page: Page[Record]
+) -> CommentsResponse:
+    rows = page.rows
+    if not rows:
+        return response_type(has_more=page.has_more)
+    return response_type(
+        comments=[comment_fields(r) for r in rows],
+        has_more=page.has_more,
+        next_after_id=rows[-1]["id"],
+    )
 
 
 # A feed entry (an agora.events.v1.CourseEvent) or a reset as the RPC's response.

@@ -85,20 +85,18 @@ ORDER BY {order}"""
 FEED_FIRST_CHECKED = _checked(_FEED_FIRST, "page.id DESC", course="$1", user="$3")
 FEED_NEXT_CHECKED = _checked(_FEED_NEXT, "page.id DESC", course="$1", user="$4")
 GET_POST_CHECKED = _checked(_GET_POST, "page.id", course="$2", user="$3")
-COMMENTS_PAGE_CHECKED = _checked(
-    _COMMENTS_PAGE,
-    "page.id",
-    course="$4",
-    user="$5",
-    found=LIVE_POST_IN_COURSE.format(target="$1", course="$4"),
+
+
+def _thread_checked(page: str, found: str) -> str:
+    """A thread page's statement, in the parameter order ForumReadRepository._thread passes:
+    $1 the post or root comment, $2 the cursor, $3 the limit, $4 the course, $5 the user."""
+    return _checked(page, "page.id", course="$4", user="$5", found=found)
+
+
+COMMENTS_PAGE_CHECKED = _thread_checked(
+    _COMMENTS_PAGE, LIVE_POST_IN_COURSE.format(target="$1", course="$4")
 )
-REPLIES_PAGE_CHECKED = _checked(
-    _REPLIES_PAGE,
-    "page.id",
-    course="$4",
-    user="$5",
-    found=_VISIBLE_ROOT.format(T="$1", C="$4"),
-)
+REPLIES_PAGE_CHECKED = _thread_checked(_REPLIES_PAGE, _VISIBLE_ROOT.format(T="$1", C="$4"))
 
 
 @dataclass(frozen=True)
@@ -135,8 +133,7 @@ class ForumReadRepository:
             rows = await self._pool.fetch(
                 FEED_NEXT_CHECKED, course_id, before_id, limit + 1, user_id
             )
-        checked = Checked.of(rows)
-        return checked, Page.of(checked.rows, limit)
+        return _checked_page(rows, limit)
 
     async def post(self, course_id: int, post_id: int, user_id: int) -> Checked:
         """The post's row when it is live in the course (found: it is)."""
@@ -146,17 +143,32 @@ class ForumReadRepository:
     async def comments(
         self, course_id: int, post_id: int, user_id: int, limit: int, after_id: int | None
     ) -> tuple[Checked, Page[Record]]:
-        rows = await self._pool.fetch(
-            COMMENTS_PAGE_CHECKED, post_id, after_id or 0, limit + 1, course_id, user_id
+        return await self._thread(
+            COMMENTS_PAGE_CHECKED, course_id, post_id, user_id, limit, after_id
         )
-        checked = Checked.of(rows)
-        return checked, Page.of(checked.rows, limit)
 
     async def replies(
         self, course_id: int, comment_id: int, user_id: int, limit: int, after_id: int | None
     ) -> tuple[Checked, Page[Record]]:
-        rows = await self._pool.fetch(
-            REPLIES_PAGE_CHECKED, comment_id, after_id or 0, limit + 1, course_id, user_id
+        return await self._thread(
+            REPLIES_PAGE_CHECKED, course_id, comment_id, user_id, limit, after_id
         )
-        checked = Checked.of(rows)
-        return checked, Page.of(checked.rows, limit)
+
+    async def _thread(
+        self,
+        sql: str,
+        course_id: int,
+        target_id: int,
+        user_id: int,
+        limit: int,
+        after_id: int | None,
+    ) -> tuple[Checked, Page[Record]]:
+        """A page of the comments under `target_id` (a post or a root comment), after `after_id`."""
+        rows = await self._pool.fetch(sql, target_id, after_id or 0, limit + 1, course_id, user_id)
+        return _checked_page(rows, limit)
+
+
+def _checked_page(rows: Sequence[Record], limit: int) -> tuple[Checked, Page[Record]]:
+    """The flags of a checked page statement, and the page of at most `limit` rows."""
+    checked = Checked.of(rows)
+    return checked, Page.of(checked.rows, limit)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from agora.events.v1 import live_events_pb2
@@ -19,6 +19,8 @@ from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestam
 from services.timeline.repository import TimelineRepository
 from services.timeline.watch import Watches, feed_response
 
+T = TypeVar("T")
+
 
 class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     """Read-only RPCs over the MySQL inbox tables, and the accounts' live feeds."""
@@ -30,7 +32,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def WatchInbox(
         self, request: pb.WatchInboxRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchInboxResponse]:
-        problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
+        problems = _check_account(request.account_id)
         after, violation = self._watches.after(request.after)
         if violation is not None:
             problems.append(violation)
@@ -57,15 +59,13 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         self, request: pb.ListMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListMessagesResponse:
         problems = _check_conversation(request.account_id, request.conversation_key)
-        problems += [v for v in (check_limit(request.limit),) if v is not None]
+        problems += _check_page_limit(request.limit)
         before, cursor_problems = _cursor(request, "before_sent_at", "before_id", request.before_id)
         if problems or cursor_problems:
             await abort_invalid(context, problems + cursor_problems)
-        conversation_id = await self._repo.conversation_id(
-            request.account_id, request.conversation_key
+        conversation_id = await _found(
+            context, await self._repo.conversation_id(request.account_id, request.conversation_key)
         )
-        if conversation_id is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
         page = await self._repo.list_messages(
             conversation_id, request.limit, before, include_archive=request.include_archive
         )
@@ -83,14 +83,11 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def CountUnread(
         self, request: pb.CountUnreadRequest, context: grpc.aio.ServicerContext
     ) -> pb.CountUnreadResponse:
-        problems = _check_conversation(request.account_id, request.conversation_key)
-        if problems:
-            await abort_invalid(context, problems)
-        conversation = await self._repo.find_conversation(
-            request.account_id, request.conversation_key
+        await _require_conversation(request, context)
+        conversation = await _found(
+            context,
+            await self._repo.find_conversation(request.account_id, request.conversation_key),
         )
-        if conversation is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
         response = pb.CountUnreadResponse(unread=await self._repo.count_unread(conversation))
         if conversation.last_read_at is not None:
             response.last_read_at.CopyFrom(to_timestamp(conversation.last_read_at))
@@ -99,14 +96,10 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def LatestIncoming(
         self, request: pb.LatestIncomingRequest, context: grpc.aio.ServicerContext
     ) -> pb.LatestIncomingResponse:
-        problems = _check_conversation(request.account_id, request.conversation_key)
-        if problems:
-            await abort_invalid(context, problems)
-        conversation_id = await self._repo.conversation_id(
-            request.account_id, request.conversation_key
+        await _require_conversation(request, context)
+        conversation_id = await _found(
+            context, await self._repo.conversation_id(request.account_id, request.conversation_key)
         )
-        if conversation_id is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
         latest = await self._repo.latest_incoming(conversation_id)
         if latest is None:
             return pb.LatestIncomingResponse(found=False)
@@ -117,7 +110,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def GetQuotePayload(
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetQuotePayloadResponse:
-        problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
+        problems = _check_account(request.account_id)
         violation = check_id(request.msg_id, "msg_id", required=True)
         if violation:
             problems.append(violation)
@@ -131,8 +124,8 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def ListConversations(
         self, request: pb.ListConversationsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListConversationsResponse:
-        problems = [] if request.account_id else [FieldViolation("account_id", "is required")]
-        problems += [v for v in (check_limit(request.limit),) if v is not None]
+        problems = _check_account(request.account_id)
+        problems += _check_page_limit(request.limit)
         before, cursor_problems = _cursor(
             request, "before_last_message_at", "before_id", request.before_id
         )
@@ -151,10 +144,35 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         )
 
 
+def _check_account(account_id: int) -> list[FieldViolation]:
+    return [] if account_id else [FieldViolation("account_id", "is required")]
+
+
+def _check_page_limit(limit: int) -> list[FieldViolation]:
+    violation = check_limit(limit)
+    return [] if violation is None else [violation]
+
+
 def _check_conversation(account_id: int, conversation_key: str) -> list[FieldViolation]:
-    problems = [] if account_id else [FieldViolation("account_id", "is required")]
+    problems = _check_account(account_id)
     violation = check_id(conversation_key, "conversation_key", required=True)
     return [*problems, violation] if violation else problems
+
+
+async def _require_conversation(
+    request: pb.CountUnreadRequest | pb.LatestIncomingRequest, context: grpc.aio.ServicerContext
+) -> None:
+    """INVALID_ARGUMENT unless the request names a conversation (an account and a key)."""
+    problems = _check_conversation(request.account_id, request.conversation_key)
+    if problems:
+        await abort_invalid(context, problems)
+
+
+async def _found(context: grpc.aio.ServicerContext, conversation: T | None) -> T:
+    """The conversation a request names, looked up; NOT_FOUND when there is none."""
+    if conversation is None:
+        await abort(context, grpc.StatusCode.NOT_FOUND, "conversation not found")
+    return conversation
 
 
 def _cursor(
