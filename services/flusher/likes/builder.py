@@ -10,6 +10,7 @@ from services.flusher.config import FlusherSettings
 from services.flusher.likes.handler import LikeEntryHandler, LikeEvent
 from services.flusher.likes.reconcile import Reconciler
 from services.flusher.likes.repository import LikeRepository
+from services.flusher.shards import leased_supervisor, shard_consumer
 from services.runtime.redis_client import DurableScripts
 from services.streams import likes
 from services.streams.consumer import Backlog, ConsumerConfig, ShardConsumer
@@ -55,18 +56,19 @@ def consumer(
     """The consumer of one like stream shard, fenced by its lease's epoch (its own publication
     unless given one)."""
     layout = streams(settings)
-    return ShardConsumer(
+    return shard_consumer(
+        settings,
         client,
-        stream=layout.stream(shard),
-        dead_letters=layout.dead_letters(shard),
-        # The stream's length counts its unflushed events; only the bytes need a counter.
-        backlog=Backlog(bytes_key=layout.backlog_bytes(shard)),
+        layout,
+        shard,
+        epoch,
         handler=LikeEntryHandler(
             repo, client, layout, live if live is not None else publication(settings, client)
         ),
+        # The stream's length counts its unflushed events; only the bytes need a counter.
+        backlog=Backlog(bytes_key=layout.backlog_bytes(shard)),
         config=consumer_config(settings),
         family="likes",
-        fence=settings.fence(layout, layout.stream(shard), shard, epoch),
     )
 
 
@@ -90,10 +92,9 @@ def supervisor(
     """Follows this replica's like shard leases, running a consumer per shard held."""
     repo = LikeRepository(pg)
     live = publication(settings, client, durable)
-    return ShardSupervisor.leased(
+    return leased_supervisor(
+        settings,
         client,
         streams(settings),
         lambda shard, epoch: consumer(settings, client, repo, shard, epoch, live),
-        member=settings.flusher_consumer_name,
-        ttl_ms=settings.flusher_lease_ttl_ms,
     )

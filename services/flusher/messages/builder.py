@@ -9,6 +9,7 @@ from services.flusher.maintenance.builder import prune_queue
 from services.flusher.messages.handler import MessageEntryHandler
 from services.flusher.messages.live import InboxPublication
 from services.flusher.messages.repository import MessageRepository
+from services.flusher.shards import leased_supervisor, shard_consumer
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.redis_client import DurableScripts
 from services.streams import messages
@@ -38,18 +39,18 @@ def consumer(
 ) -> MessageConsumer:
     """The consumer of one message stream shard, fenced by its lease's epoch."""
     layout = streams(settings)
-    handler = MessageEntryHandler(
-        repo, prune_queue(settings, client), settings.prune_debounce_ms, live
-    )
-    return ShardConsumer(
+    return shard_consumer(
+        settings,
         client,
-        stream=layout.stream(shard),
-        dead_letters=layout.dead_letters(shard),
+        layout,
+        shard,
+        epoch,
+        handler=MessageEntryHandler(
+            repo, prune_queue(settings, client), settings.prune_debounce_ms, live
+        ),
         backlog=Backlog(layout.backlog_key(shard), layout.backlog_bytes_key(shard)),
-        handler=handler,
         config=consumer_config(settings),
         family="messages",
-        fence=settings.fence(layout, layout.stream(shard), shard, epoch),
     )
 
 
@@ -61,12 +62,11 @@ def supervisor(
 ) -> ShardSupervisor:
     """Follows this replica's message shard leases, running a consumer per shard held."""
     repo = MessageRepository(mysql, archive=settings.archive_enabled)
-    return ShardSupervisor.leased(
+    return leased_supervisor(
+        settings,
         client,
         streams(settings),
         lambda shard, epoch: consumer(settings, client, repo, shard, epoch, live),
-        member=settings.flusher_consumer_name,
-        ttl_ms=settings.flusher_lease_ttl_ms,
     )
 
 
