@@ -102,6 +102,12 @@ def ok(payload: dict[str, Any], status_code: int = 200) -> JsonBytes:
     return JsonBytes(orjson.dumps({"success": True, **payload}), status_code)
 
 
+def page(data: list[dict[str, Any]], limit: int, has_more: bool, **cursor: Any) -> JsonBytes:
+    """A cursor-paginated answer: `data`, then its pagination ending with the next page's
+    `cursor` (null on the last page), keys in the order the page's schema lists them."""
+    return ok({"data": data, "pagination": {"limit": limit, "has_more": has_more, **cursor}})
+
+
 # The JSON shapes below are exactly schemas.Message and schemas.Conversation (same keys, same
 # order): the services guarantee the types, so the page goes from protos to plain values to
 # bytes once, with no model in between.

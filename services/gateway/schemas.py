@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, JsonValue, ValidatorFunctionWrapHandler, field_validator
 from pydantic.config import JsonDict
@@ -65,6 +65,19 @@ class RequestModel(BaseModel):
         return value
 
 
+class _Pagination(BaseModel):
+    """What every page's pagination starts with; each adds the cursor of its next page."""
+
+    limit: int
+    has_more: bool
+
+
+class _Success(BaseModel):
+    """What every successful answer starts with; each adds its own fields."""
+
+    success: Literal[True] = True
+
+
 class Message(BaseModel):
     id: int
     zalo_account_id: int
@@ -88,15 +101,12 @@ class Message(BaseModel):
     updated_at: str | None
 
 
-class MessagePagination(BaseModel):
-    limit: int
-    has_more: bool
+class MessagePagination(_Pagination):
     next_before_sent_at: str | None
     next_before_id: int | None
 
 
-class MessagesPage(BaseModel):
-    success: Literal[True] = True
+class MessagesPage(_Success):
     data: list[Message]
     pagination: MessagePagination
 
@@ -111,15 +121,12 @@ class Conversation(BaseModel):
     unread_count: int
 
 
-class ConversationPagination(BaseModel):
-    limit: int
-    has_more: bool
+class ConversationPagination(_Pagination):
     next_before_last_message_at: str | None
     next_before_id: int | None
 
 
-class ConversationsPage(BaseModel):
-    success: Literal[True] = True
+class ConversationsPage(_Success):
     data: list[Conversation]
     pagination: ConversationPagination
 
@@ -130,8 +137,7 @@ class UnreadCount(BaseModel):
     last_read_at: str | None
 
 
-class UnreadResponse(BaseModel):
-    success: Literal[True] = True
+class UnreadResponse(_Success):
     data: UnreadCount
 
 
@@ -141,8 +147,7 @@ class LatestIncoming(BaseModel):
     sent_at: str | None
 
 
-class LatestIncomingResponse(BaseModel):
-    success: Literal[True] = True
+class LatestIncomingResponse(_Success):
     data: LatestIncoming
 
 
@@ -151,8 +156,7 @@ class QuotePayload(BaseModel):
     quote_payload: JsonValue
 
 
-class QuotePayloadResponse(BaseModel):
-    success: Literal[True] = True
+class QuotePayloadResponse(_Success):
     data: QuotePayload
 
 
@@ -168,8 +172,7 @@ class MarkedRead(BaseModel):
     read_at: str
 
 
-class MarkReadResponse(BaseModel):
-    success: Literal[True] = True
+class MarkReadResponse(_Success):
     data: MarkedRead
 
 
@@ -184,8 +187,7 @@ class IngestResult(BaseModel):
     rejected: list[Rejection]
 
 
-class IngestResponse(BaseModel):
-    success: Literal[True] = True
+class IngestResponse(_Success):
     data: IngestResult
 
 
@@ -243,8 +245,7 @@ class Accepted(BaseModel):
     accepted: bool
 
 
-class AcceptedResponse(BaseModel):
-    success: Literal[True] = True
+class AcceptedResponse(_Success):
     data: Accepted
 
 
@@ -264,6 +265,12 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+LikedByMe = Annotated[
+    bool | None,
+    Field(description="Whether the caller liked it; null when the likes service is unavailable"),
+]
+
+
 class Post(BaseModel):
     id: int
     course_id: int
@@ -273,9 +280,7 @@ class Post(BaseModel):
     like_count: int
     comment_count: int
     created_at: str
-    liked_by_me: bool | None = Field(
-        description="Whether the caller liked it; null when the likes service is unavailable"
-    )
+    liked_by_me: LikedByMe
 
 
 class Comment(BaseModel):
@@ -289,47 +294,49 @@ class Comment(BaseModel):
     reply_to_comment_id: int | None = Field(description="For a reply to a reply: which one")
     reply_to_user_id: int | None = Field(description="For a reply to a reply: whose")
     created_at: str
-    liked_by_me: bool | None = Field(
-        description="Whether the caller liked it; null when the likes service is unavailable"
-    )
+    liked_by_me: LikedByMe
 
 
-class FeedPagination(BaseModel):
-    limit: int
-    has_more: bool
+class FeedPagination(_Pagination):
     next_before_id: int | None
 
 
-class CommentPagination(BaseModel):
-    limit: int
-    has_more: bool
+class CommentPagination(_Pagination):
     next_after_id: int | None
 
 
-class PostsPage(BaseModel):
-    success: Literal[True] = True
+class PostsPage(_Success):
     data: list[Post]
     pagination: FeedPagination
 
 
-class PostResponse(BaseModel):
-    success: Literal[True] = True
+class PostResponse(_Success):
     data: Post
 
 
-class CommentsPage(BaseModel):
-    success: Literal[True] = True
+class CommentsPage(_Success):
     data: list[Comment]
     pagination: CommentPagination
 
 
-class CommentResponse(BaseModel):
-    success: Literal[True] = True
+class CommentResponse(_Success):
     data: Comment
 
 
 # Stated here, enforced by ingest (services/domain/text.py): the same pattern.
 _TEXT: JsonDict = {"pattern": TEXT_PATTERN}
+
+
+# A post's or comment's body.
+PostText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_BODY,
+        description=f"1-{MAX_BODY:,} characters, not blank, no NUL",
+        json_schema_extra=_TEXT,
+    ),
+]
 
 
 class NewPost(RequestModel):
@@ -339,21 +346,11 @@ class NewPost(RequestModel):
         description=f"1-{MAX_TITLE} characters, not blank, no NUL",
         json_schema_extra=_TEXT,
     )
-    body: str = Field(
-        min_length=1,
-        max_length=MAX_BODY,
-        description=f"1-{MAX_BODY:,} characters, not blank, no NUL",
-        json_schema_extra=_TEXT,
-    )
+    body: PostText
 
 
 class NewComment(RequestModel):
-    body: str = Field(
-        min_length=1,
-        max_length=MAX_BODY,
-        description=f"1-{MAX_BODY:,} characters, not blank, no NUL",
-        json_schema_extra=_TEXT,
-    )
+    body: PostText
     parent_id: int | None = Field(
         default=None,
         ge=1,
@@ -366,8 +363,7 @@ class Deleted(BaseModel):
     deleted: bool
 
 
-class DeletedResponse(BaseModel):
-    success: Literal[True] = True
+class DeletedResponse(_Success):
     data: Deleted
 
 
@@ -375,7 +371,6 @@ class LikeBody(RequestModel):
     like: bool = Field(description="true to like, false to unlike")
 
 
-class LikeResponse(BaseModel):
-    success: Literal[True] = True
+class LikeResponse(_Success):
     liked: bool
     changed: bool = Field(description="false when it already was in the requested state")

@@ -17,7 +17,7 @@ from fastapi import APIRouter
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, Principal
 from services.gateway.clients import Clients, Upstream
-from services.gateway.convert import JsonBytes, comment_json, ok, optional_value, post_json
+from services.gateway.convert import JsonBytes, comment_json, ok, optional_value, page, post_json
 from services.gateway.errors import ApiError
 from services.gateway.params import CourseId, CursorId, Limit, RowId
 from services.gateway.rate_limit import LikeLimiter, RateLimiter
@@ -74,15 +74,11 @@ async def list_posts(
     )
     reply = await clients.forum_read.ListPosts(rpc, **clients.options)
     liked = await liked_flags(clients, user, course_id, _posts([p.id for p in reply.posts]))
-    return ok(
-        {
-            "data": [post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
-            "pagination": {
-                "limit": limit,
-                "has_more": reply.has_more,
-                "next_before_id": optional_value(reply, "next_before_id"),
-            },
-        }
+    return page(
+        [post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
+        limit,
+        reply.has_more,
+        next_before_id=optional_value(reply, "next_before_id"),
     )
 
 
@@ -219,15 +215,11 @@ async def _comments_page(
     limit: int,
 ) -> JsonBytes:
     liked = await liked_flags(clients, user, course_id, _comments([c.id for c in reply.comments]))
-    return ok(
-        {
-            "data": [comment_json(c, flag) for c, flag in zip(reply.comments, liked, strict=True)],
-            "pagination": {
-                "limit": limit,
-                "has_more": reply.has_more,
-                "next_after_id": optional_value(reply, "next_after_id"),
-            },
-        }
+    return page(
+        [comment_json(c, flag) for c, flag in zip(reply.comments, liked, strict=True)],
+        limit,
+        reply.has_more,
+        next_after_id=optional_value(reply, "next_after_id"),
     )
 
 

@@ -25,6 +25,7 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
+from fastapi.types import DecoratedCallable
 from opentelemetry import trace
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -113,16 +114,24 @@ class StreamBounds:
             del self._open[user_id]
 
 
+def _stream_route(path: str, summary: str) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """A GET route answering with an event stream, documented as one (not as JSON)."""
+    return router.get(
+        path,
+        summary=summary,
+        response_class=Response,
+        responses=_STREAM_DOC,  # type: ignore[arg-type]
+    )
+
+
 def _bounds(request: Request) -> StreamBounds:
     bounds: StreamBounds = request.app.state.stream_bounds
     return bounds
 
 
-@router.get(
+@_stream_route(
     "/api/zalo-accounts/{account_id}/events",
-    summary="The inbox's changes as they commit (Server-Sent Events)",
-    response_class=Response,
-    responses=_STREAM_DOC,  # type: ignore[arg-type]
+    "The inbox's changes as they commit (Server-Sent Events)",
 )
 async def inbox_events(
     request: Request,
@@ -144,11 +153,9 @@ async def inbox_events(
     return await _stream(request, user.user_id, watch, last_event_id, _inbox_event)
 
 
-@router.get(
+@_stream_route(
     "/api/courses/{course_id}/events",
-    summary="The course's posts, comments and like counts as they change (Server-Sent Events)",
-    response_class=Response,
-    responses=_STREAM_DOC,  # type: ignore[arg-type]
+    "The course's posts, comments and like counts as they change (Server-Sent Events)",
 )
 async def course_events(
     request: Request,

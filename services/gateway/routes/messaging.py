@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from services.domain.ids import ID_PATTERN
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, require_account
-from services.gateway.clients import Upstream
+from services.gateway.clients import Clients, Upstream
 from services.gateway.convert import (
     BadValue,
     JsonBytes,
@@ -26,6 +26,7 @@ from services.gateway.convert import (
     ok,
     optional_time,
     optional_value,
+    page,
     parse_instant,
     time_text,
 )
@@ -41,15 +42,33 @@ ConversationKey = Annotated[
 ConversationKeyPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
+# The time half of a timeline's cursor; the id half is before_id.
+TimeCursor = Annotated[str | None, Query(description="Cursor, with before_id")]
 
 
-def _cursor_time(value: str | None, field: str) -> Timestamp | None:
+def _request_time(value: str | None, field: str) -> Timestamp | None:
+    """A client-given instant (a cursor or a body field), or None when it is not given."""
     if value is None:
         return None
     try:
         return parse_instant(value, field)
     except BadValue as exc:
         raise ApiError.invalid([exc.violation]) from exc
+
+
+def _timeline_page(
+    data: list[dict[str, Any]], limit: int, reply: Any, time_column: str
+) -> JsonBytes:
+    """A page of a timeline read newest first: the next page starts before the last item's
+    `time_column` and, on a tie, before its id."""
+    time_cursor = f"next_before_{time_column}"
+    return page(
+        data,
+        limit,
+        reply.has_more,
+        **{time_cursor: optional_time(reply, time_cursor)},
+        next_before_id=optional_value(reply, "next_before_id"),
+    )
 
 
 @router.get(
@@ -63,7 +82,7 @@ async def list_messages(
     account_id: AccountId,
     conversation_key: ConversationKey,
     limit: Limit = 50,
-    before_sent_at: Annotated[str | None, Query(description="Cursor, with before_id")] = None,
+    before_sent_at: TimeCursor = None,
     before_id: CursorId = None,
     include_archive: Annotated[
         bool, Query(description="Continue into archived history beyond the newest 500")
@@ -75,21 +94,11 @@ async def list_messages(
         conversation_key=conversation_key,
         limit=limit,
         include_archive=include_archive,
-        before_sent_at=_cursor_time(before_sent_at, "before_sent_at"),
+        before_sent_at=_request_time(before_sent_at, "before_sent_at"),
         before_id=before_id,
     )
     reply = await clients.timeline.ListMessages(rpc, **clients.options)
-    return ok(
-        {
-            "data": [message_json(m) for m in reply.messages],
-            "pagination": {
-                "limit": limit,
-                "has_more": reply.has_more,
-                "next_before_sent_at": optional_time(reply, "next_before_sent_at"),
-                "next_before_id": optional_value(reply, "next_before_id"),
-            },
-        }
-    )
+    return _timeline_page([message_json(m) for m in reply.messages], limit, reply, "sent_at")
 
 
 @router.post(
@@ -159,30 +168,19 @@ async def list_conversations(
     user: CurrentUser,
     account_id: AccountId,
     limit: Limit = 20,
-    before_last_message_at: Annotated[
-        str | None, Query(description="Cursor, with before_id")
-    ] = None,
+    before_last_message_at: TimeCursor = None,
     before_id: CursorId = None,
 ) -> JsonBytes:
     require_account(user, account_id)
     rpc = timeline_pb.ListConversationsRequest(
         account_id=account_id,
         limit=limit,
-        before_last_message_at=_cursor_time(before_last_message_at, "before_last_message_at"),
+        before_last_message_at=_request_time(before_last_message_at, "before_last_message_at"),
         before_id=before_id,
     )
     reply = await clients.timeline.ListConversations(rpc, **clients.options)
-    return ok(
-        {
-            "data": [conversation_json(c) for c in reply.conversations],
-            "pagination": {
-                "limit": limit,
-                "has_more": reply.has_more,
-                "next_before_last_message_at": optional_time(reply, "next_before_last_message_at"),
-                "next_before_id": optional_value(reply, "next_before_id"),
-            },
-        }
-    )
+    data = [conversation_json(c) for c in reply.conversations]
+    return _timeline_page(data, limit, reply, "last_message_at")
 
 
 @router.get(
@@ -197,10 +195,7 @@ async def count_unread(
     conversation_key: ConversationKeyPath,
 ) -> JsonBytes:
     require_account(user, account_id)
-    reply = await clients.timeline.CountUnread(
-        timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
-        **clients.options,
-    )
+    reply = await _count_unread(clients, account_id, conversation_key)
     return ok(
         {
             "data": {
@@ -209,6 +204,15 @@ async def count_unread(
                 "last_read_at": optional_time(reply, "last_read_at"),
             }
         }
+    )
+
+
+async def _count_unread(
+    clients: Clients, account_id: int, conversation_key: str
+) -> timeline_pb.CountUnreadResponse:
+    return await clients.timeline.CountUnread(  # type: ignore[no-any-return]
+        timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
+        **clients.options,
     )
 
 
@@ -227,16 +231,12 @@ async def mark_read(
 ) -> JsonBytes:
     require_account(user, account_id)
     # Only a conversation that exists gets a read marker; ask the read side first (404 otherwise).
-    await clients.timeline.CountUnread(
-        timeline_pb.CountUnreadRequest(account_id=account_id, conversation_key=conversation_key),
-        **clients.options,
+    await _count_unread(clients, account_id, conversation_key)
+    rpc = ingest_pb.MarkReadRequest(
+        account_id=account_id,
+        conversation_key=conversation_key,
+        read_at=_request_time(body.read_at if body is not None else None, "read_at"),
     )
-    rpc = ingest_pb.MarkReadRequest(account_id=account_id, conversation_key=conversation_key)
-    if body is not None and body.read_at is not None:
-        try:
-            rpc.read_at.CopyFrom(parse_instant(body.read_at, "read_at"))
-        except BadValue as exc:
-            raise ApiError.invalid([exc.violation]) from exc
     reply = await clients.ingest.MarkRead(rpc, **clients.options)
     return ok(
         {"data": {"conversation_key": conversation_key, "read_at": time_text(reply.read_at)}}, 202
@@ -290,11 +290,7 @@ async def record_agent_sent(
         msg_id=body.msg_id or "",
         agent_user_id=user.user_id,
         content=body.content or "",
+        sent_at=_request_time(body.sent_at, "sent_at"),
     )
-    if body.sent_at is not None:
-        try:
-            rpc.sent_at.CopyFrom(parse_instant(body.sent_at, "sent_at"))
-        except BadValue as exc:
-            raise ApiError.invalid([exc.violation]) from exc
     await clients.ingest.RecordAgentSent(rpc, **clients.options)
     return ok({"data": {"accepted": True}}, 202)
