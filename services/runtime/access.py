@@ -121,33 +121,31 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if refused is not None:
                 await abort(context, *refused)
 
-        if handler.unary_unary is not None:
-            inner_unary = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                await check(request, context)
-                return await inner_unary(request, context)
-
-            return rebuilt(grpc.unary_unary_rpc_method_handler, handler, unary)
-        if handler.unary_stream is not None:
-            streaming = _checked_stream(handler.unary_stream, check, one_request=True)
-            return rebuilt(grpc.unary_stream_rpc_method_handler, handler, streaming)
-        if handler.stream_stream is not None:
-            streaming = _checked_stream(handler.stream_stream, check, one_request=False)
-            return rebuilt(grpc.stream_stream_rpc_method_handler, handler, streaming)
-        if handler.stream_unary is not None:
-            # No API streams its requests today; one that does is checked too, not let through.
-            inner_client_streaming = handler.stream_unary
-
-            async def client_streaming(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                await check(None, context)
-                return await inner_client_streaming(requests, context)
-
-            return rebuilt(grpc.stream_unary_rpc_method_handler, handler, client_streaming)
+        for kind, make_handler, checked, one_request in _KINDS:
+            inner = getattr(handler, kind)
+            if inner is not None:
+                behavior = checked(inner, check, one_request=one_request)
+                return rebuilt(make_handler, handler, behavior)
         return handler
 
 
 Check = Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
+
+
+def _checked_call(
+    inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
+    check: Check,
+    *,
+    one_request: bool,
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """`inner`'s one response once `check` let the call through (without a request for a call
+    streaming its requests: none can be read before the handler reads the stream)."""
+
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await check(request if one_request else None, context)
+        return await inner(request, context)
+
+    return call
 
 
 def _checked_stream(
@@ -165,3 +163,13 @@ def _checked_stream(
             yield response
 
     return streaming
+
+
+# Each kind of method, how grpc makes its handler, and how its call is checked: every kind is,
+# including one no API has today (requests streamed, one response).
+_KINDS: tuple[tuple[str, Callable[..., Any], Callable[..., Any], bool], ...] = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler, _checked_call, True),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler, _checked_stream, True),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler, _checked_stream, False),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler, _checked_call, False),
+)
