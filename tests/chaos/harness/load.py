@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import grpc
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, message_pb2
@@ -21,6 +22,18 @@ from tools import callers
 
 CHAOS_ACCOUNT = 777
 CHAOS_COURSE = 4242
+
+
+async def enrol(conn: asyncpg.Connection, users: Sequence[int]) -> None:
+    """`users` in the chaos course (those already in stay as they are)."""
+    await conn.execute(
+        "INSERT INTO course_members (course_id, user_id)"
+        " SELECT $1, u FROM unnest($2::bigint[]) u ON CONFLICT DO NOTHING",
+        CHAOS_COURSE,
+        list(users),
+    )
+
+
 BATCH = 20
 CONVERSATIONS_PER_SENDER = 5
 RPC_TIMEOUT = 3.0
@@ -64,6 +77,28 @@ class Ledger:
     # When each message's batch was acknowledged (time.monotonic()), for reports.
     message_acked_at: dict[str, float] = field(default_factory=dict)
     like_ack_times: list[float] = field(default_factory=list)
+
+    def like_sending(
+        self, user: int, post: int, like: bool
+    ) -> tuple[like_service_pb2.SetLikeRequest, PairHistory]:
+        """The request of a like toggle about to be sent, recorded as the pair's latest wish
+        (not acknowledged yet), and the pair's history."""
+        history = self.likes.setdefault((user, post), PairHistory())
+        history.last_sent, history.last_acked = like, False
+        self.like_ops_sent += 1
+        request = like_service_pb2.SetLikeRequest(
+            user_id=user,
+            course_id=CHAOS_COURSE,
+            target=like_service_pb2.Target(kind=like_service_pb2.TARGET_KIND_POST, id=post),
+            like=like,
+        )
+        return request, history
+
+    def like_acked(self, history: PairHistory, like: bool, at: float) -> None:
+        history.acked.append(like)
+        history.acked_at.append(at)
+        history.last_acked = True
+        self.like_ops_acked += 1
 
 
 @dataclass(frozen=True)
@@ -196,21 +231,10 @@ class Load:
         like: bool,
         stop: asyncio.Event,
     ) -> None:
-        request = like_service_pb2.SetLikeRequest(
-            user_id=user,
-            course_id=CHAOS_COURSE,
-            target=like_service_pb2.Target(kind=like_service_pb2.TARGET_KIND_POST, id=post),
-            like=like,
-        )
-        history = self.ledger.likes.setdefault((user, post), PairHistory())
-        history.last_sent, history.last_acked = like, False
-        self.ledger.like_ops_sent += 1
+        request, history = self.ledger.like_sending(user, post, like)
 
         def call(r: like_service_pb2.SetLikeRequest = request) -> Awaitable[object]:
             return stub.SetLike(r, timeout=RPC_TIMEOUT)  # type: ignore[no-any-return]
 
         if await self._until_acked(call, stop, self.ledger.like_ack_times):
-            history.acked.append(like)
-            history.acked_at.append(time.monotonic())
-            history.last_acked = True
-            self.ledger.like_ops_acked += 1
+            self.ledger.like_acked(history, like, time.monotonic())

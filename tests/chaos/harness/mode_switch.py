@@ -33,7 +33,13 @@ import asyncpg
 import grpc
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
-from tests.chaos.harness.load import CHAOS_COURSE, RPC_TIMEOUT, Ledger, Load, PairHistory
+from tests.chaos.harness.load import (
+    CHAOS_COURSE,
+    RPC_TIMEOUT,
+    Ledger,
+    Load,
+    enrol,
+)
 from tests.chaos.harness.stack import ChaosStack, Service
 from tools import callers
 from tools.ports import free_port
@@ -72,12 +78,7 @@ async def _prepare() -> list[int]:
     """Enrol this scenario's users; the run's posts (the three prepare() just made)."""
     conn = await asyncpg.connect(_pg_admin())
     try:
-        await conn.execute(
-            "INSERT INTO course_members (course_id, user_id)"
-            " SELECT $1, u FROM unnest($2::bigint[]) u ON CONFLICT DO NOTHING",
-            CHAOS_COURSE,
-            USERS,
-        )
+        await enrol(conn, USERS)
         rows = await conn.fetch(
             "SELECT id FROM posts WHERE course_id = $1 ORDER BY id DESC LIMIT 3", CHAOS_COURSE
         )
@@ -114,15 +115,7 @@ class Senders:
                         await asyncio.sleep(PAUSE_S)
 
     async def _toggle(self, user: int, post: int, like: bool, op: int, stop: asyncio.Event) -> None:
-        request = like_service_pb2.SetLikeRequest(
-            user_id=user,
-            course_id=CHAOS_COURSE,
-            target=like_service_pb2.Target(kind=like_service_pb2.TARGET_KIND_POST, id=post),
-            like=like,
-        )
-        history = self._ledger.likes.setdefault((user, post), PairHistory())
-        history.last_sent, history.last_acked = like, False
-        self._ledger.like_ops_sent += 1
+        request, history = self._ledger.like_sending(user, post, like)
         backoff, attempt = 0.02, op
         while True:
             pod = attempt % 2
@@ -139,10 +132,7 @@ class Senders:
             backoff = min(backoff * 2, 0.5)
         now = time.monotonic()
         self._ledger.like_ack_times.append(now)
-        history.acked.append(like)
-        history.acked_at.append(now)
-        history.last_acked = True
-        self._ledger.like_ops_acked += 1
+        self._ledger.like_acked(history, like, now)
         self.acked_by[pod] += 1
 
 

@@ -20,7 +20,14 @@ from tests.chaos.harness.faults import (
     mysql_admin_url,
     pg_admin_url,
 )
-from tests.chaos.harness.load import CHAOS_ACCOUNT, CHAOS_COURSE, Ledger, Load, PairHistory
+from tests.chaos.harness.load import (
+    CHAOS_ACCOUNT,
+    CHAOS_COURSE,
+    Ledger,
+    Load,
+    PairHistory,
+    enrol,
+)
 from tests.chaos.harness.stack import LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack
 
 USERS = list(range(60_000, 62_000))
@@ -152,12 +159,7 @@ async def prepare() -> list[int]:
             "INSERT INTO courses (id, title) VALUES ($1, 'chaos') ON CONFLICT DO NOTHING",
             CHAOS_COURSE,
         )
-        await conn.execute(
-            "INSERT INTO course_members (course_id, user_id)"
-            " SELECT $1, u FROM unnest($2::bigint[]) u ON CONFLICT DO NOTHING",
-            CHAOS_COURSE,
-            USERS,
-        )
+        await enrol(conn, USERS)
         rows = await conn.fetch(
             "INSERT INTO posts (course_id, user_id, title, body)"
             " SELECT $1, 1, 'chaos', 'chaos' FROM generate_series(1, 3) RETURNING id",
