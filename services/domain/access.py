@@ -1,12 +1,15 @@
 """Who may call what: the one table of gRPC access (enforced by services/runtime/access.py).
 
-The gateway calls what its routes use, always for an end user whose verified token it forwards;
+The gateway calls what its routes use, for an end user whose verified token it forwards (only a
+live feed it may watch for itself, to share among its streams);
 a Zalo listener may only ingest messages; a watcher may only watch the live feeds; the flusher,
 ingest, timeline and likes call nothing; an operator certificate (grpcurl, tools) may ask health
 and, where it is on, reflection. Everything not listed is refused with PERMISSION_DENIED.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from services.runtime.access import ANYONE, AccessPolicy, Rule
 from services.runtime.tokens import JwtSettings, TokenVerifier
@@ -33,6 +36,13 @@ def for_user(*callers: str) -> Rule:
     return Rule(frozenset(callers), on_behalf=_ON_BEHALF, user_field="user_id")
 
 
+def watching(rule: Rule) -> Rule:
+    """`rule`, for a live feed: the gateway may also watch for itself, for no end user. It
+    holds one watch of a feed per process, shared by its browsers' streams, and checks each
+    stream itself (the token's expiry and accounts, the enrolment)."""
+    return replace(rule, end_user_optional=True)
+
+
 RULES: dict[str, Rule] = {
     # Listeners forward what Zalo delivers; the gateway's batch route does it for a user.
     "/agora.messaging.v1.IngestService/IngestMessages": for_account(LISTENER, GATEWAY),
@@ -41,10 +51,10 @@ RULES: dict[str, Rule] = {
         GATEWAY, user_field="agent_user_id"
     ),
     "/agora.messaging.v1.TimelineService/*": for_account(GATEWAY),
-    "/agora.messaging.v1.TimelineService/WatchInbox": for_account(GATEWAY, WATCHER),
+    "/agora.messaging.v1.TimelineService/WatchInbox": watching(for_account(GATEWAY, WATCHER)),
     "/agora.forum.v1.ForumWriteService/*": for_user(GATEWAY),
     "/agora.forum.v1.ForumReadService/*": for_user(GATEWAY),
-    "/agora.forum.v1.ForumReadService/WatchCourse": for_user(GATEWAY, WATCHER),
+    "/agora.forum.v1.ForumReadService/WatchCourse": watching(for_user(GATEWAY, WATCHER)),
     "/agora.forum.v1.LikeService/*": for_user(GATEWAY),
     "/grpc.health.v1.Health/*": Rule(frozenset({ANYONE})),
     # Registered only where GRPC_REFLECTION is on.

@@ -24,12 +24,15 @@ from services.gateway import errors, web
 from services.gateway.auth import AuthMiddleware
 from services.gateway.clients import Upstreams
 from services.gateway.config import GatewaySettings
+from services.gateway.feeds import Feeds
+from services.gateway.live_stream import Streams, StreamSettings
 from services.gateway.load_shedding import InFlightLimit
 from services.gateway.rate_limit import RateLimiter
 from services.gateway.request_body import BodyLimit
 from services.gateway.routes import forum, live, messaging
 from services.gateway.schemas import ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, hardening
+from services.gateway.sse import Handoff
 from services.gateway.tracing import TraceContext
 from services.runtime import redis_client
 from services.runtime.metrics import HttpMetrics
@@ -68,6 +71,16 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 connections=settings.gateway_upstream_connections,
             )
             resources.push_async_callback(app.state.clients.close)
+            app.state.live = Streams(
+                Feeds(settings.live_frames_per_feed),
+                StreamSettings(
+                    heartbeat_seconds=settings.live_heartbeat_seconds,
+                    send_timeout_seconds=settings.live_send_timeout_seconds,
+                    retry_ms=settings.live_retry_ms,
+                    recheck_seconds=settings.live_recheck_seconds,
+                ),
+            )
+            resources.callback(app.state.live.feeds.close)
             redis = redis_client.connect(
                 settings.redis_url, max_connections=32, cluster=settings.redis_cluster
             )
@@ -106,7 +119,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         return {"status": "ok"}
 
     if records_spans():
-        FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz")
+        # Not the event streams: a span as long as a stream, and one per event written, would
+        # say nothing the delivery spans (linked to each write) do not.
+        FastAPIInstrumentor.instrument_app(app, excluded_urls=f"healthz,{live.STREAM_PATH.pattern}")
     # Starlette wraps each middleware around those added before it: innermost first.
     app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight, exempt=live.STREAM_PATH)
     batch = next(
@@ -136,6 +151,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.add_middleware(HttpMetrics)
     if not records_spans():
         app.add_middleware(TraceContext)
+    # Outermost: an event stream's body is written below every other layer (sse.py).
+    app.add_middleware(Handoff)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     web.install(app, settings)
     return app

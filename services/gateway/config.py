@@ -45,6 +45,12 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     live_send_timeout_seconds: float = Field(default=10.0, gt=0)
     # The reconnection delay the stream tells browsers (retry:).
     live_retry_ms: int = Field(default=2000, ge=100)
+    # How often a course stream asks whether its user is still enrolled (an inbox stream's
+    # account is in its token, which it outlives by no second).
+    live_recheck_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Events each followed feed keeps for streams resuming at a position within them; one
+    # further behind reads a watch of its own until it gets there.
+    live_frames_per_feed: int = Field(default=256, ge=1)
     gateway_host: str = "0.0.0.0"
     gateway_port: int = 8080
     # HTTP parsing and JSON are CPU-bound: one process per core by default (WORKERS).

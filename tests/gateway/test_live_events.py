@@ -22,6 +22,7 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
+from services.gateway.server import GatewayServer
 from services.runtime.grpc_server import GrpcServer
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
@@ -55,7 +56,7 @@ async def serve(settings: GatewaySettings) -> AsyncIterator[tuple[str, uvicorn.S
     """The gateway app under uvicorn on a free port, as its process runs it."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(
+    server = GatewayServer(
         uvicorn.Config(create_app(settings), log_config=None, access_log=False, lifespan="on")
     )
     serving = asyncio.create_task(server.serve(sockets=[sock]))

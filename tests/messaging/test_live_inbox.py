@@ -207,17 +207,37 @@ async def test_a_position_that_is_no_position_is_invalid(
     assert "after" in (refused.value.details() or "")
 
 
-async def test_another_accounts_token_is_refused_and_no_token_is_unauthenticated(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub, env: Env, timeline_server: GrpcServer
+async def test_another_accounts_token_is_refused_and_a_bad_token_is_unauthenticated(
+    watch: timeline_service_pb2_grpc.TimelineServiceStub,
+    env: Env,
+    timeline_server: GrpcServer,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    clean: None,
 ) -> None:
+    """A token forwarded is checked as on every call. Forwarding none, the gateway watches for
+    itself (one watch per feed, shared by its streams, which it checks itself)."""
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await take(open_watch(watch, env, account=1, accounts=[2]), 1)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     async with callers.connect(f"127.0.0.1:{timeline_server.port}", "gateway") as bare:
         stub = timeline_service_pb2_grpc.TimelineServiceStub(bare)
-        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
-            await take(stub.WatchInbox(pb.WatchInboxRequest(account_id=1), timeout=10), 1)
-    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.aio.AioRpcError) as forged:
+            await take(
+                stub.WatchInbox(
+                    pb.WatchInboxRequest(account_id=1),
+                    metadata=(("authorization", "Bearer not-a-token"),),
+                    timeout=10,
+                ),
+                1,
+            )
+        assert forged.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        own = stub.WatchInbox(pb.WatchInboxRequest(account_id=1), timeout=30)
+        await started(own)
+        await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+        [sent, _state] = await take(own, 2)
+        own.cancel()
+    assert sent.message.msg_id == "m1"
 
 
 async def test_the_stream_ends_unauthenticated_when_the_token_expires(

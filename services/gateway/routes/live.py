@@ -1,7 +1,8 @@
 """Live routes: Server-Sent Events of an account's inbox and of a course (docs/live.md).
 
-Each stream is one WatchInbox / WatchCourse call to timeline, forwarded event by event: `id:` is
-the event's position, `event:` its kind, `data:` one JSON object in the REST routes' shapes. A
+Each stream follows its feed through the process's one WatchInbox / WatchCourse of it
+(services/gateway/feeds.py), checked here for its user: `id:` is the event's position, `event:`
+its kind, `data:` one JSON object in the REST routes' shapes. A
 client resumes with `Last-Event-ID` (browsers' EventSource send it themselves; the web client
 reads the stream with fetch, so the token stays in a header, never in a URL). Comments keep idle
 streams open through proxies; a client too slow to read is disconnected (it resumes) rather than
@@ -11,13 +12,11 @@ in-flight slots meant for short requests.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Annotated, Any
 
-import anyio
 import grpc
 import orjson
 from agora.forum.v1 import forum_read_service_pb2 as forum_pb
@@ -26,11 +25,10 @@ from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
 from fastapi.types import DecoratedCallable
-from opentelemetry import trace
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Send
 
-from services.domain.live import POSITION_HEADER
-from services.gateway.auth import CurrentUser, require_account
+from services.gateway import sse
+from services.gateway.auth import CurrentUser, Principal, require_account
 from services.gateway.clients import Upstream
 from services.gateway.convert import (
     comment_json,
@@ -40,8 +38,12 @@ from services.gateway.convert import (
     time_text,
 )
 from services.gateway.errors import ApiError
+from services.gateway.feeds import Frame, Watch
+from services.gateway.live_stream import LiveStream, Recheck
 from services.gateway.params import AccountId, CourseId
+from services.gateway.sse import EventStreamResponse
 from services.runtime.trace_context import links_to
+from services.streams.live import Position
 
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
@@ -57,10 +59,6 @@ LastEventId = Annotated[
         description="The id of the last event received: the stream resumes after it",
     ),
 ]
-_tracer = trace.get_tracer(__name__)
-# Times in a row a watch that timeline ended with UNAVAILABLE is opened again before the browser's
-# stream ends (it then reconnects with its last id, maybe to another gateway).
-_REOPENS = 3
 # One event of the stream, as a client's parser hands it over (OpenAPI describes a stream by its
 # items): `data` is the JSON text of one object in the REST routes' shapes.
 _EVENT = {
@@ -139,18 +137,20 @@ async def inbox_events(
     user: CurrentUser,
     account_id: AccountId,
     last_event_id: LastEventId = "",
-) -> EventSourceResponse:
+) -> EventStreamResponse:
     """Events: `message` (a stored message, as in GET …/messages), `conversation` (its state,
     as in GET …/conversations), `reset`."""
     require_account(user, account_id)
 
     def watch(after: str) -> Any:
+        # For no end user: the watch is the process's, shared by every stream of the account
+        # (each checked here: the token grants the account, and expires).
         return clients.timeline.WatchInbox(
-            timeline_pb.WatchInboxRequest(account_id=account_id, after=after),
-            metadata=clients.options["metadata"],
+            timeline_pb.WatchInboxRequest(account_id=account_id, after=after)
         )
 
-    return await _stream(request, user.user_id, watch, last_event_id, _inbox_event)
+    stream = _live(request, ("inbox", account_id), watch, _inbox_event, user)
+    return await _stream(request, user.user_id, stream, last_event_id)
 
 
 @_stream_route(
@@ -163,117 +163,93 @@ async def course_events(
     user: CurrentUser,
     course_id: CourseId,
     last_event_id: LastEventId = "",
-) -> EventSourceResponse:
+) -> EventStreamResponse:
     """Events: `post` and `comment` (created, or deleted with `deleted_at`), `likes` (a
     target's new like count), `reset`."""
 
-    def watch(after: str) -> Any:
-        return clients.forum_read.WatchCourse(
-            forum_pb.WatchCourseRequest(course_id=course_id, user_id=user.user_id, after=after),
-            metadata=clients.options["metadata"],
+    async def enrolled() -> None:
+        # The cheapest read an enrolled user may make, and PERMISSION_DENIED for anyone else.
+        await clients.forum_read.ListPosts(
+            forum_pb.ListPostsRequest(course_id=course_id, user_id=user.user_id, limit=1),
+            **clients.options,
         )
 
-    return await _stream(request, user.user_id, watch, last_event_id, _course_event)
+    async def recheck() -> str | None:
+        try:
+            await enrolled()
+        except grpc.aio.AioRpcError as refused:
+            if refused.code() == grpc.StatusCode.PERMISSION_DENIED:
+                return refused.details() or "not enrolled"
+            # Anything else says nothing of the enrolment: asked again next time.
+        return None
+
+    try:
+        await enrolled()
+    except grpc.aio.AioRpcError as refused:
+        raise ApiError.from_grpc(refused) from refused
+
+    def watch(after: str) -> Any:
+        # For no end user, shared by the course's streams, each rechecked here (recheck).
+        return clients.forum_read.WatchCourse(
+            forum_pb.WatchCourseRequest(course_id=course_id, after=after)
+        )
+
+    stream = _live(request, ("course", course_id), watch, _course_event, user, recheck)
+    return await _stream(request, user.user_id, stream, last_event_id)
+
+
+def _live(
+    request: Request,
+    key: tuple[str, int],
+    watch: Watch,
+    event_of: Callable[[Any], tuple[str, dict[str, Any]]],
+    user: Principal,
+    recheck: Recheck | None = None,
+) -> LiveStream:
+    def encode(response: Any) -> Frame | None:
+        if response.WhichOneof("item") == "reset":
+            return None
+        return encode_any(response)
+
+    def encode_any(response: Any) -> Frame:
+        kind, data = event_of(response)
+        text = sse.event(response.position, kind, orjson.dumps(data))
+        return Frame(Position.parse(response.position), text, links_to(response.trace_context))
+
+    return LiveStream(
+        request.app.state.live,
+        key,
+        watch,
+        encode,
+        encode_any,
+        token_expires=user.expires_at,
+        recheck=recheck,
+    )
 
 
 async def _stream(
-    request: Request,
-    user_id: int,
-    watch: Callable[[str], Any],
-    after: str,
-    event_of: Callable[[Any], tuple[str, dict[str, Any]]],
-) -> EventSourceResponse:
-    """Start the watch (its refusal is this request's answer: 4xx JSON), then stream it. When
-    timeline goes away under it (a replica restarting, a connection closed for its age) the watch
-    is opened again from the last position, and the browser's stream goes on."""
-    settings = request.app.state.settings
+    request: Request, user_id: int, stream: LiveStream, last_event_id: str
+) -> EventStreamResponse:
+    """Joins the feed (a refusal of its watch is this request's answer: 4xx JSON), then answers
+    with the stream, written after the request's handling (services/gateway/sse.py)."""
     bounds = _bounds(request)
     bounds.admit(user_id)
-    call = watch(after)
     try:
-        # timeline sends its headers once the watch is allowed; a refusal ends the call first.
-        headers = await call.initial_metadata()
-        if call.done():
-            code = await call.code()
-            if code != grpc.StatusCode.OK:
-                raise ApiError.from_grpc(
-                    grpc.aio.AioRpcError(
-                        code, grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()
-                    )
-                )
+        start = await stream.open(Position.parse(last_event_id) if last_event_id else None)
+    except grpc.aio.AioRpcError as refused:
+        bounds.release(user_id)
+        raise ApiError.from_grpc(refused) from refused
     except BaseException:
-        call.cancel()
         bounds.release(user_id)
         raise
-    start = dict(headers or ()).get(POSITION_HEADER)
-    # Set by sse-starlette when the server begins to shut down (SIGTERM): the watch is cancelled
-    # and the stream ends with a last comment and a proper end of the body, so the client
-    # reconnects at once (to another replica) instead of seeing a connection reset.
-    shutdown = anyio.Event()
-    current = call
 
-    async def cancel_on_shutdown() -> None:
-        await shutdown.wait()
-        current.cancel()
-
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        nonlocal current
-        on_shutdown = asyncio.create_task(cancel_on_shutdown())
+    async def body(receive: Receive, send: Send) -> None:
         try:
-            # The reconnection delay a browser should wait after the stream ends, and the
-            # position the stream starts after (an id-only event): a client cut before the
-            # first event resumes from it instead of from a later "now".
-            yield ServerSentEvent(comment="live", retry=settings.live_retry_ms, id=start)
-            position, tries = start or after, 0
-            while True:
-                try:
-                    # A watch timeline accepted (its headers name where it starts) resets the
-                    # count of failures in a row: one that ran and ended (timeline spreads its
-                    # watches over the replicas by their age) is no failure.
-                    if POSITION_HEADER in dict(await current.initial_metadata() or ()):
-                        tries = 0
-                    async for response in current:
-                        tries = 0
-                        position = response.position
-                        kind, data = event_of(response)
-                        # Ended before the yield (a span current across it would be detached
-                        # in whatever context resumes this generator).
-                        links = links_to(response.trace_context)
-                        _tracer.start_span("live.sse", links=links).end()
-                        yield ServerSentEvent(
-                            data=orjson.dumps(data).decode(), event=kind, id=response.position
-                        )
-                    return
-                except asyncio.CancelledError:
-                    # grpc.aio raises this for a call cancelled here: on shutdown only, or this
-                    # task is being cancelled, which goes on.
-                    if not shutdown.is_set():
-                        raise
-                    yield ServerSentEvent(comment="ended: shutting down")
-                    return
-                except grpc.aio.AioRpcError as ended:
-                    if ended.code() != grpc.StatusCode.UNAVAILABLE or tries >= _REOPENS:
-                        # Token expired, access revoked, timeline away for good: the client
-                        # resumes with the last id (and a fresh token when that ended it).
-                        yield ServerSentEvent(comment=f"ended: {ended.code().name.lower()}")
-                        return
-                current.cancel()
-                tries += 1
-                await asyncio.sleep(0.1 * 2**tries)
-                current = watch(position)
+            await stream.run(start, receive, send)
         finally:
-            on_shutdown.cancel()
-            current.cancel()
             bounds.release(user_id)
 
-    return EventSourceResponse(
-        events(),
-        ping=settings.live_heartbeat_seconds,
-        send_timeout=settings.live_send_timeout_seconds,
-        shutdown_event=shutdown,
-        shutdown_grace_period=1,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return EventStreamResponse(body)
 
 
 def _inbox_event(response: timeline_pb.WatchInboxResponse) -> tuple[str, dict[str, Any]]:
