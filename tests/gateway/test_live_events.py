@@ -352,3 +352,80 @@ async def test_a_stream_goes_on_across_the_watches_timeline_ends_for_their_age(
         assert stream.comments.count("live") == 1  # one stream, never restarted
         assert not [c for c in stream.comments if c.startswith("ended")]
     assert got == sent
+
+
+async def test_streams_of_one_account_share_one_watch_and_each_gets_every_event(
+    env: Env,
+    ingest_server: GrpcServer,
+    timeline_server: GrpcServer,
+    likes_server: GrpcServer,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    clean: None,
+) -> None:
+    """Three browsers on one inbox cost timeline one watch of this process, not three."""
+    settings = gateway_settings(env, ingest_server, timeline_server, likes_server)
+    tokens = [mint_token(env.jwt_secret, sub=user, accounts=[1]) for user in (7, 8, 9)]
+    async with serve(settings) as (url, server), contextlib.AsyncExitStack() as open_streams:
+        streams = [
+            await open_streams.enter_async_context(
+                events(url, "/api/zalo-accounts/1/events", token)
+            )
+            for token in tokens
+        ]
+        app: Any = server.config.app
+        assert len(app.state.live.feeds) == 1
+        await asyncio.sleep(0.3)
+        await send(ingest, flusher, "m1", "m2")
+        for stream in streams:
+            got = [await stream.next() for _ in range(3)]
+            assert [e.data.get("msg_id") for e in got if e.event == "message"] == ["m1", "m2"]
+    # The last stream gone, so is the watch.
+    assert len(app.state.live.feeds) == 0
+
+
+async def test_a_stream_resuming_behind_what_the_feed_keeps_catches_up_once_in_order(
+    env: Env,
+    ingest_server: GrpcServer,
+    timeline_server: GrpcServer,
+    likes_server: GrpcServer,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    flusher: Flusher,
+    clean: None,
+) -> None:
+    """The feed keeps 2 events: a stream resuming 6 events back reads a watch of its own until
+    it reaches them, then the shared feed, and sees each event once, in order."""
+    settings = gateway_settings(
+        env, ingest_server, timeline_server, likes_server, live_frames_per_feed=2
+    )
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with (
+        serve(settings) as (url, _),
+        events(url, "/api/zalo-accounts/1/events", token) as holding,
+    ):
+        # One stream stays, so the shared feed goes on while the other is away.
+        await asyncio.sleep(0.3)
+        await send(ingest, flusher, "r0")
+        [_, first_state] = [await holding.next() for _ in range(2)]
+        await send(ingest, flusher, "r1", "r2", "r3")
+        async with events(url, "/api/zalo-accounts/1/events", token, first_state.id) as back:
+            await asyncio.sleep(0.3)
+            await send(ingest, flusher, "r4")
+            got: list[Event] = []
+            while len(got) < 6:  # r1-r3 and their state, r4 and its state
+                got.append(await back.next())
+            with pytest.raises(TimeoutError):
+                await back.next(within=1.5)
+    assert [e.data["msg_id"] for e in got if e.event == "message"] == ["r1", "r2", "r3", "r4"]
+    positions = [tuple(map(int, str(e.id).split("-"))) for e in got]
+    assert positions == sorted(set(positions))
+
+
+async def test_a_stream_ends_when_its_token_expires(base_url: str, env: Env, clean: None) -> None:
+    """Its client reconnects with a fresh token and its last id."""
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1], ttl=2)
+    async with events(base_url, "/api/zalo-accounts/1/events", token) as stream:
+        assert stream.response.status_code == 200
+        async with asyncio.timeout(10):
+            rest = [line async for line in stream._lines]
+    assert [line for line in rest if line][-1] == ": ended: unauthenticated"
