@@ -81,7 +81,7 @@ async def follow(
                 buffer += bytes(event.data)
                 *lines, buffer = buffer.split(b"\n")
                 for raw in lines:
-                    line = raw.decode().rstrip("\r")  # sse-starlette ends lines with CRLF
+                    line = raw.decode().rstrip("\r")  # a server may end lines with CRLF
                     if line.startswith("event: "):
                         kind = line[7:]
                     elif line.startswith("data: "):

@@ -9,6 +9,7 @@ place among the requests in flight (503 past the bound), so a slow upload never 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -81,6 +82,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 ),
             )
             resources.callback(app.state.live.feeds.close)
+            clock = asyncio.create_task(app.state.live.tick())
+            resources.callback(clock.cancel)
             redis = redis_client.connect(
                 settings.redis_url, max_connections=32, cluster=settings.redis_cluster
             )
