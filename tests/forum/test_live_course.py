@@ -42,7 +42,7 @@ from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSetting
 from services.streams.live import LiveFeeds, LiveSettings, Position
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.conftest import Env, gateway_settings, likes_settings, serving
+from tests.conftest import Env, likes_settings, serving
 from tests.gateway import test_live_events as sse
 from tests.helpers import ROOT, SHARDS, Flusher, as_gateway, as_service, mint_token, run_flusher
 from tools import callers
@@ -59,6 +59,7 @@ LikeStub: TypeAlias = like_service_pb2_grpc.LikeServiceStub
 OUTSIDER = 100  # enrolled in no course
 # The gateway under uvicorn and its SSE reader, as the gateway's own live tests run them.
 base_url = sse.base_url
+gateway = sse.gateway
 events = sse.events
 
 
@@ -431,29 +432,19 @@ async def test_the_gateway_refuses_a_stream_of_a_course_its_user_is_not_enrolled
 
 
 async def test_an_enrolment_revoked_ends_the_gateway_stream_and_not_the_others(
-    env: Env,
-    ingest_server: GrpcServer,
-    timeline_server: GrpcServer,
-    likes_server: GrpcServer,
-    fresh: None,
-    pg_admin: asyncpg.Pool,
+    gateway: sse.Gateway, env: Env, fresh: None, pg_admin: asyncpg.Pool
 ) -> None:
     """The gateway's streams of a course share one watch: each user's enrolment is asked by
     the gateway every LIVE_RECHECK_SECONDS, and only the revoked user's stream ends."""
-    settings = gateway_settings(
-        env, ingest_server, timeline_server, likes_server, live_recheck_seconds=0.5
-    )
     revoked, kept = (mint_token(env.jwt_secret, sub=u, accounts=[]) for u in (9, 7))
     async with (
-        sse.serve(settings) as (url, _),
-        events(url, "/api/courses/42/events", revoked) as ending,
+        gateway(live_recheck_seconds=0.5) as (url, _),
+        events(url, "/api/courses/42/events", revoked) as leaving,
         events(url, "/api/courses/42/events", kept) as staying,
     ):
-        assert (ending.response.status_code, staying.response.status_code) == (200, 200)
+        assert (leaving.response.status_code, staying.response.status_code) == (200, 200)
         await pg_admin.execute("DELETE FROM course_members WHERE course_id = 42 AND user_id = 9")
-        async with asyncio.timeout(10):
-            rest = [line async for line in ending._lines]
-        assert [line for line in rest if line][-1] == ": ended: permission_denied"
+        assert await leaving.ending() == ": ended: permission_denied"
         with pytest.raises(TimeoutError):
             await staying.next(within=2)
         assert not [c for c in staying.comments if c.startswith("ended")]

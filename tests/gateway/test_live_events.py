@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +70,23 @@ async def serve(settings: GatewaySettings) -> AsyncIterator[tuple[str, uvicorn.S
         sock.close()
 
 
+@pytest.fixture
+def gateway(
+    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
+) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[str, uvicorn.Server]]]:
+    """A gateway of the test's own under uvicorn: these settings over the tests' defaults."""
+
+    def start(**overrides: Any) -> contextlib.AbstractAsyncContextManager[tuple[str, Any]]:
+        return serve(
+            gateway_settings(env, ingest_server, timeline_server, likes_server, **overrides)
+        )
+
+    return start
+
+
+Gateway = Callable[..., contextlib.AbstractAsyncContextManager[tuple[str, uvicorn.Server]]]
+
+
 @dataclass
 class Event:
     id: str | None
@@ -86,6 +102,12 @@ class EventStream:
         self._lines = response.aiter_lines()
         self.comments: list[str] = []
         self.retry: int | None = None
+
+    async def ending(self, within: float = 10) -> str:
+        """The stream's last line, once it has ended (its `: ended: <why>` comment)."""
+        async with asyncio.timeout(within):
+            rest = [line async for line in self._lines]
+        return [line for line in rest if line][-1]
 
     async def next(self, within: float = 10) -> Event:
         fields: dict[str, str] = {}
@@ -240,47 +262,31 @@ async def test_open_streams_take_no_in_flight_slot(base_url: str, env: Env, clea
     assert inbox.status_code == 200
 
 
-async def test_a_shutting_down_gateway_ends_its_streams(
-    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
-) -> None:
+async def test_a_shutting_down_gateway_ends_its_streams(gateway: Gateway, env: Env) -> None:
     """SIGTERM (uvicorn's should_exit): open streams end at once and cleanly (a last comment,
     then the end of the body, not a reset), so their clients reconnect to another replica, and
     the process exits instead of waiting on them."""
-    settings = gateway_settings(env, ingest_server, timeline_server, likes_server)
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with (
-        serve(settings) as (url, server),
+        gateway() as (url, server),
         events(url, "/api/zalo-accounts/1/events", token) as stream,
     ):
         assert stream.response.status_code == 200
         server.should_exit = True
-        started = time.monotonic()
-        async with asyncio.timeout(10):
-            rest = [line async for line in stream._lines]
-        assert time.monotonic() - started < 10
-        assert [line for line in rest if line][-1] == ": ended: shutting down"
+        assert await stream.ending() == ": ended: shutting down"
 
 
 async def test_a_client_too_slow_to_read_is_disconnected_not_buffered(
+    gateway: Gateway,
     env: Env,
-    ingest_server: GrpcServer,
-    timeline_server: GrpcServer,
-    likes_server: GrpcServer,
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     flusher: Flusher,
 ) -> None:
     """A client that stops reading while events keep coming: once the socket's buffers are full,
     a write that waits longer than LIVE_SEND_TIMEOUT_SECONDS ends the stream and frees its place,
     instead of the gateway holding everything meant for it."""
-    settings = gateway_settings(
-        env,
-        ingest_server,
-        timeline_server,
-        likes_server,
-        live_send_timeout_seconds=1,
-    )
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
-    async with serve(settings) as (url, server):
+    async with gateway(live_send_timeout_seconds=1) as (url, server):
         app: Any = server.config.app  # the FastAPI app serve() built
         bounds = app.state.stream_bounds
         host, port = url.removeprefix("http://").split(":")
@@ -355,18 +361,15 @@ async def test_a_stream_goes_on_across_the_watches_timeline_ends_for_their_age(
 
 
 async def test_streams_of_one_account_share_one_watch_and_each_gets_every_event(
+    gateway: Gateway,
     env: Env,
-    ingest_server: GrpcServer,
-    timeline_server: GrpcServer,
-    likes_server: GrpcServer,
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     flusher: Flusher,
     clean: None,
 ) -> None:
     """Three browsers on one inbox cost timeline one watch of this process, not three."""
-    settings = gateway_settings(env, ingest_server, timeline_server, likes_server)
     tokens = [mint_token(env.jwt_secret, sub=user, accounts=[1]) for user in (7, 8, 9)]
-    async with serve(settings) as (url, server), contextlib.AsyncExitStack() as open_streams:
+    async with gateway() as (url, server), contextlib.AsyncExitStack() as open_streams:
         streams = [
             await open_streams.enter_async_context(
                 events(url, "/api/zalo-accounts/1/events", token)
@@ -385,22 +388,17 @@ async def test_streams_of_one_account_share_one_watch_and_each_gets_every_event(
 
 
 async def test_a_stream_resuming_behind_what_the_feed_keeps_catches_up_once_in_order(
+    gateway: Gateway,
     env: Env,
-    ingest_server: GrpcServer,
-    timeline_server: GrpcServer,
-    likes_server: GrpcServer,
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     flusher: Flusher,
     clean: None,
 ) -> None:
     """The feed keeps 2 events: a stream resuming 6 events back reads a watch of its own until
     it reaches them, then the shared feed, and sees each event once, in order."""
-    settings = gateway_settings(
-        env, ingest_server, timeline_server, likes_server, live_frames_per_feed=2
-    )
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with (
-        serve(settings) as (url, _),
+        gateway(live_frames_per_feed=2) as (url, _),
         events(url, "/api/zalo-accounts/1/events", token) as holding,
     ):
         # One stream stays, so the shared feed goes on while the other is away.
@@ -426,6 +424,4 @@ async def test_a_stream_ends_when_its_token_expires(base_url: str, env: Env, cle
     token = mint_token(env.jwt_secret, sub=7, accounts=[1], ttl=2)
     async with events(base_url, "/api/zalo-accounts/1/events", token) as stream:
         assert stream.response.status_code == 200
-        async with asyncio.timeout(10):
-            rest = [line async for line in stream._lines]
-    assert [line for line in rest if line][-1] == ": ended: unauthenticated"
+        assert await stream.ending() == ": ended: unauthenticated"
