@@ -206,6 +206,8 @@ def _live(
     user: Principal,
     recheck: Recheck | None = None,
 ) -> LiveStream:
+    """The stream of `key` for `user`: each event encoded once per process, in the REST shapes."""
+
     def encode(response: Any) -> Frame | None:
         if response.WhichOneof("item") == "reset":
             return None
