@@ -24,7 +24,7 @@ import grpc
 from opentelemetry.trace import Link
 
 from services.domain.live import POSITION_HEADER
-from services.streams.live import Position
+from services.runtime.stream_ids import Position
 
 log = logging.getLogger(__name__)
 

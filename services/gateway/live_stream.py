@@ -20,7 +20,7 @@ from starlette.types import Receive, Send
 
 from services.gateway import sse
 from services.gateway.feeds import Encode, EncodeReset, Feed, Feeds, Watch
-from services.streams.live import Position
+from services.runtime.stream_ids import Position
 
 _tracer = trace.get_tracer(__name__)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -33,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime import lua
 from services.runtime.redis_client import DurableScripts
+from services.runtime.stream_ids import ORIGIN, Position
 
 log = logging.getLogger(__name__)
 
@@ -48,36 +48,6 @@ class LiveSettings(BaseSettings):
     live_max_events_per_feed: int = Field(default=20_000, ge=100, le=10_000_000)
     live_wake_shards: int = Field(default=8, ge=1, le=1024)
     live_prefix: str = "live"
-
-
-@dataclass(frozen=True)
-class Position:
-    """A feed entry's id: milliseconds and a sequence number (`1733000000000-0`)."""
-
-    ms: int
-    seq: int
-
-    @classmethod
-    def parse(cls, text: str | bytes) -> Position:
-        """Raises ValueError naming what is wrong."""
-        value = text.decode() if isinstance(text, bytes) else text
-        match = _POSITION.fullmatch(value)
-        if match is None:
-            raise ValueError(f"{value[:40]!r} is not a feed position (<milliseconds>-<sequence>)")
-        return cls(int(match[1]), int(match[2]))
-
-    def __str__(self) -> str:
-        return f"{self.ms}-{self.seq}"
-
-    def __lt__(self, other: Position) -> bool:
-        return (self.ms, self.seq) < (other.ms, other.seq)
-
-    def __le__(self, other: Position) -> bool:
-        return (self.ms, self.seq) <= (other.ms, other.seq)
-
-
-_POSITION = re.compile(r"(\d{1,15})-(\d{1,19})")
-ORIGIN = Position(0, 0)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from typing import Any
 import redis.asyncio as redis
 
 from services.runtime.redis_client import REDIS_ERRORS
-from services.streams.live import Entries, FeedReader, LiveFeeds, Position, Reset
+from services.runtime.stream_ids import Position
+from services.streams.live import Entries, FeedReader, LiveFeeds, Reset
 
 log = logging.getLogger(__name__)
 

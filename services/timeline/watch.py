@@ -17,9 +17,9 @@ from opentelemetry import trace
 
 from services.domain.live import POSITION_HEADER
 from services.runtime.grpc_errors import FieldViolation, abort
+from services.runtime.stream_ids import Position
 from services.runtime.tokens import TokenError, TokenVerifier
 from services.runtime.trace_context import links_to
-from services.streams.live import Position
 from services.timeline.feed_hub import Delivery, FeedHub, jittered
 
 R = TypeVar("R", bound=Message)

@@ -25,17 +25,9 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from services.runtime import redis_client
 from services.runtime.redis_client import DurableScripts
+from services.runtime.stream_ids import ORIGIN, Position
 from services.streams import live
-from services.streams.live import (
-    ORIGIN,
-    Entries,
-    FeedReader,
-    LiveFeeds,
-    LivePublisher,
-    LiveSettings,
-    Position,
-    Reset,
-)
+from services.streams.live import Entries, FeedReader, LiveFeeds, LivePublisher, LiveSettings, Reset
 from tests.conftest import Env
 from tests.helpers import ROOT, redis_server
 

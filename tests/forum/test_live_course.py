@@ -38,8 +38,9 @@ from services.flusher.maintenance import builder as maintenance
 from services.likes import server as likes_service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.redis_client import DurableScripts
+from services.runtime.stream_ids import Position
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from services.streams.live import LiveFeeds, LiveSettings, Position
+from services.streams.live import LiveFeeds, LiveSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
 from tests.conftest import Env, likes_settings, serving

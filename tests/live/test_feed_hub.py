@@ -21,7 +21,8 @@ import pytest_asyncio
 import redis.asyncio as redis
 
 from services.runtime.redis_client import DurableScripts
-from services.streams.live import ORIGIN, Entries, LiveFeeds, LivePublisher, Position, Reset
+from services.runtime.stream_ids import ORIGIN, Position
+from services.streams.live import Entries, LiveFeeds, LivePublisher, Reset
 from services.timeline.feed_hub import FeedHub
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

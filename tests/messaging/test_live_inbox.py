@@ -16,7 +16,8 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grp
 from agora.messaging.v1 import timeline_service_pb2 as pb
 
 from services.runtime.grpc_server import GrpcServer
-from services.streams.live import LiveFeeds, LiveSettings, Position
+from services.runtime.stream_ids import Position
+from services.streams.live import LiveFeeds, LiveSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
 from tests.conftest import Env, serving

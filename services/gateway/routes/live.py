@@ -42,8 +42,8 @@ from services.gateway.feeds import Frame, Watch
 from services.gateway.live_stream import LiveStream, Recheck
 from services.gateway.params import AccountId, CourseId
 from services.gateway.sse import EventStreamResponse
+from services.runtime.stream_ids import Position
 from services.runtime.trace_context import links_to
-from services.streams.live import Position
 
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
