@@ -46,22 +46,17 @@ class Frame:
 
 # Opens the watch from a position ("" for "from now on").
 Watch = Callable[[str], Any]
-# Turns a watch response into its frame; None for a reset.
-Encode = Callable[[Any], Frame | None]
-# The frame of a reset response (for a stream's own watch: a shared feed never hands one out).
-EncodeReset = Callable[[Any], Frame]
+# Turns a watch response (an event or a reset) into its frame.
+Encode = Callable[[Any], Frame]
 
 
 class Feed:
     """One watch of a feed and the frames it delivered lately: every position in (base, head]
     is in `frames`, in order. Its streams are woken on each new frame and when it ends."""
 
-    def __init__(
-        self, watch: Watch, encode: Encode, encode_reset: EncodeReset, keep: int, *, own: bool
-    ) -> None:
+    def __init__(self, watch: Watch, encode: Encode, keep: int, *, own: bool) -> None:
         self._watch = watch
         self._encode = encode
-        self._encode_reset = encode_reset
         self._keep = keep
         # A stream's own watch hands resets out as frames; a shared one forgets what it has
         # (its streams are then behind it, and their own watches tell each one the reset).
@@ -133,28 +128,20 @@ class Feed:
             if not self._ready.done():
                 self._ready.cancel()
             raise
-        except Exception:
+        except Exception as failed:
             log.exception("live: a feed's watch failed")
             if not self._ready.done():
-                self._ready.set_exception(
-                    grpc.aio.AioRpcError(
-                        grpc.StatusCode.INTERNAL,
-                        grpc.aio.Metadata(),
-                        grpc.aio.Metadata(),
-                        "the feed could not be followed",
-                    )
-                )
+                self._ready.set_exception(failed)
             self._end(grpc.StatusCode.INTERNAL)
 
     def _add(self, response: Any) -> None:
+        # Both watch responses carry a change or a `reset` in their `item` oneof.
+        if response.WhichOneof("item") == "reset" and not self._own:
+            self.frames.clear()
+            self.base = Position.parse(response.position)
+            self._wake()
+            return
         frame = self._encode(response)
-        if frame is None:
-            if not self._own:
-                self.frames.clear()
-                self.base = Position.parse(response.position)
-                self._wake()
-                return
-            frame = self._encode_reset(response)
         self.frames.append(frame)
         if len(self.frames) > self._keep:
             self.base = self.frames.popleft().position
@@ -185,7 +172,6 @@ class Feeds:
         key: Hashable,
         watch: Watch,
         encode: Encode,
-        encode_reset: EncodeReset,
         woken: asyncio.Event,
     ) -> Feed:
         """The shared feed of `key` (its watch opened first if none is), waking `woken`; raises
@@ -194,17 +180,15 @@ class Feeds:
         if feed is None or feed.ended is not None:
             starting = self._starting.get(key)
             if starting is None:
-                starting = asyncio.ensure_future(self._open(key, watch, encode, encode_reset))
+                starting = asyncio.ensure_future(self._open(key, watch, encode))
                 self._starting[key] = starting
                 starting.add_done_callback(lambda _: self._starting.pop(key, None))
             feed = await asyncio.shield(starting)
         feed.woken.add(woken)
         return feed
 
-    async def _open(
-        self, key: Hashable, watch: Watch, encode: Encode, encode_reset: EncodeReset
-    ) -> Feed:
-        feed = Feed(watch, encode, encode_reset, self._keep, own=False)
+    async def _open(self, key: Hashable, watch: Watch, encode: Encode) -> Feed:
+        feed = Feed(watch, encode, self._keep, own=False)
         try:
             await feed.start("")
         except BaseException:
@@ -231,11 +215,10 @@ class Feeds:
         after: Position,
         watch: Watch,
         encode: Encode,
-        encode_reset: EncodeReset,
         woken: asyncio.Event,
     ) -> Feed:
         """A watch of one stream's own from `after`, until it reaches the shared feed's window."""
-        feed = Feed(watch, encode, encode_reset, self._keep, own=True)
+        feed = Feed(watch, encode, self._keep, own=True)
         feed.woken.add(woken)
         try:
             await feed.start(str(after))

@@ -19,7 +19,7 @@ from opentelemetry import trace
 from starlette.types import Receive, Send
 
 from services.gateway import sse
-from services.gateway.feeds import Encode, EncodeReset, Feed, Feeds, Watch
+from services.gateway.feeds import Encode, Feed, Feeds, Watch
 from services.runtime.stream_ids import Position
 
 _tracer = trace.get_tracer(__name__)
@@ -73,7 +73,6 @@ class LiveStream:
     key: Hashable
     watch: Watch
     encode: Encode
-    encode_reset: EncodeReset
     token_expires: float
     recheck: Recheck | None = None
     woken: asyncio.Event = field(default_factory=asyncio.Event)
@@ -84,9 +83,7 @@ class LiveStream:
     async def open(self, after: Position | None) -> Position | None:
         """Joins the shared feed (raising the watch's refusal); the position the stream starts
         after: `after`, or for a stream "from now on" the feed's newest."""
-        self.feed = await self.streams.feeds.join(
-            self.key, self.watch, self.encode, self.encode_reset, self.woken
-        )
+        self.feed = await self.streams.feeds.join(self.key, self.watch, self.encode, self.woken)
         return after if after is not None else self.feed.head
 
     async def run(self, start: Position | None, receive: Receive, send: Send) -> None:
@@ -120,9 +117,7 @@ class LiveStream:
                     if own is not None:
                         own.close()
                     try:
-                        own = await streams.feeds.own(
-                            position, self.watch, self.encode, self.encode_reset, self.woken
-                        )
+                        own = await streams.feeds.own(position, self.watch, self.encode, self.woken)
                     except grpc.aio.AioRpcError as refused:
                         own = None
                         await self._end(send, refused.code().name.lower())

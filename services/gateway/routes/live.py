@@ -208,12 +208,7 @@ def _live(
 ) -> LiveStream:
     """The stream of `key` for `user`: each event encoded once per process, in the REST shapes."""
 
-    def encode(response: Any) -> Frame | None:
-        if response.WhichOneof("item") == "reset":
-            return None
-        return encode_any(response)
-
-    def encode_any(response: Any) -> Frame:
+    def encode(response: Any) -> Frame:
         kind, data = event_of(response)
         text = sse.event(response.position, kind, orjson.dumps(data))
         return Frame(Position.parse(response.position), text, links_to(response.trace_context))
@@ -223,7 +218,6 @@ def _live(
         key,
         watch,
         encode,
-        encode_any,
         token_expires=user.expires_at,
         recheck=recheck,
     )
