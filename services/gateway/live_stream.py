@@ -3,12 +3,15 @@ of its own while it is behind the feed's window), with heartbeats, as long as it
 (docs/live.md).
 
 Each stream is one coroutine (the request's) and one task waiting for the client to leave; it
-sleeps on one event, set by its feeds, by the client leaving and by the process shutting down.
+sleeps on one event, set by its feeds, by the client leaving, by the process shutting down and by
+the process's one clock when it is due.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -39,30 +42,48 @@ class StreamSettings:
 @dataclass
 class Streams:
     """The process's open streams: woken by one clock when each is due (a heartbeat, its
-    token's expiry, a recheck), and ended together when the process shuts down.
+    token's expiry, a recheck), cut by it when a write has waited on its client longer than the
+    send timeout, and ended together when the process shuts down.
 
-    One clock, not a timer per stream: at 10,000 idle streams a timer each was 10,000 timeouts
-    raised through every stream's coroutines every heartbeat period."""
+    One clock, not timers per stream: at 10,000 idle streams a timer each was 10,000 timeouts
+    raised through every stream's coroutines every heartbeat period, and a timeout around each
+    write was a timer made and cancelled for every heartbeat."""
 
     feeds: Feeds
     settings: StreamSettings
     shutting_down: bool = False
     _open: set[LiveStream] = field(default_factory=set)
+    # (when, order, stream): a stream's wake-ups to come; an entry whose stream has been given
+    # another time since (or has ended) is dropped when it comes up.
+    _due: list[tuple[float, int, LiveStream]] = field(default_factory=list)
+    _order: itertools.count[int] = field(default_factory=itertools.count)
+    # The streams inside a write: (the stream, when it began).
+    _writing: dict[LiveStream, float] = field(default_factory=dict)
 
     def shut_down(self) -> None:
         self.shutting_down = True
         for stream in self._open:
             stream.woken.set()
 
+    def wake_at(self, stream: LiveStream, when: float) -> None:
+        stream.due = when
+        heapq.heappush(self._due, (when, next(self._order), stream))
+
     async def tick(self) -> None:
-        """Wakes each stream that is due, a few times a heartbeat period (a background job)."""
+        """Wakes each stream that is due and cuts each stalled write, a few times a heartbeat
+        period (a background job)."""
         period = min(1.0, self.settings.heartbeat_seconds / 4)
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
-            for stream in self._open:
-                if stream.due <= now:
+            due = self._due
+            while due and due[0][0] <= now:
+                when, _, stream = heapq.heappop(due)
+                if stream.due == when:
                     stream.woken.set()
+            stalled = now - self.settings.send_timeout_seconds
+            for stream in [s for s, since in self._writing.items() if since <= stalled]:
+                stream.cut()
 
 
 @dataclass(eq=False)
@@ -79,6 +100,8 @@ class LiveStream:
     feed: Feed | None = None
     # When the stream next needs waking without an event (time.monotonic()).
     due: float = 0.0
+    _task: asyncio.Task[None] | None = None
+    _cut: bool = False
 
     async def open(self, after: Position | None) -> Position | None:
         """Joins the shared feed (raising the watch's refusal); the position the stream starts
@@ -91,6 +114,7 @@ class LiveStream:
         if self.feed is None:
             raise RuntimeError("a stream runs once it has opened")
         streams, settings = self.streams, self.streams.settings
+        self._task = asyncio.current_task()
         streams._open.add(self)
         gone = asyncio.ensure_future(_disconnected(receive))
         gone.add_done_callback(lambda _: self.woken.set())
@@ -149,9 +173,11 @@ class LiveStream:
                         return
                     beat = now + settings.heartbeat_seconds
                     continue
-                self.due = min(beat, self.token_expires - time.time() + now)
+                due = min(beat, self.token_expires - time.time() + now)
                 if self.recheck is not None:
-                    self.due = min(self.due, recheck)
+                    due = min(due, recheck)
+                if due != self.due:
+                    streams.wake_at(self, due)
                 if not self.woken.is_set():
                     await self.woken.wait()
         finally:
@@ -162,14 +188,27 @@ class LiveStream:
             streams.feeds.leave(self.key, self.feed, self.woken)
 
     async def _write(self, send: Send, body: bytes) -> bool:
-        """False when the client has not taken it within the send timeout: the stream ends
-        (the client resumes from its last id) instead of the gateway buffering without bound."""
+        """False when the client has not taken it within the send timeout (the clock cuts the
+        write): the stream ends, and the client resumes from its last id, instead of the gateway
+        buffering without bound."""
+        writing = self.streams._writing
+        writing[self] = time.monotonic()
         try:
-            async with asyncio.timeout(self.streams.settings.send_timeout_seconds):
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-        except TimeoutError:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        except asyncio.CancelledError:
+            if not self._cut or self._task is None:
+                raise
+            self._task.uncancel()
             return False
+        finally:
+            writing.pop(self, None)
         return True
+
+    def cut(self) -> None:
+        """Ends a write that waits on the client (the clock's call)."""
+        if self._task is not None and not self._cut:
+            self._cut = True
+            self._task.cancel()
 
     async def _end(self, send: Send, why: str) -> None:
         """A last comment, then a proper end of the body: the client reconnects at once (to
