@@ -155,6 +155,7 @@ class FeedReader:
     """Reads one feed after a position, or says a reset is needed."""
 
     def __init__(self, client: redis.Redis, feeds: LiveFeeds) -> None:
+        self._client = client
         self._feeds = feeds
         self._read = client.register_script(READ)
 
@@ -162,6 +163,14 @@ class FeedReader:
         """The newest position of `feed` (where a watch "from now on" starts)."""
         reply: list[Any] = await self._read(keys=[feed], args=["0-0", 0])
         return ORIGIN if not reply[0] else Position.parse(reply[1])
+
+    async def newest(self, feeds: Sequence[str]) -> list[bytes | None]:
+        """Each feed's newest entry id (None for no feed), all in one pipelined round trip."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for feed in feeds:
+                pipe.xrevrange(feed, count=1)
+            replies: list[Any] = await pipe.execute()
+        return [reply[0][0] if reply else None for reply in replies]
 
     async def after(self, feed: str, after: Position, count: int) -> Entries | Reset:
         reply: list[Any] = await self._read(keys=[feed], args=[str(after), count])

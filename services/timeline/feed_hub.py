@@ -4,8 +4,9 @@ A watcher reads its feed from its own position, always: the hub only wakes it. T
 wake streams (one blocking read per wake shard for the whole process) and sets the event of every
 watcher of a feed named there; a watcher clears its event before each read, so a wake-up that
 comes during a read is never lost. Wake streams are bounded, and a process can be away from Redis:
-every watched feed is also looked at every LIVE_POLL_SECONDS, and after any trouble reading the
-wake streams the hub wakes every watcher. Nothing is delivered out of a buffer the process keeps,
+every watched feed is also looked at every LIVE_POLL_SECONDS (its watchers woken when its newest
+entry is past where one of them waits), and after any trouble reading the wake streams the hub
+wakes every watcher. Nothing is delivered out of a buffer the process keeps,
 so a process killed at any point loses nothing: the client resumes elsewhere from its last
 position.
 """
@@ -18,14 +19,14 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
 
 from services.runtime.redis_client import REDIS_ERRORS
-from services.runtime.stream_ids import Position
+from services.runtime.stream_ids import ORIGIN, Position
 from services.streams.live import Entries, FeedReader, LiveFeeds, Reset
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ class FeedHub:
         self._seq = 0
         self._last_wake: dict[str, int] = {}
         self._next_look: dict[str, float] = {}
+        # Where each waiting watcher has read up to (by its event).
+        self._waits_at: dict[asyncio.Event, Position] = {}
         self._shared: dict[tuple[str, Position], _SharedRead] = {}
 
     async def head(self, feed: str) -> Position:
@@ -103,6 +106,7 @@ class FeedHub:
             yield woken
         finally:
             watchers = self._watchers.get(feed)
+            self._waits_at.pop(woken, None)
             if watchers is not None:
                 watchers.discard(woken)
                 self._watching -= 1
@@ -169,16 +173,37 @@ class FeedHub:
                 reader.cancel()
 
     async def _look_when_due(self) -> None:
-        """Wake each watched feed once a LIVE_POLL_SECONDS (spread): the look that finds what a
-        lost wake-up would have announced."""
+        """Look at each watched feed once a LIVE_POLL_SECONDS (spread), all that are due in one
+        round trip, and wake the watchers of each whose newest entry is past where one of them
+        waits: an entry whose wake-up was lost. A quiet feed's watchers are left asleep."""
         tick = min(1.0, self.poll_seconds / 4)
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
             due = [feed for feed, at in self._next_look.items() if at <= now]
+            if not due:
+                continue
             for feed in due:
                 self._next_look[feed] = now + jittered(self.poll_seconds)
+            for feed in await self._behind(due):
                 self._wake(feed)
+
+    async def _behind(self, feeds: list[str]) -> list[str]:
+        try:
+            async with self._reads:
+                newest = await self.reader.newest(feeds)
+        except REDIS_ERRORS as exc:
+            log.warning("live: cannot look at the feeds (their watchers read themselves): %s", exc)
+            return feeds
+        behind = []
+        for feed, top in zip(feeds, newest, strict=True):
+            if top is None:
+                continue  # no feed (nothing added within the retention): nothing to read
+            last = Position.parse(top)
+            # A watcher not waiting (reading, or yet to read) reads anyway: waking it is harmless.
+            if any(self._waits_at.get(w, ORIGIN) < last for w in self._watchers.get(feed, ())):
+                behind.append(feed)
+        return behind
 
     async def _follow(self, wake: str, ending: asyncio.Event) -> None:
         last: Any = "$"
@@ -215,21 +240,25 @@ class FeedHub:
         until: float,
         *,
         woken: asyncio.Event | None = None,
+        stop: Callable[[], object] | None = None,
     ) -> AsyncIterator[Delivery]:
         """Every entry of `feed` after `after`, then each new one as it comes; a reset (payload
         None) when `after` is older than what the feed keeps. Returns at `until` (time.time()).
 
         With `woken` (from `watch(feed)`, held by the caller across calls) the first look waits
         for a wake-up: the caller read up to `after` while watching, and what came since has set
-        it. Without, this call watches for itself and looks at once."""
+        it. Without, this call watches for itself and looks at once. It also returns once woken
+        when `stop()` is true."""
         if woken is None:
             with self.watch(feed) as own:
                 own.set()
-                async for delivery in self.follow(feed, after, until, woken=own):
+                async for delivery in self.follow(feed, after, until, woken=own, stop=stop):
                     yield delivery
             return
         position = after
         while True:
+            if stop is not None and stop():
+                return
             if woken.is_set():
                 # Cleared before the read: a wake-up that comes during it is not lost.
                 woken.clear()
@@ -245,6 +274,7 @@ class FeedHub:
                 if got.full:
                     woken.set()
                     continue
+            self._waits_at[woken] = position
             timeout = until - time.time()
             if timeout <= 0:
                 return

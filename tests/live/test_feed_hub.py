@@ -3,7 +3,8 @@
 Watchers of one feed share a read when they ask for the same position while it is in flight;
 one that joins a read begun before the latest wake-up (or before it started watching) could
 miss the entry that wake-up announced. The look without a wake-up is set to an hour here, so
-such a miss stays a gap instead of being healed by the next look.
+such a miss stays a gap instead of being healed by the next look; the look itself is tested with
+a hub that looks every second.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -36,17 +38,24 @@ class CountingHub(FeedHub):
     reads = 0
     reply_delay = 0.0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reads_of: Counter[str] = Counter()
+
     async def _read(self, feed: str, after: Position) -> Entries | Reset:
         self.reads += 1
+        self.reads_of[feed] += 1
         got = await super()._read(feed, after)
         await asyncio.sleep(self.reply_delay)
         return got
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def hub(redis_client: redis.Redis) -> AsyncIterator[tuple[CountingHub, LivePublisher]]:
+@contextlib.asynccontextmanager
+async def running_hub(
+    redis_client: redis.Redis, poll_seconds: float
+) -> AsyncIterator[tuple[CountingHub, LivePublisher]]:
     feeds = LiveFeeds(f"hubtest-{uuid.uuid4().hex[:8]}", 3_600_000, 100_000, 2)
-    hub = CountingHub(redis_client, feeds, poll_seconds=3600, block_ms=200)
+    hub = CountingHub(redis_client, feeds, poll_seconds=poll_seconds, block_ms=200)
     stop = asyncio.Event()
     running = asyncio.create_task(hub.run(stop))
     try:
@@ -54,6 +63,12 @@ async def hub(redis_client: redis.Redis) -> AsyncIterator[tuple[CountingHub, Liv
     finally:
         stop.set()
         await running
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def hub(redis_client: redis.Redis) -> AsyncIterator[tuple[CountingHub, LivePublisher]]:
+    async with running_hub(redis_client, poll_seconds=3600) as started:
+        yield started
 
 
 async def feed_positions(client: redis.Redis, feed: str) -> list[Position]:
@@ -146,3 +161,25 @@ async def test_watchers_coming_and_going_while_entries_come_miss_nothing(
         assert seen == stored
     for seen in came:  # from the origin: the feed's first entries, in order
         assert seen == stored[: len(seen)]
+
+
+async def test_the_look_finds_an_entry_whose_wake_up_was_lost_and_leaves_quiet_feeds_unread(
+    redis_client: redis.Redis,
+) -> None:
+    """An entry added to its feed without its wake-up (a publisher that died between the two)
+    reaches the feed's watchers at the next look; a feed whose watchers have read all it holds is
+    looked at without being read, so thousands of quiet watches cost one round trip a tick."""
+    async with running_hub(redis_client, poll_seconds=1) as (feeds_hub, publisher):
+        quiet, lost = feeds_hub.feeds.inbox(1), feeds_hub.feeds.inbox(2)
+        await publisher.publish({quiet: [b"before"], lost: [b"before"]})
+        starts = [await feeds_hub.head(quiet), await feeds_hub.head(lost)]
+        stay = asyncio.create_task(collect(feeds_hub, quiet, starts[0], 1))
+        follow = asyncio.create_task(collect(feeds_hub, lost, starts[1], 1))
+        await asyncio.sleep(0.5)
+        assert feeds_hub.reads_of == {quiet: 1, lost: 1}  # each watcher's first read
+        lost_at = Position.parse(await redis_client.xadd(lost, {"e": b"no wake-up"}))
+        got = await asyncio.wait_for(follow, 5)
+        await asyncio.sleep(3)  # more looks at the quiet feed
+        stay.cancel()
+        assert got == [lost_at]
+        assert feeds_hub.reads_of == {quiet: 1, lost: 2}
