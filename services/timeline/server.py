@@ -63,7 +63,7 @@ async def build(settings: TimelineSettings) -> service.Service:
         return service.Service(
             server,
             resources,
-            background=[hub.run],
+            background=[hub.run, watches.rechecks],
             dependencies=[
                 Dependency("mysql", lambda: schema.mysql_ready(mysql), (MESSAGING,)),
                 Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),

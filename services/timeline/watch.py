@@ -1,17 +1,22 @@
 """One watch of WatchInbox or WatchCourse, as long as its caller may watch: its end user's token
-expiry, the recheck of its access, its age, and its responses (docs/live.md). The feeds are
+expiry, the recheck of its access (one clock for all the watches of a subject), its age, and its
+responses (docs/live.md). The feeds are
 followed by the process's FeedHub (feed_hub.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
-from cachetools import LRUCache, TTLCache
+from cachetools import LRUCache
 from google.protobuf.message import Message
 from opentelemetry import trace
 
@@ -23,6 +28,7 @@ from services.runtime.trace_context import links_to
 from services.timeline.feed_hub import Delivery, FeedHub, jittered
 
 R = TypeVar("R", bound=Message)
+log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 
 
@@ -38,50 +44,41 @@ async def watching(
     hub: FeedHub,
     feed: str,
     after: Position,
+    woken: asyncio.Event,
     *,
     token_expires: float | None,
-    still_allowed: Callable[[], Awaitable[str | None]],
-    recheck_seconds: float,
+    ended: Callable[[], WatchEnded | None],
     ends_at: float = math.inf,
 ) -> AsyncIterator[Delivery]:
-    """hub.follow for one caller, as long as it may watch: until its end user's token expires
-    (WatchEnded UNAUTHENTICATED) and while `still_allowed` (asked every `recheck_seconds`)
-    names no reason to stop (WatchEnded PERMISSION_DENIED); at `ends_at` the watch has lasted
-    long enough (WatchEnded UNAVAILABLE: the caller resumes, maybe on another replica)."""
-    position = after
-    # Watching across the rechecks: a wake-up during one is kept, and no look is needed after
-    # it otherwise.
-    with hub.watch(feed) as woken:
-        woken.set()
-        while True:
-            until = min(time.time() + jittered(recheck_seconds), ends_at)
-            if token_expires is not None:
-                until = min(until, token_expires)
-            async for delivery in hub.follow(feed, position, until, woken=woken):
-                yield delivery
-                position = delivery.position
-            await _ended(token_expires, ends_at, still_allowed)
-
-
-async def _ended(
-    token_expires: float | None,
-    ends_at: float,
-    still_allowed: Callable[[], Awaitable[str | None]],
-) -> None:
-    """Raises WatchEnded when the watch may not go on."""
+    """hub.follow for one caller (`woken` from hub.watch(feed)), as long as it may watch: until
+    its end user's token expires (WatchEnded UNAUTHENTICATED) and while `ended()` (set by the
+    recheck of its access, which wakes it) says nothing; at `ends_at` the watch has lasted long
+    enough (WatchEnded UNAVAILABLE: the caller resumes, maybe on another replica)."""
+    woken.set()
+    until = ends_at if token_expires is None else min(ends_at, token_expires)
+    async for delivery in hub.follow(feed, after, until, woken=woken, stop=ended):
+        yield delivery
+    why = ended()
+    if why is not None:
+        raise why
     if token_expires is not None and time.time() >= token_expires:
         raise WatchEnded(
             grpc.StatusCode.UNAUTHENTICATED,
             "the end user's token expired: resume from the last position with a fresh one",
         )
-    if time.time() >= ends_at:
-        raise WatchEnded(
-            grpc.StatusCode.UNAVAILABLE,
-            "this watch has lasted its time: resume from the last position",
-        )
-    reason = await still_allowed()
-    if reason is not None:
-        raise WatchEnded(grpc.StatusCode.PERMISSION_DENIED, reason)
+    raise WatchEnded(
+        grpc.StatusCode.UNAVAILABLE, "this watch has lasted its time: resume from the last position"
+    )
+
+
+@dataclass(eq=False)
+class _Subject:
+    """The watches of one subject (an account, a member of a course) and their recheck."""
+
+    check: Callable[[], Awaitable[str | None]]
+    woken: set[asyncio.Event] = field(default_factory=set)
+    next_check: float = 0.0
+    ended: WatchEnded | None = None
 
 
 def parse_after(text: str) -> Position | None:
@@ -99,10 +96,10 @@ class Watches:
     stream with the right status, and a span per delivery linked to the write's trace.
 
     An entry becomes a response once per process, whoever watches it: the payload at a position
-    never changes, and a feed's watchers all send the same. A recheck that allowed a subject
-    (an account that still exists) stands for the other watches of the same subject for a
-    fraction of the period, so ten thousand watches of a few hundred accounts do not ask the
-    database ten thousand times a period."""
+    never changes, and a feed's watchers all send the same. The watches of one subject (an
+    account, a member of a course) are rechecked together by one clock, once a period: ten
+    thousand watches of a few hundred accounts ask the database a few hundred times a period,
+    and a quiet watch is never woken for it."""
 
     def __init__(
         self,
@@ -120,18 +117,55 @@ class Watches:
         self._max_watch_seconds = max_watch_seconds
         self._responses: LRUCache[tuple[str, Position], tuple[Any, Mapping[str, str]]]
         self._responses = LRUCache(_RESPONSES)
-        self._allowed: TTLCache[Hashable, bool] = TTLCache(100_000, ttl=recheck_seconds / 4)
+        self._subjects: dict[Hashable, _Subject] = {}
 
-    async def allowed(
-        self, subject: Hashable, check: Callable[[], Awaitable[str | None]], *, fresh: bool
-    ) -> str | None:
-        """`check()`; unless `fresh`, None at once when it allowed `subject` a moment ago."""
-        if not fresh and subject in self._allowed:
-            return None
-        reason = await check()
-        if reason is None:
-            self._allowed[subject] = True
-        return reason
+    async def rechecks(self, stop: asyncio.Event) -> None:
+        """Asks, for each watched subject once a LIVE_RECHECK_SECONDS (spread), whether its
+        watches may go on; a no (or no answer) ends all of them (a background job)."""
+        tick = min(1.0, self._recheck / 4)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(tick):
+                    await stop.wait()
+            now = time.monotonic()
+            due = [s for s in self._subjects.values() if s.ended is None and s.next_check <= now]
+            for subject in due:
+                subject.next_check = now + jittered(self._recheck)
+            await asyncio.gather(*(self._recheck_one(subject) for subject in due))
+
+    async def _recheck_one(self, subject: _Subject) -> None:
+        try:
+            reason = await subject.check()
+        except Exception:
+            log.exception("live: a watch's access could not be rechecked")
+            subject.ended = WatchEnded(
+                grpc.StatusCode.UNAVAILABLE,
+                "the caller's access could not be rechecked: resume from the last position",
+            )
+        else:
+            if reason is None:
+                return
+            subject.ended = WatchEnded(grpc.StatusCode.PERMISSION_DENIED, reason)
+        for woken in subject.woken:
+            woken.set()
+
+    @contextlib.contextmanager
+    def _rechecked(
+        self, key: Hashable, check: Callable[[], Awaitable[str | None]], woken: asyncio.Event
+    ) -> Iterator[_Subject]:
+        """The watch woken by `woken` rechecked with the other watches of subject `key`."""
+        subject = self._subjects.get(key)
+        if subject is None or subject.ended is not None:
+            # A subject refused since was allowed again by this watch's own check.
+            subject = _Subject(check, next_check=time.monotonic() + jittered(self._recheck))
+            self._subjects[key] = subject
+        subject.woken.add(woken)
+        try:
+            yield subject
+        finally:
+            subject.woken.discard(woken)
+            if not subject.woken and self._subjects.get(key) is subject:
+                del self._subjects[key]
 
     @staticmethod
     def after(text: str) -> tuple[Position | None, FieldViolation | None]:
@@ -162,7 +196,7 @@ class Watches:
         respond: Callable[[Delivery], tuple[R, Mapping[str, str]]],
     ) -> AsyncIterator[R]:
         """The watch of `feed` from `after` while `still_allowed` (about `subject`: asked afresh
-        at the start, and its yes shared by the other watches of `subject` on each recheck)."""
+        at the start, then with the other watches of `subject` once a recheck period)."""
         if self.hub.watching >= self._max_watches:
             await abort(
                 context,
@@ -170,7 +204,7 @@ class Watches:
                 f"this replica holds {self._max_watches} watches, as many as it may: retry",
             )
         expires = self.token_expires(context)
-        reason = await self.allowed(subject, still_allowed, fresh=True)
+        reason = await still_allowed()
         if reason is not None:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, reason)
         # A watch "from now on" starts at the feed's newest position, and the client is told it
@@ -180,22 +214,26 @@ class Watches:
         start = after if after is not None else await self.hub.head(feed)
         await context.send_initial_metadata(((POSITION_HEADER, str(start)),))
         try:
-            async for delivery in watching(
-                self.hub,
-                feed,
-                start,
-                token_expires=expires,
-                still_allowed=lambda: self.allowed(subject, still_allowed, fresh=False),
-                recheck_seconds=self._recheck,
-                ends_at=time.time() + self._max_watch_seconds * random.uniform(0.5, 1),  # noqa: S311 - spread
+            with (
+                self.hub.watch(feed) as woken,
+                self._rechecked(subject, still_allowed, woken) as rechecked,
             ):
-                response, written_in = self._response(feed, delivery, respond)
-                # Ended before the yield: a span current across it would be detached in
-                # whatever context resumes or closes this generator.
-                _tracer.start_span(
-                    "live.deliver", links=links_to(written_in), kind=trace.SpanKind.PRODUCER
-                ).end()
-                yield response
+                async for delivery in watching(
+                    self.hub,
+                    feed,
+                    start,
+                    woken,
+                    token_expires=expires,
+                    ended=lambda: rechecked.ended,
+                    ends_at=time.time() + self._max_watch_seconds * random.uniform(0.5, 1),  # noqa: S311 - spread
+                ):
+                    response, written_in = self._response(feed, delivery, respond)
+                    # Ended before the yield: a span current across it would be detached in
+                    # whatever context resumes or closes this generator.
+                    _tracer.start_span(
+                        "live.deliver", links=links_to(written_in), kind=trace.SpanKind.PRODUCER
+                    ).end()
+                    yield response
         except WatchEnded as ended:
             await abort(context, ended.code, str(ended))
 

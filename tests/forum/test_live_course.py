@@ -423,6 +423,31 @@ async def test_an_enrolment_revoked_while_watching_ends_the_stream(
     assert "enrolled" in (ended.value.details() or "")
 
 
+async def test_a_revoked_enrolment_ends_every_watch_of_that_member_and_a_new_one_may_follow(
+    rechecking_timeline: GrpcServer, env: Env, fresh: None, pg_admin: asyncpg.Pool
+) -> None:
+    """The watches of one member are rechecked together: revoked, all of them end and another
+    member's watch goes on; enrolled again, the member may watch again."""
+    async with as_gateway(rechecking_timeline.port, env.jwt_secret) as channel:
+        stub = ReadStub(channel)
+        leaving = [open_watch(stub, env, user=9) for _ in range(3)]
+        staying = open_watch(stub, env, user=7)
+        for stream in [*leaving, staying]:
+            await started(stream)
+        await pg_admin.execute("DELETE FROM course_members WHERE course_id = 42 AND user_id = 9")
+        for stream in leaving:
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await take(stream, 1, within=10)
+            assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(TimeoutError):
+            await take(staying, 1, within=2)
+        await pg_admin.execute("INSERT INTO course_members (course_id, user_id) VALUES (42, 9)")
+        back = open_watch(stub, env, user=9)
+        await started(back)
+        with pytest.raises(TimeoutError):
+            await take(back, 1, within=3)  # outlives the recheck periods
+
+
 async def test_the_gateway_refuses_a_stream_of_a_course_its_user_is_not_enrolled_in(
     base_url: str, env: Env, fresh: None
 ) -> None:
