@@ -12,7 +12,8 @@ sender's event loop would slow the sender and time the bench instead of the stac
   conversation's newest page as fast as it answers): the event should arrive about when a read
   could see it.
 - Idle streams: `idle` streams opened and held; the RSS of the gateway's and of timeline's
-  processes before and after, per stream, and their CPU over a quiet interval (heartbeats only).
+  processes before and after, per stream, and their CPU over a quiet interval (heartbeats only),
+  against the same processes' CPU just before, holding none.
 - Fan-out: `watchers` streams on one course while its hot post takes likes at the rate the sync
   mode saturates at (measured here, as in the likes section) through the stack's likes service:
   like-count events delivered per second, and gateway + timeline CPU per delivered event.
@@ -82,6 +83,7 @@ class LiveRun:
     gateway_bytes_per_stream: float
     timeline_bytes_per_stream: float
     idle_cpu_percent: float
+    quiet_cpu_percent: float  # the same processes just before, holding no stream
     watchers: int
     likes_per_s: float
     fanout_events_per_s: float
@@ -315,19 +317,21 @@ async def _latency(stack: Stack, streams: int, messages: int, rate: float) -> De
     )
 
 
-async def _idle(stack: Stack, idle: int) -> tuple[int, float, float, float]:
+async def _idle(stack: Stack, idle: int) -> tuple[int, float, float, float, float]:
+    """Streams held, RSS per stream (gateway, timeline), and CPU over a quiet interval with the
+    streams held and, just before, without them: what the streams cost is the difference."""
     accounts = list(range(ACCOUNTS_FROM, ACCOUNTS_FROM + max(1, idle // 16)))
     await _create_accounts(stack, accounts)
     gateway, timeline = _pids("gateway"), _pids("timeline")
+    await asyncio.sleep(10)  # the earlier runs' tail (flushes, trims) out of the baseline
+    without = await _cpu_percent(gateway + timeline, 30)
     gateway_before, timeline_before = _rss(gateway), _rss(timeline)
     progress.say(SECTION, f"holding {idle:,} idle streams")
     streams = _inbox_streams(accounts, 16, 200_000)[:idle]
     async with readers(stack.gateway_port, streams) as held:
-        await asyncio.sleep(5)
+        await asyncio.sleep(15)  # opening ten thousand watches settles
         gateway_after, timeline_after = _rss(gateway), _rss(timeline)
-        cpu0, t0 = _cpu_seconds(gateway + timeline), time.monotonic()
-        await asyncio.sleep(30)  # two heartbeats of every stream
-        cpu = (_cpu_seconds(gateway + timeline) - cpu0) / (time.monotonic() - t0) * 100
+        cpu = await _cpu_percent(gateway + timeline, 30)  # two heartbeats of every stream
         await held.stop()
     opened = max(1, held.opened)
     return (
@@ -335,7 +339,15 @@ async def _idle(stack: Stack, idle: int) -> tuple[int, float, float, float]:
         (gateway_after - gateway_before) / opened,
         (timeline_after - timeline_before) / opened,
         cpu,
+        without,
     )
+
+
+async def _cpu_percent(pids: list[int], seconds: float) -> float:
+    """CPU the processes use over the next `seconds`, in % of a core."""
+    cpu0, t0 = _cpu_seconds(pids), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (_cpu_seconds(pids) - cpu0) / (time.monotonic() - t0) * 100
 
 
 async def _fan_out(stack: Stack, watchers: int) -> tuple[float, float, float]:
@@ -391,7 +403,7 @@ async def run_live(
     """At the peak rate (800 msg/s), and at a rate this machine keeps up with while it also holds
     the streams (what the live path adds, not the backlog of an overloaded box)."""
     runs = [await _latency(stack, streams, round(rate * seconds), rate) for rate in rates]
-    held, gateway_bytes, timeline_bytes, cpu = await _idle(stack, idle)
+    held, gateway_bytes, timeline_bytes, cpu, without = await _idle(stack, idle)
     likes_rate, fanout_per_s, cpu_per_event = await _fan_out(stack, watchers)
     return LiveRun(
         streams=streams,
@@ -401,6 +413,7 @@ async def run_live(
         gateway_bytes_per_stream=gateway_bytes,
         timeline_bytes_per_stream=timeline_bytes,
         idle_cpu_percent=cpu,
+        quiet_cpu_percent=without,
         watchers=watchers,
         likes_per_s=likes_rate,
         fanout_events_per_s=fanout_per_s,
