@@ -21,6 +21,7 @@ from fastapi.routing import APIRoute
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from starlette.middleware.cors import CORSMiddleware
 
+from services.domain.ids import MAX_ROW_ID
 from services.gateway import errors, web
 from services.gateway.auth import AuthMiddleware
 from services.gateway.clients import Upstreams
@@ -31,7 +32,7 @@ from services.gateway.load_shedding import InFlightLimit
 from services.gateway.rate_limit import RateLimiter
 from services.gateway.request_body import BodyLimit
 from services.gateway.routes import forum, live, messaging
-from services.gateway.schemas import ErrorResponse, IncomingMessage
+from services.gateway.schemas import MAX_UINT64, ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, hardening
 from services.gateway.sse import Handoff
 from services.gateway.tracing import TraceContext
@@ -174,5 +175,22 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(extra.pop("$defs", {}))
         components["IncomingMessage"] = extra
-        app.openapi_schema = schema
+        app.openapi_schema = _exact_bounds(schema)
     return app.openapi_schema
+
+
+# The contract's bounds past 2**53. FastAPI's OpenAPI model types every bound as a float, and a
+# double rounds these up (2**63 - 1 becomes 2**63), so the document would allow what the server
+# refuses; they are put back exactly. tests/gateway/test_gateway.py fails on a bound left inexact.
+_BIG_BOUNDS = {float(bound): bound for bound in (MAX_ROW_ID, MAX_UINT64)}
+
+
+def _exact_bounds(node: Any) -> Any:
+    """The document with every integral float bound written as the integer it stands for."""
+    if isinstance(node, dict):
+        return {key: _exact_bounds(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_exact_bounds(value) for value in node]
+    if isinstance(node, float) and node.is_integer():
+        return _BIG_BOUNDS.get(node, int(node))
+    return node

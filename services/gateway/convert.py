@@ -36,7 +36,8 @@ class BadValue(ValueError):
 
 def parse_instant(value: str, field: str) -> Timestamp:
     """An ISO-8601 instant (offset or Z; none means UTC) as a Timestamp."""
-    text = _SPACE_OFFSET.sub(r"\1+\2", value.strip())
+    # RFC 3339 allows a lower-case t and z; fromisoformat does not.
+    text = _SPACE_OFFSET.sub(r"\1+\2", value.strip().upper())
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError as exc:
@@ -45,8 +46,12 @@ def parse_instant(value: str, field: str) -> Timestamp:
         ) from exc
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    if not 1970 <= parsed.astimezone(UTC).year <= 9999:
-        raise BadValue(field, "is out of range")
+    try:
+        year = parsed.astimezone(UTC).year
+    except OverflowError:  # 9999-12-31T23:00-05:00 is in year 10000
+        year = 10_000
+    if not 1970 <= year <= 9999:
+        raise BadValue(field, "is out of range (1970-9999 UTC)")
     return to_timestamp(parsed)
 
 
@@ -179,7 +184,7 @@ def incoming_message(item: JsonValue) -> message_pb2.Message:
         msg.quote.payload = _json_text(parsed.quote.payload)
         msg.quote.preview = _json_text(parsed.quote.preview)
     if isinstance(parsed.sent_at, int):
-        if not 0 <= parsed.sent_at < 253402300800000:
+        if not 0 <= parsed.sent_at < schemas.EPOCH_MS_END:
             raise BadValue("sent_at", "epoch milliseconds out of range")
         msg.sent_at.FromMilliseconds(parsed.sent_at)
     else:

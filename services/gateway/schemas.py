@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Annotated, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, JsonValue, ValidatorFunctionWrapHandler, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    JsonValue,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
@@ -20,6 +28,38 @@ from services.domain.text import MAX_BODY, MAX_TITLE, TEXT_PATTERN
 # Messages per HTTP batch: ingest's INGEST_MAX_BATCH default, refused here before any item is
 # converted (the OpenAPI document says maxItems).
 MAX_BATCH = 500
+# A uint64 field of the protos (an agent's user id) takes any value it can hold.
+MAX_UINT64 = 2**64 - 1
+
+# What convert.parse_instant reads, as the contract says it: an RFC 3339 time, in a year no offset
+# takes out of the range the stores hold (1970-9999 UTC). Only the document says it this way: the
+# parse is the check, and its message says what is wrong.
+INSTANT_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": r"^(19[7-9][1-9]|19[89][0-9]|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])-",
+    "examples": ["2026-08-02T10:00:00.123+00:00"],
+}
+Instant = Annotated[str, WithJsonSchema(INSTANT_SCHEMA)]
+# A time the caller says something happened (a message sent, a conversation read): ingest takes
+# one from 2012 (Zalo's launch; earlier is a broken clock or seconds sent as milliseconds) to a
+# few minutes ahead of its clock, which no pattern can say past this year.
+_SENT_YEARS = "|".join(str(year) for year in range(2012, datetime.now(UTC).year + 1))
+SentAt = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            **INSTANT_SCHEMA,
+            "pattern": f"^({_SENT_YEARS})-",
+            "description": "from 2012 to at most SENT_AT_MAX_FUTURE_SECONDS (300) ahead of now",
+        }
+    ),
+]
+# Epoch milliseconds up to the end of year 9999, checked where the time is converted.
+EPOCH_MS_END = 253402300800000
+EpochMilliseconds = Annotated[
+    int, WithJsonSchema({"type": "integer", "minimum": 1325376000000, "maximum": EPOCH_MS_END - 1})
+]
 
 # The stdlib JSON decoder behind FastAPI turns a "\ud83d\ude00" escape pair into one character but
 # keeps an unpaired escape as a lone surrogate, which protobuf, orjson and MySQL all refuse.
@@ -161,7 +201,7 @@ class QuotePayloadResponse(_Success):
 
 
 class MarkReadBody(RequestModel):
-    read_at: str | None = Field(
+    read_at: SentAt | None = Field(
         default=None,
         description="ISO-8601 instant; everything sent up to it is read. Default: now.",
     )
@@ -212,7 +252,9 @@ class IncomingMessage(RequestModel):
     attachments: JsonValue = None
     mentions: JsonValue = None
     quote: IncomingQuote | None = None
-    sent_at: str | int = Field(description="ISO-8601 with offset, or epoch milliseconds")
+    sent_at: SentAt | EpochMilliseconds = Field(
+        description="ISO-8601 with offset, or epoch milliseconds"
+    )
 
 
 class IngestBody(BaseModel):
@@ -226,7 +268,13 @@ class IngestBody(BaseModel):
         max_length=MAX_BATCH,
         # At least one: the route refuses an empty batch with its own message.
         json_schema_extra={
-            "items": {"$ref": "#/components/schemas/IncomingMessage"},
+            # Anything may come: what is not an IncomingMessage is reported in `rejected`.
+            "items": {
+                "anyOf": [
+                    {"$ref": "#/components/schemas/IncomingMessage"},
+                    {"description": "anything else: refused by its index in `rejected`"},
+                ]
+            },
             "minItems": 1,
         },
     )
@@ -236,9 +284,9 @@ class AgentSentBody(RequestModel):
     thread_id: str = Field(pattern=ID_PATTERN)
     cli_msg_id: str = Field(pattern=ID_PATTERN)
     msg_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    agent_user_id: int | None = Field(default=None, ge=0, le=2**64 - 1)  # uint64 in the proto
+    agent_user_id: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     content: str | None = None
-    sent_at: str | None = None
+    sent_at: SentAt | None = None
 
 
 class Accepted(BaseModel):

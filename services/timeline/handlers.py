@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -60,12 +61,19 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     ) -> pb.ListMessagesResponse:
         problems = _check_conversation(request.account_id, request.conversation_key)
         problems += _check_page_limit(request.limit)
-        before, cursor_problems = _cursor(request, "before_sent_at", "before_id", request.before_id)
+        cursor, cursor_problems = _cursor(request, "before_sent_at", "before_id", request.before_id)
         if problems or cursor_problems:
             await abort_invalid(context, problems + cursor_problems)
         conversation_id = await _found(
             context, await self._repo.conversation_id(request.account_id, request.conversation_key)
         )
+
+        async def sent_at(message_id: int) -> datetime | None:
+            return await self._repo.message_sent_at(
+                conversation_id, message_id, include_archive=request.include_archive
+            )
+
+        before = await _before(context, cursor, sent_at, "message in this conversation")
         page = await self._repo.list_messages(
             conversation_id, request.limit, before, include_archive=request.include_archive
         )
@@ -126,11 +134,16 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     ) -> pb.ListConversationsResponse:
         problems = _check_account(request.account_id)
         problems += _check_page_limit(request.limit)
-        before, cursor_problems = _cursor(
+        cursor, cursor_problems = _cursor(
             request, "before_last_message_at", "before_id", request.before_id
         )
         if problems or cursor_problems:
             await abort_invalid(context, problems + cursor_problems)
+
+        async def last_message_at(conversation_id: int) -> datetime | None:
+            return await self._repo.last_message_at(request.account_id, conversation_id)
+
+        before = await _before(context, cursor, last_message_at, "conversation of this account")
         page = await self._repo.list_conversations(request.account_id, request.limit, before)
         rows = page.rows
         if not rows:
@@ -175,23 +188,56 @@ async def _found(context: grpc.aio.ServicerContext, conversation: T | None) -> T
     return conversation
 
 
+@dataclass(frozen=True)
+class _Cursor:
+    """A page's keyset cursor as asked: the time half, the id half, or both."""
+
+    at: datetime | None
+    id: int | None
+
+    async def keyset(
+        self, looked_up: Callable[[int], Awaitable[datetime | None]]
+    ) -> tuple[datetime, int] | None:
+        """The (time, id) to page before: the time alone is "before that time" (no row has id
+        0); the id alone is "before that row", its time `looked_up` (None when there is none)."""
+        if self.id is None:
+            return None if self.at is None else (self.at, 0)
+        at = self.at if self.at is not None else await looked_up(self.id)
+        return None if at is None else (at, self.id)
+
+
 def _cursor(
     request: Any, time_field: str, id_field: str, id_value: int
-) -> tuple[tuple[datetime, int] | None, list[FieldViolation]]:
-    """The (time, id) keyset cursor; both halves or neither."""
+) -> tuple[_Cursor | None, list[FieldViolation]]:
+    """The keyset cursor, None for the first page."""
     has_time = request.HasField(time_field)
     has_id = request.HasField(id_field)
-    if has_time != has_id:
-        missing = id_field if has_time else time_field
-        return None, [FieldViolation(missing, f"is required with {time_field}/{id_field} cursor")]
-    if not has_time:
+    if not has_time and not has_id:
         return None, []
-    ts = getattr(request, time_field)
-    if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < 253402300800:
-        return None, [FieldViolation(time_field, "is not a valid timestamp")]
-    if id_value <= 0:
+    at = None
+    if has_time:
+        ts = getattr(request, time_field)
+        if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < 253402300800:
+            return None, [FieldViolation(time_field, "is not a valid timestamp")]
+        at = to_datetime(ts)
+    if has_id and id_value <= 0:
         return None, [FieldViolation(id_field, "must be a positive id")]
-    return (to_datetime(ts), id_value), []
+    return _Cursor(at, id_value if has_id else None), []
+
+
+async def _before(
+    context: grpc.aio.ServicerContext,
+    cursor: _Cursor | None,
+    looked_up: Callable[[int], Awaitable[datetime | None]],
+    what: str,
+) -> tuple[datetime, int] | None:
+    """The cursor's keyset; NOT_FOUND when its id alone names no `what` of the request's."""
+    if cursor is None:
+        return None
+    keyset = await cursor.keyset(looked_up)
+    if keyset is None:
+        await abort(context, grpc.StatusCode.NOT_FOUND, f"before_id: no such {what}")
+    return keyset
 
 
 # A feed entry (an agora.events.v1.InboxEvent) or a reset as the RPC's response.

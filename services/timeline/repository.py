@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from cachetools import LRUCache
 
@@ -37,6 +37,12 @@ LIMIT %s"""
 
 ARCHIVE_FIRST_PAGE = FIRST_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
 ARCHIVE_NEXT_PAGE = NEXT_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
+
+MESSAGE_SENT_AT = "SELECT sent_at FROM zalo_messages WHERE zalo_conversation_id = %s AND id = %s"
+ARCHIVED_SENT_AT = MESSAGE_SENT_AT.replace("FROM zalo_messages", "FROM zalo_messages_archive")
+
+LAST_MESSAGE_AT = """
+SELECT last_message_at FROM zalo_conversations WHERE zalo_account_id = %s AND id = %s"""
 
 COUNT_UNREAD = """
 SELECT COUNT(*) FROM zalo_messages
@@ -136,6 +142,22 @@ class TimelineRepository:
         return await self._db.fetchall(
             next_, (conversation_id, sent_at, sent_at, msg_id, limit + 1)
         )
+
+    async def message_sent_at(
+        self, conversation_id: int, message_id: int, *, include_archive: bool
+    ) -> datetime | None:
+        """When message `message_id` of the conversation was sent (a cursor of its id alone)."""
+        queries = (MESSAGE_SENT_AT, ARCHIVED_SENT_AT) if include_archive else (MESSAGE_SENT_AT,)
+        for query in queries:
+            row = await self._db.fetchone(query, (conversation_id, message_id))
+            if row is not None:
+                return cast(datetime, row[0])
+        return None
+
+    async def last_message_at(self, account_id: int, conversation_id: int) -> datetime | None:
+        """Where conversation `conversation_id` of the account sits in its inbox now."""
+        row = await self._db.fetchone(LAST_MESSAGE_AT, (account_id, conversation_id))
+        return None if row is None else cast("datetime | None", row[0])
 
     async def count_unread(self, conversation: ConversationRef) -> int:
         row = await self._db.fetchone(

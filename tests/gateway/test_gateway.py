@@ -10,6 +10,8 @@ import httpx
 import jwt
 import pytest
 
+from services.domain.ids import MAX_ROW_ID
+from services.gateway.convert import BadValue, parse_instant
 from services.runtime.mysql import MysqlDatabase
 from tests.conftest import Env
 from tests.helpers import Flusher, mint_token
@@ -72,8 +74,6 @@ async def test_a_token_for_another_account_is_403(
 @pytest.mark.parametrize(
     ("params", "field"),
     [
-        ({"before_id": "5"}, "before_sent_at"),
-        ({"before_sent_at": "2026-08-02T10:00:00+00:00"}, "before_id"),
         ({"before_sent_at": "yesterday", "before_id": "5"}, "before_sent_at"),
         ({"before_sent_at": "2026-08-02T10:00:00+00:00", "before_id": "abc"}, "before_id"),
         ({"before_sent_at": "2026-08-02T10:00:00+00:00", "before_id": "-1"}, "before_id"),
@@ -146,6 +146,41 @@ async def test_http_batch_ingest_accepts_valid_items_and_reports_the_rest(
     assert rows[1][3].isoformat() == "2026-08-02T10:00:00.123000"
 
 
+async def test_either_half_of_a_cursor_pages_on_its_own(
+    gateway: httpx.AsyncClient, token: str, flusher: Flusher
+) -> None:
+    """The time alone pages before that time, the id alone before that row; an id that names no
+    message of the conversation (or conversation of the account) is 404."""
+    items = [
+        {
+            "msg_id": f"c{i}",
+            "thread_id": "t1",
+            "direction": "in",
+            "sent_at": f"2026-08-02T10:0{i}:00Z",
+        }
+        for i in range(3)
+    ]
+    sent = await gateway.post(MESSAGES, json={"messages": items}, headers=bearer(token))
+    assert sent.json()["data"]["accepted"] == 3
+    await flusher.drain()
+
+    async def page(path: str, **params: str) -> httpx.Response:
+        return await gateway.get(path, params=params, headers=bearer(token))
+
+    newest = (await page(MESSAGES, conversation_key="t1")).json()["data"]
+    assert [m["msg_id"] for m in newest] == ["c2", "c1", "c0"]
+    by_time = await page(MESSAGES, conversation_key="t1", before_sent_at="2026-08-02T10:01:00Z")
+    assert [m["msg_id"] for m in by_time.json()["data"]] == ["c0"]
+    by_id = await page(MESSAGES, conversation_key="t1", before_id=str(newest[0]["id"]))
+    assert [m["msg_id"] for m in by_id.json()["data"]] == ["c1", "c0"]
+    assert (await page(MESSAGES, conversation_key="t1", before_id="999999")).status_code == 404
+    inbox = "/api/zalo-accounts/1/conversations"
+    [conversation] = (await page(inbox)).json()["data"]
+    assert (await page(inbox, before_id=str(conversation["id"]))).json()["data"] == []
+    assert (await page(inbox, before_last_message_at="2027-01-01T00:00:00Z")).json()["data"]
+    assert (await page(inbox, before_id="999999")).status_code == 404
+
+
 async def test_malformed_body_is_400_and_empty_batch_is_422(
     gateway: httpx.AsyncClient, token: str, clean: None
 ) -> None:
@@ -166,3 +201,45 @@ async def test_openapi_documents_the_routes(gateway: httpx.AsyncClient) -> None:
     assert "/api/zalo-accounts/{account_id}/messages" in spec["paths"]
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert "IncomingMessage" in spec["components"]["schemas"]
+
+
+def bounds(node: object) -> list[object]:
+    """Every minimum and maximum the document states, wherever it is."""
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k in ("minimum", "maximum")]
+        return found + [b for v in node.values() for b in bounds(v)]
+    if isinstance(node, list):
+        return [b for v in node for b in bounds(v)]
+    return []
+
+
+async def test_the_document_states_every_bound_exactly(gateway: httpx.AsyncClient) -> None:
+    """A bound is an integer as the server checks it: a double would round 2**63 - 1 up and
+    allow an id the server refuses."""
+    spec = (await gateway.get("/openapi.json")).json()
+    stated = bounds(spec)
+    assert stated
+    assert [b for b in stated if type(b) is not int] == []
+    parent = spec["components"]["schemas"]["NewComment"]["properties"]["parent_id"]
+    assert parent["anyOf"][0]["maximum"] == MAX_ROW_ID == 2**63 - 1
+    agent = spec["components"]["schemas"]["AgentSentBody"]["properties"]["agent_user_id"]
+    assert agent["anyOf"][0]["maximum"] == 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2026-08-02t10:00:00z", 1785664800),  # RFC 3339 allows lower case
+        ("2026-08-02T10:00:00+07:00", 1785639600),
+        ("2026-08-02T10:00:00", 1785664800),  # no offset: UTC
+    ],
+)
+def test_an_instant_is_read_as_rfc_3339_allows(text: str, seconds: int) -> None:
+    assert parse_instant(text, "t").seconds == seconds
+
+
+@pytest.mark.parametrize("text", ["9999-12-31T23:00:00-05:00", "1970-01-01T00:00:00+01:00"])
+def test_an_instant_past_the_stores_range_by_its_offset_is_refused(text: str) -> None:
+    with pytest.raises(BadValue) as refused:
+        parse_instant(text, "t")
+    assert refused.value.violation.description == "is out of range (1970-9999 UTC)"

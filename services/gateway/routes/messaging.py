@@ -43,7 +43,7 @@ ConversationKeyPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
 # The time half of a timeline's cursor; the id half is before_id.
-TimeCursor = Annotated[str | None, Query(description="Cursor, with before_id")]
+TimeCursor = Annotated[schemas.Instant | None, Query(description="Cursor, with before_id")]
 
 
 def _request_time(value: str | None, field: str) -> Timestamp | None:
