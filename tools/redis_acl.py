@@ -1,8 +1,9 @@
 """The Redis users, one per service, written once: `python -m tools.redis_acl local` prints the
 local stack's users file (deploy/local/stack.sh writes it from the passwords in its environment)
-and `python -m tools.redis_acl dev-overlay` the dev overlay's deploy/k8s/overlays/dev/
-redis-users.acl (the same rules, each password as its SHA-256; tests/deploy keep the committed
-file equal to it and try every user's rights: test_redis_acl.py).
+and `python -m tools.redis_acl dev-overlay` the dev overlay's
+deploy/k8s/overlays/dev/datastores/redis/redis-users.acl (the same rules, each password as its
+SHA-256; tests/deploy keep the committed file equal to it and try every user's rights:
+test_redis_acl.py).
 
 Each user is allowed the commands its code and its Lua scripts run, each on the key family it
 runs them on, and nothing else (least privilege, as in any deployment). `default` is the

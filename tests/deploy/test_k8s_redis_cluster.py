@@ -1,8 +1,9 @@
 """Redis Cluster in Kubernetes: dev can run one in-cluster (components/redis-cluster, a
 switch in overlays/dev), prod points at a managed one (components/redis-cluster-clients).
 
-The renderings are read as test_k8s.py reads them; the scripts the nodes and the bootstrap Job run
-are run here too, against local redis-server processes (skipped where Redis is not installed)."""
+The renderings are read with the helpers of k8s_support.py; the scripts the nodes and the
+bootstrap Job run are run here too, against local redis-server processes (skipped where Redis is
+not installed)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tests.deploy.test_k8s import (
+from tests.deploy.k8s_support import (
+    DEV,
     REDIS_CLIENTS,
     Doc,
     acl_users,
+    cluster_variant,
     config,
     copy_of_k8s,
     env_of,
@@ -39,7 +42,6 @@ from tools.redis_cluster import free_port
 
 COMPONENT = k8s_validate.K8S / "components" / "redis-cluster"
 CLIENTS_COMPONENT = k8s_validate.K8S / "components" / "redis-cluster-clients"
-DEV = k8s_validate.K8S / "overlays" / "dev"
 SWITCH = "  # - ../../components/redis-cluster\n"
 NODES = 6
 BUS_PORT = 16379
@@ -47,29 +49,9 @@ BUS_PORT = 16379
 WAITING = {"ingest", "likes"}
 
 
-def render_cluster_variant(root: Path) -> Path:
-    """overlays/dev with the component, as a kustomization of its own under an `overlays`
-    directory (k8s_validate.validate treats it as deployed: checkov, the connection budget)."""
-    directory = root / "overlays" / "dev-redis-cluster"
-    directory.mkdir(parents=True)
-    (directory / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                # The component's own objects (the Job, its Secret and scripts) need it here.
-                "namespace": "agora-dev",
-                "resources": [os.path.relpath(DEV, directory)],
-                "components": [os.path.relpath(COMPONENT, directory)],
-            }
-        )
-    )
-    return directory
-
-
 @pytest.fixture(scope="module")
 def variant(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return render_cluster_variant(tmp_path_factory.mktemp("k8s"))
+    return cluster_variant(tmp_path_factory.mktemp("k8s"))
 
 
 @pytest.fixture(scope="module")
@@ -326,9 +308,6 @@ def test_prod_points_at_a_managed_cluster() -> None:
         ports = {p["port"] for rule in egress for p in rule["ports"]}
         assert 6379 in ports
         assert BUS_PORT not in ports
-    source = (k8s_validate.K8S / "overlays" / "prod" / "kustomization.yaml").read_text()
-    assert "configuration endpoint" in source
-    assert "rediss://" in source
 
 
 def test_the_clients_component_is_the_one_both_use() -> None:

@@ -681,7 +681,7 @@ async def test_a_feed_writer_can_cut_only_the_feeds_it_writes(
 async def test_the_dev_overlays_users_have_the_same_rights() -> None:
     """The dev overlay's file (the Redis Cluster component mounts it too), loaded into a
     throwaway Redis, asked with ACL DRYRUN: the same answers, command by command."""
-    text = (ROOT / "deploy/k8s/overlays/dev/redis-users.acl").read_text()
+    text = (ROOT / "deploy/k8s/overlays/dev/datastores/redis/redis-users.acl").read_text()
     lines = acl_file_users(text)
     assert sorted(lines) == sorted(["default", *(f"agora-{u}" for u in USERS)])
     # The operator's password stays out of the test: `default` without one, the rest as is.
