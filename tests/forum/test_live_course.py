@@ -44,8 +44,9 @@ from services.streams.live import LiveFeeds, LiveSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
 from tests.conftest import Env, likes_settings, serving
-from tests.gateway import test_live_events as sse
+from tests.gateway import sse_client as sse
 from tests.helpers import ROOT, SHARDS, Flusher, as_gateway, as_service, mint_token, run_flusher
+from tests.live.watching import started, take
 from tools import callers
 from tools.ports import free_port
 from tools.wait_healthy import wait
@@ -122,21 +123,6 @@ def open_watch(stub: ReadStub, env: Env, user: int = 7, course: int = 42) -> Str
         metadata=bearer(env, user),
         timeout=60,
     )
-
-
-async def take(stream: Stream, n: int, within: float = 10) -> list[read_pb.WatchCourseResponse]:
-    """The next `n` responses of the stream."""
-    got: list[read_pb.WatchCourseResponse] = []
-    async with asyncio.timeout(within):
-        while len(got) < n:
-            got.append(await stream.read())
-    return got
-
-
-async def started(stream: Stream) -> None:
-    """Wait until the server has taken the watch's starting position (its initial metadata)."""
-    await stream.initial_metadata()
-    await asyncio.sleep(0.2)
 
 
 async def feed_length(client: redis.Redis, course: int = 42) -> int:

@@ -20,7 +20,7 @@ from starlette.types import Scope
 from services.gateway.app import create_app
 from services.gateway.request_body import takes_body
 from services.gateway.routes import forum, messaging
-from tests.gateway.test_boundary_live import Answer, closed_by_server, head, read_answer
+from tests.gateway.raw_http import Answer, closed_by_server, head, read_answer
 from tests.web.support import AUD, ISS, SECRET, settings
 from tools.jwt_token import mint
 

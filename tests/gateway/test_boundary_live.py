@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import BinaryIO
 
 import httpx
 import pytest
@@ -19,6 +16,7 @@ import pytest_asyncio
 
 from tests.chaos.harness.stack import ChaosStack
 from tests.conftest import Env
+from tests.gateway.raw_http import Answer, body, closed_by_server, exchange, head, read_answer
 from tests.helpers import mint_token
 
 pytestmark = pytest.mark.asyncio
@@ -58,81 +56,6 @@ def rss(live: ChaosStack) -> int:
     raise AssertionError("no VmRSS")
 
 
-def head(method: str, path: str, headers: dict[str, str]) -> bytes:
-    fields = [f"{name}: {value}" for name, value in headers.items()]
-    lines = [f"{method} {path} HTTP/1.1", "Host: gateway", *fields]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-class Answer:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes, seconds: float) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
-        self.seconds = seconds
-
-
-async def read_answer(reader: asyncio.StreamReader, started: float) -> Answer:
-    status_line = await reader.readline()
-    assert status_line.startswith(b"HTTP/1.1 "), status_line
-    headers: dict[str, str] = {}
-    while (line := await reader.readline()) not in (b"\r\n", b""):
-        name, _, value = line.decode().partition(":")
-        headers[name.strip().lower()] = value.strip()
-    body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return Answer(int(status_line.split()[1]), headers, body, time.monotonic() - started)
-
-
-def body(total: int, *, chunked: bool) -> Iterator[bytes]:
-    chunk = b"x" * 65_536
-    for _ in range(0, total, len(chunk)):
-        yield b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk
-    if chunked:
-        yield b"0\r\n\r\n"
-
-
-def read_answer_from(stream: BinaryIO, started: float) -> Answer:
-    status_line = stream.readline()
-    assert status_line.startswith(b"HTTP/1.1 "), status_line
-    headers: dict[str, str] = {}
-    while (line := stream.readline()) not in (b"\r\n", b""):
-        name, _, value = line.decode().partition(":")
-        headers[name.strip().lower()] = value.strip()
-    payload = stream.read(int(headers.get("content-length", "0")))
-    return Answer(int(status_line.split()[1]), headers, payload, time.monotonic() - started)
-
-
-def exchange(port: int, request: bytes, chunks: Iterator[bytes]) -> tuple[Answer, bool]:
-    """Send `request` and then `chunks` from a thread of its own while reading the answer, as a
-    client that watches for an early answer does; also whether the server then hung up.
-
-    Blocking sockets: a server that answers early and closes makes the next send fail, and
-    asyncio would then drop the answer still unread in the socket."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    started = time.monotonic()
-    sock.sendall(request)
-
-    def send() -> None:
-        with contextlib.suppress(OSError):
-            for chunk in chunks:
-                sock.sendall(chunk)
-
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    try:
-        with sock.makefile("rb") as stream:
-            answer = read_answer_from(stream, started)
-            sock.settimeout(5)
-            try:
-                hung_up = stream.read() == b""
-            except OSError:  # reset: hung up with our bytes unread
-                hung_up = True
-        return answer, hung_up
-    finally:
-        sock.close()
-        sender.join(5)
-
-
 async def upload(
     live: ChaosStack, path: str, headers: dict[str, str], total: int, *, chunked: bool = False
 ) -> Answer:
@@ -141,12 +64,6 @@ async def upload(
     request = head("POST", path, {**headers, **framing})
     answer, _ = await asyncio.to_thread(exchange, port(live), request, body(total, chunked=chunked))
     return answer
-
-
-async def closed_by_server(reader: asyncio.StreamReader, seconds: float = 5) -> bool:
-    with contextlib.suppress(ConnectionError):
-        return await asyncio.wait_for(reader.read(), seconds) == b""
-    return True
 
 
 def bearer(env: Env) -> dict[str, str]:

@@ -7,143 +7,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-import pytest_asyncio
-import uvicorn
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
-from services.gateway.app import create_app
-from services.gateway.config import GatewaySettings
-from services.gateway.server import GatewayServer
 from services.runtime.grpc_server import GrpcServer
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
 from tests.conftest import Env, gateway_settings, serving
+from tests.gateway import sse_client as sse
 from tests.helpers import Flusher, as_service, at, message, mint_token
 
 pytestmark = pytest.mark.asyncio
-STREAMS_PER_USER = 3
 
 
-@pytest_asyncio.fixture(scope="module")
-async def base_url(
-    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
-) -> AsyncIterator[str]:
-    settings = gateway_settings(
-        env,
-        ingest_server,
-        timeline_server,
-        likes_server,
-        live_streams_per_user=STREAMS_PER_USER,
-        live_heartbeat_seconds=1,
-        # Fewer short requests in flight than the streams a test holds: streams take no slot.
-        gateway_max_in_flight=2,
-    )
-    async with serve(settings) as (url, _):
-        yield url
-
-
-@contextlib.asynccontextmanager
-async def serve(settings: GatewaySettings) -> AsyncIterator[tuple[str, uvicorn.Server]]:
-    """The gateway app under uvicorn on a free port, as its process runs it."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = GatewayServer(
-        uvicorn.Config(create_app(settings), log_config=None, access_log=False, lifespan="on")
-    )
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        assert not serving.done(), serving
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(serving, 15)
-        sock.close()
-
-
-@pytest.fixture
-def gateway(
-    env: Env, ingest_server: GrpcServer, timeline_server: GrpcServer, likes_server: GrpcServer
-) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[str, uvicorn.Server]]]:
-    """A gateway of the test's own under uvicorn: these settings over the tests' defaults."""
-
-    def start(**overrides: Any) -> contextlib.AbstractAsyncContextManager[tuple[str, Any]]:
-        return serve(
-            gateway_settings(env, ingest_server, timeline_server, likes_server, **overrides)
-        )
-
-    return start
-
-
-Gateway = Callable[..., contextlib.AbstractAsyncContextManager[tuple[str, uvicorn.Server]]]
-
-
-@dataclass
-class Event:
-    id: str | None
-    event: str | None
-    data: Any
-
-
-class EventStream:
-    """One open SSE response, read event by event (comments are kept apart)."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.response = response
-        self._lines = response.aiter_lines()
-        self.comments: list[str] = []
-        self.retry: int | None = None
-
-    async def ending(self, within: float = 10) -> str:
-        """The stream's last line, once it has ended (its `: ended: <why>` comment)."""
-        async with asyncio.timeout(within):
-            rest = [line async for line in self._lines]
-        return [line for line in rest if line][-1]
-
-    async def next(self, within: float = 10) -> Event:
-        fields: dict[str, str] = {}
-        async with asyncio.timeout(within):
-            async for line in self._lines:
-                if not line:
-                    if "data" in fields:
-                        return Event(
-                            fields.get("id"), fields.get("event"), orjson.loads(fields["data"])
-                        )
-                    continue
-                name, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if name == "":
-                    self.comments.append(value)
-                elif name == "retry":
-                    self.retry = int(value)
-                else:
-                    fields[name] = value
-        raise AssertionError("the stream ended")
-
-
-@contextlib.asynccontextmanager
-async def events(
-    base_url: str, path: str, token: str | None, last_event_id: str | None = None
-) -> AsyncIterator[EventStream]:
-    headers = {"Accept": "text/event-stream"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    if last_event_id is not None:
-        headers["Last-Event-ID"] = last_event_id
-    async with (
-        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
-        client.stream("GET", path, headers=headers) as response,
-    ):
-        yield EventStream(response)
+base_url = sse.base_url
+gateway = sse.gateway
+events = sse.events
+Gateway = sse.Gateway
+STREAMS_PER_USER = sse.STREAMS_PER_USER
 
 
 async def send(
@@ -341,7 +227,7 @@ async def test_a_stream_goes_on_across_the_watches_timeline_ends_for_their_age(
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with (
         serving(await timeline_service.build(settings), background=True) as short_lived,
-        serve(gateway_settings(env, ingest_server, short_lived, likes_server)) as (url, _),
+        sse.serve(gateway_settings(env, ingest_server, short_lived, likes_server)) as (url, _),
         events(url, "/api/zalo-accounts/1/events", token) as stream,
     ):
         assert stream.response.status_code == 200
@@ -409,7 +295,7 @@ async def test_a_stream_resuming_behind_what_the_feed_keeps_catches_up_once_in_o
         async with events(url, "/api/zalo-accounts/1/events", token, first_state.id) as back:
             await asyncio.sleep(0.3)
             await send(ingest, flusher, "r4")
-            got: list[Event] = []
+            got: list[sse.Event] = []
             while len(got) < 6:  # r1-r3 and their state, r4 and its state
                 got.append(await back.next())
             with pytest.raises(TimeoutError):

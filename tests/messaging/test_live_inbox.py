@@ -22,6 +22,7 @@ from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
 from tests.conftest import Env, serving
 from tests.helpers import Flusher, as_gateway, as_service, at, message
+from tests.live.watching import started, take
 from tools import callers
 from tools.jwt_token import mint
 
@@ -56,21 +57,6 @@ def open_watch(
         metadata=token(env, accounts if accounts is not None else [account], ttl),
         timeout=30,
     )
-
-
-async def take(stream: Stream, n: int, within: float = 10) -> list[pb.WatchInboxResponse]:
-    """The next `n` responses of the stream."""
-    got: list[pb.WatchInboxResponse] = []
-    async with asyncio.timeout(within):
-        while len(got) < n:
-            got.append(await stream.read())
-    return got
-
-
-async def started(stream: Stream) -> None:
-    """Wait until the server has taken the watch's starting position (its initial metadata)."""
-    await stream.initial_metadata()
-    await asyncio.sleep(0.2)
 
 
 async def ingest_and_flush(
