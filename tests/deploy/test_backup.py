@@ -48,6 +48,7 @@ from services.streams.consumer import ShardConsumer
 from services.streams.entries import Entry
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import GROUP, MessageStreams, MessageStreamSettings, decode
+from tests.chaos.harness.stack import wait_for_redis
 from tests.conftest import Env, likes_settings, serving
 from tests.helpers import (
     ROOT,
@@ -118,16 +119,7 @@ class PrivateRedis:
 
     async def start(self) -> None:
         await tool.run(self.start_argv())
-        client = self.client()
-        try:
-            for _ in range(100):
-                with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
-                    if await client.ping():
-                        return
-                await asyncio.sleep(0.05)
-            raise RuntimeError("the private Redis did not start")
-        finally:
-            await client.aclose()
+        await wait_for_redis(self.client(), "the private Redis")
 
     def pid(self) -> int | None:
         path = self.directory / "redis.pid"
@@ -390,6 +382,28 @@ async def python_tool(*args: str) -> tuple[int, str]:
     return proc.returncode, output.decode()
 
 
+async def restore_by_command(
+    server: PrivateRedis, directory: Path, database: str
+) -> tuple[int, str]:
+    """`python -m tools.backup restore` of `directory` into `database` and the private Redis,
+    which the tool stops and starts by the server's own commands."""
+    return await python_tool(
+        "restore",
+        str(directory),
+        "--mysql-db",
+        database,
+        "--pg-db",
+        database,
+        "--redis-url",
+        server.url,
+        "--redis-stop",
+        " ".join(server.stop_argv()),
+        "--redis-start",
+        " ".join(server.start_argv()),
+        "--no-services",
+    )
+
+
 async def stored_messages(env: Env, database: str) -> dict[str, int]:
     db = await MysqlDatabase.connect(on(env.mysql_admin_url, database))
     try:
@@ -521,21 +535,7 @@ async def test_a_backup_taken_during_ingest_restores_every_acknowledged_message_
         assert streams[f"0/{MESSAGE_STREAMS.stream(2)}"]["pending"] > 0
         assert after, "ingest must go on while the backup runs"
 
-        code, output = await python_tool(
-            "restore",
-            str(directory),
-            "--mysql-db",
-            throwaway,
-            "--pg-db",
-            throwaway,
-            "--redis-url",
-            server.url,
-            "--redis-stop",
-            " ".join(server.stop_argv()),
-            "--redis-start",
-            " ".join(server.start_argv()),
-            "--no-services",
-        )
+        code, output = await restore_by_command(server, directory, throwaway)
         assert code == 0, output
         assert "restore OK: every check matches the manifest" in output, output
 
@@ -631,21 +631,7 @@ async def test_a_damaged_backup_is_refused_before_anything_is_touched(
             data[len(data) // 2] ^= 0xFF
             damaged.write_bytes(bytes(data))
 
-            code, output = await python_tool(
-                "restore",
-                str(directory),
-                "--mysql-db",
-                throwaway,
-                "--pg-db",
-                throwaway,
-                "--redis-url",
-                server.url,
-                "--redis-stop",
-                " ".join(server.stop_argv()),
-                "--redis-start",
-                " ".join(server.start_argv()),
-                "--no-services",
-            )
+            code, output = await restore_by_command(server, directory, throwaway)
             assert code == 2, output
             assert "refused" in output, output
             assert "postgres.dump is damaged" in output, output

@@ -89,6 +89,15 @@ async def service_process(name: str, env: dict[str, str]) -> AsyncIterator[Ports
         assert await asyncio.wait_for(proc.wait(), 30) == 0
 
 
+def timeline_datastores(env: Env, mysql_url: str | None = None) -> dict[str, str]:
+    """The timeline's datastore URLs: the test stack's, or `mysql_url` for MariaDB."""
+    return {
+        "MYSQL_URL": env.mysql_timeline_url if mysql_url is None else mysql_url,
+        "POSTGRES_URL": env.pg_timeline_url,
+        "REDIS_URL": env.redis_timeline_url,
+    }
+
+
 async def statuses(ports: Ports, *services: str) -> dict[str, int]:
     """Health as the kubelet asks it: plaintext, on the health port."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{ports.health}") as channel:
@@ -145,14 +154,7 @@ async def test_timeline_starts_with_mysql_unreachable_and_serves_when_it_returns
 ) -> None:
     async with (
         partitioned(env.mysql_timeline_url) as (mysql_url, proxy),
-        service_process(
-            "timeline",
-            {
-                "MYSQL_URL": mysql_url,
-                "POSTGRES_URL": env.pg_timeline_url,
-                "REDIS_URL": env.redis_timeline_url,
-            },
-        ) as port,
+        service_process("timeline", timeline_datastores(env, mysql_url=mysql_url)) as port,
     ):
         await eventually(
             port,
@@ -187,13 +189,7 @@ async def test_the_flusher_starts_with_every_datastore_unreachable(env: Env) -> 
 async def test_reflection_only_where_configured(env: Env, configured: str) -> None:
     """Off unless GRPC_REFLECTION=true (the dev stack); never on the plaintext health port."""
     async with service_process(
-        "timeline",
-        {
-            "MYSQL_URL": env.mysql_timeline_url,
-            "POSTGRES_URL": env.pg_timeline_url,
-            "REDIS_URL": env.redis_timeline_url,
-            "GRPC_REFLECTION": configured,
-        },
+        "timeline", {**timeline_datastores(env), "GRPC_REFLECTION": configured}
     ) as port:
         await eventually(port, {"liveness": SERVING})
 
@@ -252,27 +248,13 @@ async def migration_missing(env: Env) -> AsyncIterator[None]:
 async def test_services_are_not_serving_until_their_schema_is_applied(env: Env) -> None:
     async with (
         migration_missing(env),
-        service_process(
-            "timeline",
-            {
-                "MYSQL_URL": env.mysql_timeline_url,
-                "POSTGRES_URL": env.pg_timeline_url,
-                "REDIS_URL": env.redis_timeline_url,
-            },
-        ) as port,
+        service_process("timeline", timeline_datastores(env)) as port,
     ):
         await eventually(
             port,
             {TIMELINE: NOT_SERVING, FORUM_READ: NOT_SERVING, "": NOT_SERVING, "liveness": SERVING},
         )
-    async with service_process(
-        "timeline",
-        {
-            "MYSQL_URL": env.mysql_timeline_url,
-            "POSTGRES_URL": env.pg_timeline_url,
-            "REDIS_URL": env.redis_timeline_url,
-        },
-    ) as port:
+    async with service_process("timeline", timeline_datastores(env)) as port:
         await eventually(port, {TIMELINE: SERVING, FORUM_READ: SERVING, "": SERVING})
 
 

@@ -42,14 +42,6 @@ MEMBER = "pod-a"
 _QUICK: dict[str, Any] = {"every": 0.05, "ignoring": (redis.RedisError,)}
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def cluster() -> AsyncIterator[LocalCluster]:
-    local = LocalCluster()
-    await local.start()
-    yield local
-    local.stop()
-
-
 async def killable_masters(cluster: LocalCluster, client: redis.Redis) -> list[Node]:
     """The masters but the client's default node: redis-py's cluster client asks that one for
     COMMAND whenever it reloads the slot map, and with it dead refuses every command, on every

@@ -131,14 +131,6 @@ def test_the_prune_queue_lives_in_one_slot() -> None:
     assert slot(queue.due_key) == slot(queue.running_key)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def cluster() -> AsyncIterator[LocalCluster]:
-    local = LocalCluster()
-    await local.start()
-    yield local
-    local.stop()
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def client(cluster: LocalCluster) -> AsyncIterator[redis.Redis]:
     connected = redis_client.connect(cluster.url, cluster=True)

@@ -1000,6 +1000,20 @@ CLUSTER_RESHARD = "reshard a Redis Cluster under load (WAIT 1)"
 MODE_SWITCH = "LIKES_MODE switched under load (pods of two modes, restarts)"
 NOISY_ACCOUNT = "one account at 20x the rate of 50 others, drain below their sum (fair shares)"
 
+
+def on_the_cluster(inject: Fault) -> Scenario:
+    """A scenario on the local Redis Cluster: two flushers with the cluster's lease and backlog
+    bound, writes acknowledged once a replica has them."""
+    return Scenario(
+        inject,
+        flushers=2,
+        flusher_env=(CLUSTER_LEASE, CLUSTER_LEASE),
+        queue_max=CLUSTER_QUEUE_MAX,
+        redis_cluster=True,
+        wait_replicas=1,
+    )
+
+
 FAULTS: dict[str, Scenario] = {
     "kill -9 ingest": Scenario(kill_ingest),
     "kill -9 flusher mid-batch (before COMMIT)": Scenario(kill_flusher_mid_batch),
@@ -1027,22 +1041,8 @@ FAULTS: dict[str, Scenario] = {
         queue_max=noisy_account.QUEUE_MAX,
         message_senders=0,
     ),
-    CLUSTER_FAILOVER: Scenario(
-        fail_over_master,
-        flushers=2,
-        flusher_env=(CLUSTER_LEASE, CLUSTER_LEASE),
-        queue_max=CLUSTER_QUEUE_MAX,
-        redis_cluster=True,
-        wait_replicas=1,
-    ),
-    CLUSTER_RESHARD: Scenario(
-        reshard_under_load,
-        flushers=2,
-        flusher_env=(CLUSTER_LEASE, CLUSTER_LEASE),
-        queue_max=CLUSTER_QUEUE_MAX,
-        redis_cluster=True,
-        wait_replicas=1,
-    ),
+    CLUSTER_FAILOVER: on_the_cluster(fail_over_master),
+    CLUSTER_RESHARD: on_the_cluster(reshard_under_load),
 }
 # make test's rows (its 20-minute budget); make chaos runs every row. The backlog bound, the
 # cluster's failover and a paused flusher's takeover have deterministic tests in make test

@@ -276,16 +276,7 @@ class ChaosStack:
             "always",
             stdout=asyncio.subprocess.DEVNULL,
         )
-        client = self.client()
-        try:
-            for _ in range(100):
-                with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
-                    if await client.ping():
-                        return
-                await asyncio.sleep(0.05)
-            raise RuntimeError("chaos Redis did not start")
-        finally:
-            await client.aclose()
+        await wait_for_redis(self.client(), "chaos Redis")
 
     def kill_redis(self) -> None:
         if self.redis_proc and self.redis_proc.returncode is None:
@@ -628,6 +619,20 @@ class ChaosStack:
                 sorted(ports),
             )
         )
+
+
+async def wait_for_redis(client: redis.Redis, name: str) -> None:
+    """Until a just-started redis-server answers PING (it refuses, or is loading its AOF, for a
+    moment); closes `client` either way."""
+    try:
+        for _ in range(100):
+            with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
+                if await client.ping():
+                    return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"{name} did not start")
+    finally:
+        await client.aclose()
 
 
 def _text(value: object) -> str:
