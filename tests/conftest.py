@@ -9,18 +9,24 @@ production; the stubs call as the gateway does, for the user each request names.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
+import grpc
 import httpx
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
-from agora.forum.v1 import like_service_pb2_grpc
+from agora.forum.v1 import (
+    forum_read_service_pb2_grpc,
+    forum_write_service_pb2_grpc,
+    like_service_pb2_grpc,
+)
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -42,7 +48,15 @@ from services.runtime.service import Service
 from services.streams.messages import MessageStreams, MessageStreamSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.helpers import ACCOUNTS, SHARDS, Flusher, as_gateway, as_service, mint_token
+from tests.helpers import (
+    ACCOUNTS,
+    SHARDS,
+    Downstream,
+    Flusher,
+    as_service,
+    gateway_stub,
+    mint_token,
+)
 from tools import callers
 from tools.forum_data import load_lab
 
@@ -279,42 +293,67 @@ async def ingest_server(
         yield server
 
 
-@pytest_asyncio.fixture(scope="session")
-async def timeline_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    settings = TimelineSettings(
+def timeline_settings(env: Env, **overrides: Any) -> TimelineSettings:
+    """The timeline service's settings for the test datastores; `overrides` on top."""
+    return TimelineSettings(
         mysql_url=env.mysql_timeline_url,
         postgres_url=env.pg_timeline_url,
         redis_url=env.redis_timeline_url,
-        **as_service("timeline", env.jwt_secret),
+        **{**as_service("timeline", env.jwt_secret), **overrides},
     )
+
+
+@asynccontextmanager
+async def serving_timeline(env: Env, **overrides: Any) -> AsyncIterator[GrpcServer]:
+    """A timeline service of its own with these settings overridden, serving."""
+    settings = timeline_settings(env, **overrides)
     # Its background job is the live feeds' hub: the watches need it.
     async with serving(await timeline_service.build(settings), background=True) as server:
         yield server
 
 
 @pytest_asyncio.fixture(scope="session")
-async def ingest(
-    ingest_server: GrpcServer, env: Env
-) -> AsyncIterator[ingest_service_pb2_grpc.IngestServiceStub]:
-    async with as_gateway(ingest_server.port, env.jwt_secret) as channel:
-        yield ingest_service_pb2_grpc.IngestServiceStub(channel)
+async def timeline_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
+    async with serving_timeline(env) as server:
+        yield server
 
 
-@pytest_asyncio.fixture(scope="session")
-async def timeline(
-    timeline_server: GrpcServer, env: Env
-) -> AsyncIterator[timeline_service_pb2_grpc.TimelineServiceStub]:
-    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
-        yield timeline_service_pb2_grpc.TimelineServiceStub(channel)
+def _stub_fixture(
+    server: str, stub: Callable[[grpc.aio.Channel], Any], doc: str = "", listener: int = 0
+) -> Any:
+    """A session fixture: `stub` on the `listener`-th API port of the server fixture named
+    `server`, calling as the gateway does."""
+
+    async def fixture(env: Env, **servers: GrpcServer) -> AsyncIterator[Any]:
+        port = servers[server].ports[listener]
+        async with gateway_stub(port, env.jwt_secret, stub) as connected:
+            yield connected
+
+    # pytest hands a fixture the fixtures its signature names: here `env` and that server.
+    fixture.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in ("env", server)]
+    )
+    fixture.__doc__ = doc or None
+    return pytest_asyncio.fixture(scope="session")(fixture)
 
 
-@pytest_asyncio.fixture(scope="session")
-async def likes(
-    likes_server: GrpcServer, env: Env
-) -> AsyncIterator[like_service_pb2_grpc.LikeServiceStub]:
-    """The buffered likes service."""
-    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
-        yield like_service_pb2_grpc.LikeServiceStub(channel)
+ingest = _stub_fixture("ingest_server", ingest_service_pb2_grpc.IngestServiceStub)
+timeline = _stub_fixture("timeline_server", timeline_service_pb2_grpc.TimelineServiceStub)
+likes = _stub_fixture(
+    "likes_server", like_service_pb2_grpc.LikeServiceStub, "The buffered likes service."
+)
+counterless_likes = _stub_fixture(
+    "counterless_server", like_service_pb2_grpc.LikeServiceStub, "The counterless likes service."
+)
+forum_writes = _stub_fixture(
+    "ingest_server",
+    forum_write_service_pb2_grpc.ForumWriteServiceStub,
+    "ForumWriteService, on ingest's second listener.",
+    listener=1,
+)
+forum_reads = _stub_fixture(
+    "timeline_server", forum_read_service_pb2_grpc.ForumReadServiceStub, "ForumReadService."
+)
 
 
 @pytest.fixture
@@ -327,6 +366,14 @@ def flusher(
 ) -> Flusher:
     """Drains the message and like streams, in this process, on demand."""
     return Flusher(flusher_settings, redis_client, flusher_db, pg_flusher)
+
+
+@pytest.fixture
+def downstream(
+    flusher: Flusher, admin_db: MysqlDatabase, redis_client: redis.Redis, streams: MessageStreams
+) -> Downstream:
+    """The streams, the flusher and MariaDB, on empty tables."""
+    return Downstream(flusher, admin_db, redis_client, streams)
 
 
 def likes_settings(env: Env, mode: LikesMode = "buffered", **overrides: Any) -> LikesSettings:
@@ -345,20 +392,32 @@ def likes_settings(env: Env, mode: LikesMode = "buffered", **overrides: Any) -> 
     return LikesSettings(**{**values, **overrides})
 
 
-@pytest_asyncio.fixture(scope="session")
-async def likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    """The likes service in buffered mode (the default)."""
-    settings = likes_settings(env)
-    async with serving(await likes_service.build(settings)) as server:
+@asynccontextmanager
+async def serving_likes(env: Env, mode: LikesMode, **overrides: Any) -> AsyncIterator[GrpcServer]:
+    """A likes service of its own in `mode` (see likes_settings), serving."""
+    async with serving(await likes_service.build(likes_settings(env, mode, **overrides))) as server:
         yield server
 
 
-@pytest_asyncio.fixture(scope="session")
-async def sync_likes_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    """The likes service in sync mode."""
-    settings = likes_settings(env, "sync", redis_url=None)
-    async with serving(await likes_service.build(settings)) as server:
-        yield server
+def likes_server_fixture(
+    mode: LikesMode,
+    doc: str = "",
+    scope: Literal["session", "module"] = "session",
+    **overrides: Any,
+) -> Any:
+    """A fixture: the likes service in `mode` (see likes_settings), serving for the `scope`."""
+
+    async def fixture(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
+        async with serving_likes(env, mode, **overrides) as server:
+            yield server
+
+    fixture.__doc__ = doc or None
+    return pytest_asyncio.fixture(scope=scope)(fixture)
+
+
+likes_server = likes_server_fixture("buffered", "The likes service in buffered mode (the default).")
+sync_likes_server = likes_server_fixture("sync", "The likes service in sync mode.", redis_url=None)
+counterless_server = likes_server_fixture("counterless", "The likes service in counterless mode.")
 
 
 def gateway_settings(
@@ -390,7 +449,15 @@ async def gateway(
     likes_server: GrpcServer,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the gateway app, started as uvicorn starts it (its lifespan)."""
-    app = create_app(gateway_settings(env, ingest_server, timeline_server, likes_server))
+    settings = gateway_settings(env, ingest_server, timeline_server, likes_server)
+    async with serving_gateway(settings) as client:
+        yield client
+
+
+@asynccontextmanager
+async def serving_gateway(settings: GatewaySettings) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on a gateway app of these settings, started as uvicorn starts it."""
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:

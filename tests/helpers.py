@@ -9,17 +9,20 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import grpc
 import pytest
 import redis.asyncio as redis
 from agora.messaging.v1 import message_pb2
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from services.flusher.config import FlusherSettings
 from services.flusher.likes import builder as likes
@@ -42,6 +45,7 @@ ACCOUNTS = (1, 2, 3)
 SHARDS = 4  # stream shards in tests (both message and like streams)
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 8, 2, 10, 0, tzinfo=UTC)
+Stub = TypeVar("Stub")
 
 
 def mint_token(secret: str, *, sub: int, accounts: list[int], ttl: int = 3600) -> str:
@@ -67,6 +71,24 @@ def as_gateway(port: int, secret: str) -> grpc.aio.Channel:
     """An mTLS channel to 127.0.0.1:`port` calling as the gateway does: its certificate, and the
     token of the user (and account) each request names."""
     return callers.connect(f"127.0.0.1:{port}", "gateway", secret=secret)
+
+
+@asynccontextmanager
+async def gateway_stub(
+    port: int, secret: str, stub: Callable[[grpc.aio.Channel], Stub]
+) -> AsyncIterator[Stub]:
+    """`stub` on an as_gateway channel to 127.0.0.1:`port`, closed afterwards."""
+    async with as_gateway(port, secret) as channel:
+        yield stub(channel)
+
+
+async def outcome(call: Awaitable[object]) -> grpc.StatusCode:
+    """OK, or the code the call failed with."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+    return grpc.StatusCode.OK
 
 
 def message(
@@ -232,3 +254,47 @@ async def message_backlog(client: redis.Redis, streams: MessageStreams) -> int:
 async def dead_letter_count(client: redis.Redis, streams: MessageStreams | LikeStreams) -> int:
     """Dead letters waiting, over every shard's dead-letter stream."""
     return sum([int(await client.xlen(s)) for s in streams.all_dead_letters()])
+
+
+async def stream_entries(client: redis.Redis, streams: MessageStreams | LikeStreams) -> int:
+    """Entries waiting in every shard's stream (flushed ones are deleted)."""
+    return sum([int(await client.xlen(s)) for s in streams.all_streams()])
+
+
+async def enrol(pg: asyncpg.Pool, users: Iterable[int], course: int = 42) -> None:
+    """Enrol `users` in `course`, as the course catalogue does."""
+    await pg.executemany(
+        "INSERT INTO course_members (course_id, user_id) VALUES ($1, $2)",
+        [(course, u) for u in users],
+    )
+
+
+def postgres_statements(spans: InMemorySpanExporter) -> list[str]:
+    """The SQL of every PostgreSQL call finished since the exporter was last cleared."""
+    found = []
+    for span in spans.get_finished_spans():
+        attributes = dict(span.attributes or {})
+        system = attributes.get("db.system", attributes.get("db.system.name"))
+        if span.kind == SpanKind.CLIENT and system == "postgresql":
+            found.append(str(attributes.get("db.statement", attributes.get("db.query.text"))))
+    return found
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """Where the messages ingest accepts go: the streams in Redis, the flusher that drains them,
+    MariaDB that stores them (the migrator's connection, to check what it holds)."""
+
+    flusher: Flusher
+    db: MysqlDatabase
+    redis: redis.Redis
+    streams: MessageStreams
+
+    async def drain(self) -> int:
+        return await self.flusher.drain()
+
+    async def dead_letters(self) -> int:
+        return await dead_letter_count(self.redis, self.streams)
+
+    async def entries(self) -> int:
+        return await stream_entries(self.redis, self.streams)

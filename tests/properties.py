@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import grpc
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -58,3 +59,22 @@ def text(max_size: int, *, min_size: int = 0) -> st.SearchStrategy[str]:
         st.sampled_from(sorted({max_size, max(min_size, max_size - 1)})),
     )
     return st.one_of(short, short, boundary)
+
+
+# Ids as a uint64 field carries them: the smallest, either side of the signed 64-bit bound (where
+# a bigint column ends), the largest, and anything between.
+uint64 = st.one_of(
+    st.integers(0, 5),
+    st.integers(2**63 - 2, 2**63 + 2),
+    st.integers(2**64 - 3, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+)
+
+# What a client can act on; anything else (UNKNOWN, INTERNAL) is a server bug.
+REFUSALS = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)

@@ -10,34 +10,28 @@ for any course, post and parent id a uint64 can carry, and reads for any of them
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeAlias
 
 import asyncpg
 import grpc
 import pytest
-import pytest_asyncio
+from agora.forum.v1 import forum_pb2, forum_read_service_pb2_grpc, forum_write_service_pb2_grpc
 from agora.forum.v1 import forum_read_service_pb2 as read_pb
-from agora.forum.v1 import forum_read_service_pb2_grpc, forum_write_service_pb2_grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.domain.text import MAX_BODY, MAX_TITLE
-from services.runtime.grpc_server import GrpcServer
-from tests.conftest import Env
-from tests.helpers import as_gateway
-from tests.properties import PROPERTY, text
+from tests.helpers import outcome
+from tests.properties import PROPERTY, REFUSALS, text, uint64
 
-pytestmark = pytest.mark.asyncio
+# Every property writes to (or reads) the lab as `clean` leaves it.
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("clean")]
+WriteStub: TypeAlias = forum_write_service_pb2_grpc.ForumWriteServiceStub
+ReadStub: TypeAlias = forum_read_service_pb2_grpc.ForumReadServiceStub
 COURSE = 42
 MEMBERS = (1, 7, 8, 9)  # the lab's course 42: its teacher and three students
-# What a client can act on; anything else (UNKNOWN, INTERNAL) is a server bug.
-REFUSALS = {
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.PERMISSION_DENIED,
-}
 
 # Whitespace as Python's str.strip() and PostgreSQL see it differently: every kind of it.
 _SPACE = st.sampled_from(
@@ -56,18 +50,30 @@ def padded(max_size: int) -> st.SearchStrategy[str]:
     )
 
 
-@pytest_asyncio.fixture
-async def forum(
-    env: Env, ingest_server: GrpcServer, clean: None
-) -> AsyncIterator[forum_write_service_pb2_grpc.ForumWriteServiceStub]:
-    async with as_gateway(ingest_server.ports[1], env.jwt_secret) as channel:
-        yield forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
-
-
 async def row(pg: asyncpg.Pool, table: str, id_: int) -> dict[str, Any]:
     found = await pg.fetchrow(f"SELECT * FROM {table} WHERE id = $1", id_)
     assert found is not None, f"{table} {id_} is not stored"
     return dict(found)
+
+
+def comment_request(
+    course: int, post: int, user: int, body: str, parent: int | None = None
+) -> pb.CreateCommentRequest:
+    """A comment on `post`; a reply to `parent` if one is given, else parent_id is left unset."""
+    request = pb.CreateCommentRequest(course_id=course, post_id=post, user_id=user, body=body)
+    if parent is not None:
+        request.parent_id = parent
+    return request
+
+
+async def create_comment(
+    forum: WriteStub, post: int, user: int, body: str, parent: int | None = None
+) -> forum_pb2.Comment:
+    """A comment on `post` of course 42, as the service made it."""
+    reply: pb.CreateCommentResponse = await forum.CreateComment(
+        comment_request(COURSE, post, user, body, parent)
+    )
+    return reply.comment
 
 
 @PROPERTY
@@ -77,47 +83,17 @@ async def row(pg: asyncpg.Pool, table: str, id_: int) -> dict[str, Any]:
     users=st.lists(st.sampled_from(MEMBERS), min_size=4, max_size=4),
 )
 async def test_every_post_comment_and_reply_the_service_accepts_is_stored_as_sent(
-    forum: forum_write_service_pb2_grpc.ForumWriteServiceStub,
-    pg_admin: asyncpg.Pool,
-    title: str,
-    bodies: list[str],
-    users: list[int],
+    forum_writes: WriteStub, pg_admin: asyncpg.Pool, title: str, bodies: list[str], users: list[int]
 ) -> None:
     author, commenter, replier, answerer = users
     post = (
-        await forum.CreatePost(
+        await forum_writes.CreatePost(
             pb.CreatePostRequest(course_id=COURSE, user_id=author, title=title, body=bodies[0])
         )
     ).post
-    comment = (
-        await forum.CreateComment(
-            pb.CreateCommentRequest(
-                course_id=COURSE, post_id=post.id, user_id=commenter, body=bodies[1]
-            )
-        )
-    ).comment
-    reply = (
-        await forum.CreateComment(
-            pb.CreateCommentRequest(
-                course_id=COURSE,
-                post_id=post.id,
-                user_id=replier,
-                body=bodies[2],
-                parent_id=comment.id,
-            )
-        )
-    ).comment
-    answer = (
-        await forum.CreateComment(
-            pb.CreateCommentRequest(
-                course_id=COURSE,
-                post_id=post.id,
-                user_id=answerer,
-                body=bodies[3],
-                parent_id=reply.id,
-            )
-        )
-    ).comment
+    comment = await create_comment(forum_writes, post.id, commenter, bodies[1])
+    reply = await create_comment(forum_writes, post.id, replier, bodies[2], parent=comment.id)
+    answer = await create_comment(forum_writes, post.id, answerer, bodies[3], parent=reply.id)
 
     stored = await row(pg_admin, "posts", post.id)
     assert (stored["course_id"], stored["user_id"]) == (COURSE, author)
@@ -144,26 +120,10 @@ async def test_every_post_comment_and_reply_the_service_accepts_is_stored_as_sen
     assert (await row(pg_admin, "comments", comment.id))["reply_count"] == 2
 
 
-async def outcome(call: Awaitable[Any]) -> grpc.StatusCode:
-    try:
-        await call
-    except grpc.aio.AioRpcError as exc:
-        return exc.code()
-    return grpc.StatusCode.OK
-
-
-uint64 = st.one_of(
-    st.integers(0, 5),
-    st.integers(2**63 - 2, 2**63 + 2),
-    st.integers(2**64 - 3, 2**64 - 1),
-    st.integers(0, 2**64 - 1),
-)
-
-
 @PROPERTY
 @given(course=uint64, post=uint64, parent=st.one_of(st.none(), uint64), body=padded(50))
 async def test_any_ids_are_stored_or_refused_never_an_internal_error(
-    forum: forum_write_service_pb2_grpc.ForumWriteServiceStub,
+    forum_writes: WriteStub,
     pg_admin: asyncpg.Pool,
     course: int,
     post: int,
@@ -171,41 +131,32 @@ async def test_any_ids_are_stored_or_refused_never_an_internal_error(
     body: str,
 ) -> None:
     created = await outcome(
-        forum.CreatePost(pb.CreatePostRequest(course_id=course, user_id=7, title=body, body=body))
+        forum_writes.CreatePost(
+            pb.CreatePostRequest(course_id=course, user_id=7, title=body, body=body)
+        )
     )
     assert created in REFUSALS | {grpc.StatusCode.OK}
     if created == grpc.StatusCode.OK:
         assert course == COURSE
-    request = pb.CreateCommentRequest(course_id=course, post_id=post, user_id=7, body=body)
-    if parent is not None:
-        request.parent_id = parent
+    request = comment_request(course, post, 7, body, parent)
     before = await pg_admin.fetchval("SELECT count(*) FROM comments")
-    commented = await outcome(forum.CreateComment(request))
+    commented = await outcome(forum_writes.CreateComment(request))
     assert commented in REFUSALS | {grpc.StatusCode.OK}
     after = await pg_admin.fetchval("SELECT count(*) FROM comments")
     assert after == before + (commented == grpc.StatusCode.OK)
     for call in (
-        forum.DeletePost(pb.DeletePostRequest(course_id=course, post_id=post, user_id=7)),
-        forum.DeleteComment(pb.DeleteCommentRequest(course_id=course, comment_id=post, user_id=7)),
+        forum_writes.DeletePost(pb.DeletePostRequest(course_id=course, post_id=post, user_id=7)),
+        forum_writes.DeleteComment(
+            pb.DeleteCommentRequest(course_id=course, comment_id=post, user_id=7)
+        ),
     ):
         assert await outcome(call) in REFUSALS | {grpc.StatusCode.OK}
-
-
-@pytest_asyncio.fixture
-async def forum_reads(
-    env: Env, timeline_server: GrpcServer, clean: None
-) -> AsyncIterator[forum_read_service_pb2_grpc.ForumReadServiceStub]:
-    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
-        yield forum_read_service_pb2_grpc.ForumReadServiceStub(channel)
 
 
 @PROPERTY
 @given(course=uint64, target=uint64, cursor=st.one_of(st.none(), uint64))
 async def test_reads_of_any_ids_answer_or_refuse_never_an_internal_error(
-    forum_reads: forum_read_service_pb2_grpc.ForumReadServiceStub,
-    course: int,
-    target: int,
-    cursor: int | None,
+    forum_reads: ReadStub, course: int, target: int, cursor: int | None
 ) -> None:
     """The read side's ids are the same bigints: the same rule, or the same driver failure."""
     page = {"limit": 10}

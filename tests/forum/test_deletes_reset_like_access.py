@@ -4,52 +4,25 @@ what it remembered about the target (docs/likes.md, "What the likes service reme
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
 import pytest
-import pytest_asyncio
 from agora.forum.v1 import forum_write_service_pb2 as forum_pb
 from agora.forum.v1 import forum_write_service_pb2_grpc, like_service_pb2_grpc
 from agora.forum.v1 import like_service_pb2 as pb
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.likes import server as likes_service
-from services.runtime.grpc_server import GrpcServer
 from services.streams.likes import COMMENT, POST, TargetKind
-from tests.conftest import Env, likes_settings, serving
-from tests.helpers import as_gateway
 
-pytestmark = pytest.mark.asyncio
+# Every test likes and deletes the lab's posts and comments as `clean` leaves them.
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("clean")]
 LikeStub = like_service_pb2_grpc.LikeServiceStub
+WriteStub = forum_write_service_pb2_grpc.ForumWriteServiceStub
 
 
-@pytest_asyncio.fixture(scope="session")
-async def counterless_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    settings = likes_settings(env, "counterless")
-    async with serving(await likes_service.build(settings)) as server:
-        yield server
-
-
-@pytest_asyncio.fixture
-async def forum(
-    ingest_server: GrpcServer, env: Env, clean: None
-) -> AsyncIterator[forum_write_service_pb2_grpc.ForumWriteServiceStub]:
-    async with as_gateway(ingest_server.ports[1], env.jwt_secret) as channel:
-        yield forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
-
-
-@pytest_asyncio.fixture(params=["buffered", "counterless"])
-async def likes(
-    request: pytest.FixtureRequest,
-    likes_server: GrpcServer,
-    counterless_server: GrpcServer,
-    env: Env,
-    clean: None,
-) -> AsyncIterator[LikeStub]:
-    server = likes_server if request.param == "buffered" else counterless_server
-    async with as_gateway(server.port, env.jwt_secret) as channel:
-        yield LikeStub(channel)
+@pytest.fixture(params=["likes", "counterless_likes"], ids=["buffered", "counterless"])
+def likes(request: pytest.FixtureRequest) -> LikeStub:
+    """The likes service in each mode that remembers targets."""
+    stub: LikeStub = request.getfixturevalue(request.param)
+    return stub
 
 
 async def like(likes: LikeStub, user: int, kind: TargetKind, target: int, value: bool) -> bool:
@@ -69,22 +42,24 @@ async def refused(likes: LikeStub, user: int, kind: TargetKind, target: int, val
 
 
 async def test_a_like_of_a_post_deleted_a_moment_ago_is_refused(
-    likes: LikeStub, forum: forum_write_service_pb2_grpc.ForumWriteServiceStub
+    likes: LikeStub, forum_writes: WriteStub
 ) -> None:
     assert await like(likes, 8, POST, 2, True)
     assert not await like(likes, 8, POST, 2, True)  # already so: post 2 remembered as live
-    await forum.DeletePost(forum_pb.DeletePostRequest(course_id=42, post_id=2, user_id=1))
+    await forum_writes.DeletePost(forum_pb.DeletePostRequest(course_id=42, post_id=2, user_id=1))
     assert await refused(likes, 9, POST, 2, True) == "NOT_FOUND"
     assert await refused(likes, 8, POST, 2, False) == "NOT_FOUND"
 
 
 async def test_a_like_of_a_comment_deleted_a_moment_ago_is_refused(
-    likes: LikeStub, forum: forum_write_service_pb2_grpc.ForumWriteServiceStub
+    likes: LikeStub, forum_writes: WriteStub
 ) -> None:
     assert await like(likes, 7, COMMENT, 1, True)
     assert not await like(likes, 7, COMMENT, 1, True)  # already so: remembered as live
     assert await like(likes, 7, COMMENT, 2, True)
-    await forum.DeleteComment(forum_pb.DeleteCommentRequest(course_id=42, comment_id=1, user_id=8))
+    await forum_writes.DeleteComment(
+        forum_pb.DeleteCommentRequest(course_id=42, comment_id=1, user_id=8)
+    )
     assert await refused(likes, 9, COMMENT, 1, True) == "NOT_FOUND"
     assert await refused(likes, 7, COMMENT, 1, False) == "NOT_FOUND"
     assert not await like(likes, 7, COMMENT, 2, True)  # the other comment is still live

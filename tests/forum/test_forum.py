@@ -14,12 +14,10 @@ from agora.forum.v1 import forum_read_service_pb2 as read_pb
 from agora.forum.v1 import forum_read_service_pb2_grpc, forum_write_service_pb2_grpc
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
 
-from services.runtime.grpc_server import GrpcServer
 from services.timeline import forum_repository as q
 from tests.conftest import Env
-from tests.helpers import as_gateway, mint_token
+from tests.helpers import mint_token, postgres_statements
 from tools.forum_data import Volume, load_volume
 
 pytestmark = pytest.mark.asyncio
@@ -42,20 +40,20 @@ async def counters(pg: asyncpg.Pool, post_id: int, comment_id: int) -> tuple[int
 
 
 async def test_fifty_concurrent_replies_keep_both_counters_exact(
-    env: Env, ingest_server: GrpcServer, pg_admin: asyncpg.Pool, clean: None
+    forum_writes: forum_write_service_pb2_grpc.ForumWriteServiceStub,
+    pg_admin: asyncpg.Pool,
+    clean: None,
 ) -> None:
-    async with as_gateway(ingest_server.ports[1], env.jwt_secret) as channel:
-        stub = forum_write_service_pb2_grpc.ForumWriteServiceStub(channel)
-        await asyncio.gather(
-            *(
-                stub.CreateComment(
-                    write_pb.CreateCommentRequest(
-                        course_id=42, post_id=1, user_id=7 + i % 3, body=f"reply {i}", parent_id=1
-                    )
+    await asyncio.gather(
+        *(
+            forum_writes.CreateComment(
+                write_pb.CreateCommentRequest(
+                    course_id=42, post_id=1, user_id=7 + i % 3, body=f"reply {i}", parent_id=1
                 )
-                for i in range(50)
             )
+            for i in range(50)
         )
+    )
     assert await counters(pg_admin, post_id=1, comment_id=1) == (52, 50)
     actual = await pg_admin.fetchrow(
         "SELECT count(*) FILTER (WHERE parent_id = 1), count(*) FROM comments WHERE post_id = 1"
@@ -265,19 +263,26 @@ async def test_comment_and_reply_pages_use_the_partial_indexes_with_few_buffers(
             assert buffers <= 40, (sql, buffers)
 
 
-def postgres_statements(spans: InMemorySpanExporter) -> list[str]:
-    """The SQL of every PostgreSQL call finished since the exporter was last cleared."""
-    found = []
-    for span in spans.get_finished_spans():
-        attributes = dict(span.attributes or {})
-        system = attributes.get("db.system", attributes.get("db.system.name"))
-        if span.kind == SpanKind.CLIENT and system == "postgresql":
-            found.append(str(attributes.get("db.statement", attributes.get("db.query.text"))))
-    return found
+def posts(user: int, course: int = 42, **page: int) -> read_pb.ListPostsRequest:
+    return read_pb.ListPostsRequest(course_id=course, user_id=user, limit=5, **page)
+
+
+def post(post_id: int, user: int) -> read_pb.GetPostRequest:
+    return read_pb.GetPostRequest(course_id=42, post_id=post_id, user_id=user)
+
+
+def comments(post_id: int, user: int) -> read_pb.ListCommentsRequest:
+    return read_pb.ListCommentsRequest(course_id=42, post_id=post_id, user_id=user, limit=5)
+
+
+def replies(comment: int, user: int, course: int = 42) -> read_pb.ListRepliesRequest:
+    return read_pb.ListRepliesRequest(course_id=course, comment_id=comment, user_id=user, limit=5)
 
 
 async def test_each_read_is_one_statement_answering_403_before_404_before_the_page(
-    timeline_server: GrpcServer, env: Env, spans: InMemorySpanExporter, clean: None
+    forum_reads: forum_read_service_pb2_grpc.ForumReadServiceStub,
+    spans: InMemorySpanExporter,
+    clean: None,
 ) -> None:
     """The lab: course 42 has posts 1 and 2 and users 7, 8 and 9; post 3 is in course 99."""
     ok, denied, missing = (
@@ -287,69 +292,35 @@ async def test_each_read_is_one_statement_answering_403_before_404_before_the_pa
     )
     root = 1  # a top-level comment on post 1
     cases: list[tuple[str, Any, grpc.StatusCode]] = [
-        ("ListPosts", read_pb.ListPostsRequest(course_id=42, user_id=7, limit=5), ok),
-        ("ListPosts", read_pb.ListPostsRequest(course_id=42, user_id=50, limit=5), denied),
-        ("ListPosts", read_pb.ListPostsRequest(course_id=99, user_id=7, limit=5), denied),
-        (
-            "ListPosts",
-            read_pb.ListPostsRequest(course_id=42, user_id=7, limit=5, before_id=1),
-            ok,
-        ),
-        ("GetPost", read_pb.GetPostRequest(course_id=42, post_id=1, user_id=7), ok),
-        ("GetPost", read_pb.GetPostRequest(course_id=42, post_id=3, user_id=7), missing),
-        ("GetPost", read_pb.GetPostRequest(course_id=42, post_id=3, user_id=50), denied),
-        (
-            "ListComments",
-            read_pb.ListCommentsRequest(course_id=42, post_id=1, user_id=8, limit=5),
-            ok,
-        ),
-        (
-            "ListComments",
-            read_pb.ListCommentsRequest(course_id=42, post_id=2, user_id=8, limit=5),
-            ok,
-        ),
-        (
-            "ListComments",
-            read_pb.ListCommentsRequest(course_id=42, post_id=3, user_id=8, limit=5),
-            missing,
-        ),
-        (
-            "ListComments",
-            read_pb.ListCommentsRequest(course_id=42, post_id=999, user_id=50, limit=5),
-            denied,
-        ),
-        (
-            "ListReplies",
-            read_pb.ListRepliesRequest(course_id=42, comment_id=root, user_id=9, limit=5),
-            ok,
-        ),
-        (
-            "ListReplies",
-            read_pb.ListRepliesRequest(course_id=42, comment_id=999, user_id=9, limit=5),
-            missing,
-        ),
-        (
-            "ListReplies",
-            read_pb.ListRepliesRequest(course_id=99, comment_id=root, user_id=9, limit=5),
-            denied,
-        ),
+        ("ListPosts", posts(user=7), ok),
+        ("ListPosts", posts(user=50), denied),
+        ("ListPosts", posts(user=7, course=99), denied),
+        ("ListPosts", posts(user=7, before_id=1), ok),
+        ("GetPost", post(1, user=7), ok),
+        ("GetPost", post(3, user=7), missing),
+        ("GetPost", post(3, user=50), denied),
+        ("ListComments", comments(1, user=8), ok),
+        ("ListComments", comments(2, user=8), ok),
+        ("ListComments", comments(3, user=8), missing),
+        ("ListComments", comments(999, user=50), denied),
+        ("ListReplies", replies(root, user=9), ok),
+        ("ListReplies", replies(999, user=9), missing),
+        ("ListReplies", replies(root, user=9, course=99), denied),
     ]
-    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
-        stub = forum_read_service_pb2_grpc.ForumReadServiceStub(channel)
-        for method, request, expected in cases:
-            spans.clear()
-            code = grpc.StatusCode.OK
-            try:
-                reply = await getattr(stub, method)(request)
-            except grpc.aio.AioRpcError as exc:
-                code = exc.code()
-            assert code == expected, (method, request)
-            assert len(postgres_statements(spans)) == 1, (method, request)
-            if method == "ListPosts" and code == ok:
-                # The newest first, a cursor continues after the oldest shown.
-                ids = [p.id for p in reply.posts]
-                assert ids == ([2, 1] if not request.HasField("before_id") else [])
-                assert reply.has_more is False
+    for method, request, expected in cases:
+        spans.clear()
+        code = grpc.StatusCode.OK
+        try:
+            reply = await getattr(forum_reads, method)(request)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+        assert code == expected, (method, request)
+        assert len(postgres_statements(spans)) == 1, (method, request)
+        if method == "ListPosts" and code == ok:
+            # The newest first, a cursor continues after the oldest shown.
+            ids = [p.id for p in reply.posts]
+            assert ids == ([2, 1] if not request.HasField("before_id") else [])
+            assert reply.has_more is False
 
 
 async def test_a_user_who_is_not_enrolled_never_reads_the_page(

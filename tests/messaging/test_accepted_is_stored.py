@@ -25,16 +25,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from services.domain.instants import EARLIEST_SENT_AT, Limits
 from services.domain.messaging import DIRECTION_NAMES, THREAD_TYPE_NAMES
 from services.gateway.config import GatewaySettings
 from services.ingest.config import IngestSettings
-from services.ingest.validation import (
-    EARLIEST_SENT_AT,
-    MAX_JSON_DEPTH,
-    MAX_MESSAGE_BYTES,
-    Limits,
-    check_json,
-)
+from services.ingest.validation import MAX_JSON_DEPTH, MAX_MESSAGE_BYTES, check_json
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from tests.conftest import Env

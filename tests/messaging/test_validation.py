@@ -8,13 +8,8 @@ import pytest
 from agora.messaging.v1 import message_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.ingest.validation import (
-    EARLIEST_SENT_AT,
-    Limits,
-    check_time,
-    validate_batch,
-    validate_message,
-)
+from services.domain.instants import EARLIEST_SENT_AT, Limits, check_time
+from services.ingest.validation import validate_batch, validate_message
 from services.runtime.grpc_errors import FieldViolation
 from tests.helpers import at, message
 
