@@ -1,5 +1,6 @@
-"""The ForumWriteService RPC surface: checks, enrolment, then one statement per write; once it
-committed, its course event goes to the course's live feed."""
+"""The ForumWriteService RPC surface: enrolment, then one statement per write (the fields are
+checked before, by services/domain/field_rules.py); once a write committed, its course event
+goes to the course's live feed."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from agora.forum.v1 import forum_write_service_pb2 as pb
 from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 
 from services.domain.forum import comment_from_row, post_from_row, require_enrolled
-from services.domain.ids import MAX_ROW_ID, check_row_id
-from services.domain.text import MAX_BODY, MAX_TITLE, check_text
 from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import Author, ForumWriteRepository, Written
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
@@ -28,10 +27,6 @@ COMMENT_NOT_FOUND = "comment not found in this course"
 Enrolling = (
     pb.CreatePostRequest | pb.CreateCommentRequest | pb.DeletePostRequest | pb.DeleteCommentRequest
 )
-
-
-def check_ids(**ids: int) -> list[FieldViolation]:
-    return [v for name, value in ids.items() if (v := check_row_id(value, name)) is not None]
 
 
 class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
@@ -65,15 +60,9 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             log.warning("deleted in course %d, the likes service not told: %s", course_id, exc)
 
     async def _require_enrolled(
-        self,
-        request: Enrolling,
-        context: grpc.aio.ServicerContext,
-        problems: list[FieldViolation],
+        self, request: Enrolling, context: grpc.aio.ServicerContext
     ) -> None:
-        """INVALID_ARGUMENT for the request's `problems`, then PERMISSION_DENIED unless its user
-        is enrolled in its course."""
-        if problems:
-            await abort_invalid(context, problems)
+        """PERMISSION_DENIED unless the request's user is enrolled in its course."""
         await require_enrolled(
             await self._repo.is_member(request.course_id, request.user_id), context
         )
@@ -81,14 +70,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     async def CreatePost(
         self, request: pb.CreatePostRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreatePostResponse:
-        problems = check_ids(course_id=request.course_id, user_id=request.user_id)
-        for violation in (
-            check_text(request.title, "title", MAX_TITLE),
-            check_text(request.body, "body", MAX_BODY),
-        ):
-            if violation:
-                problems.append(violation)
-        await self._require_enrolled(request, context, problems)
+        await self._require_enrolled(request, context)
         written = await self._repo.create_post(
             request.course_id, request.user_id, request.title.strip(), request.body
         )
@@ -98,15 +80,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     async def CreateComment(
         self, request: pb.CreateCommentRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateCommentResponse:
-        problems = check_ids(
-            course_id=request.course_id, post_id=request.post_id, user_id=request.user_id
-        )
-        body = check_text(request.body, "body", MAX_BODY)
-        if body:
-            problems.append(body)
-        if request.HasField("parent_id") and not 0 < request.parent_id <= MAX_ROW_ID:
-            problems.append(FieldViolation("parent_id", "must be a comment id"))
-        await self._require_enrolled(request, context, problems)
+        await self._require_enrolled(request, context)
         await _in_course(
             context,
             await self._repo.find_post(request.post_id),
@@ -185,8 +159,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         course: NOT_FOUND when it is not there (or went away meanwhile), PERMISSION_DENIED when
         another wrote it."""
         target_id: int = getattr(request, target)
-        ids = {"course_id": request.course_id, target: target_id, "user_id": request.user_id}
-        await self._require_enrolled(request, context, check_ids(**ids))
+        await self._require_enrolled(request, context)
         author = await _in_course(context, await find(target_id), request.course_id, not_found)
         if author.user_id != request.user_id:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")

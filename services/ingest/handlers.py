@@ -1,10 +1,11 @@
-"""The IngestService RPC surface: proto in, validation, durable append, proto out."""
+"""The IngestService RPC surface: per-message validation, durable append, proto out (the request's
+fields are checked before, by services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC
 
 import grpc
 from agora.events.v1 import message_events_pb2 as events
@@ -13,12 +14,11 @@ from agora.messaging.v1 import ingest_service_pb2_grpc as pb_grpc
 from agora.messaging.v1 import message_pb2
 from google.rpc import code_pb2
 
-from services.domain.ids import check_id
+from services.domain.instants import Limits
 from services.ingest.accounts import AccountDirectory, AccountsUnavailable
-from services.ingest.config import IngestSettings
 from services.ingest.repository import AccountOverShare, BacklogFull, MessageStreamRepository
-from services.ingest.validation import Limits, check_time, validate_batch
-from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid, bad_request_status
+from services.ingest.validation import validate_batch
+from services.runtime.grpc_errors import FieldViolation, abort, bad_request_status
 from services.runtime.grpc_quota import abort_over_quota
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 from services.streams.messages import MessageStreams
@@ -31,7 +31,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
 
     def __init__(
         self,
-        settings: IngestSettings,
+        limits: Limits,
         streams: MessageStreams,
         repo: MessageStreamRepository,
         accounts: AccountDirectory,
@@ -39,25 +39,11 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         self._streams = streams
         self._repo = repo
         self._accounts = accounts
-        self._max_batch = settings.ingest_max_batch
-        self._limits = Limits(
-            content_max_chars=settings.content_max_chars,
-            json_max_bytes=settings.json_max_bytes,
-            sent_at_max_future_seconds=settings.sent_at_max_future_seconds,
-        )
+        self._limits = limits
 
     async def IngestMessages(
         self, request: pb.IngestMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.IngestMessagesResponse:
-        problems = _check_account(request.account_id)
-        if not request.messages:
-            problems.append(FieldViolation("messages", "must contain at least one message"))
-        elif len(request.messages) > self._max_batch:
-            problems.append(
-                FieldViolation("messages", f"must contain at most {self._max_batch} messages")
-            )
-        if problems:
-            await abort_invalid(context, problems)
         await self._require_account(request.account_id, context)
 
         now = utc_now()
@@ -88,24 +74,8 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
     async def RecordAgentSent(
         self, request: pb.RecordAgentSentRequest, context: grpc.aio.ServicerContext
     ) -> pb.RecordAgentSentResponse:
-        problems = _check_account(request.account_id)
-        for violation in (
-            check_id(request.thread_id, "thread_id", required=True),
-            check_id(request.cli_msg_id, "cli_msg_id", required=True),
-            check_id(request.msg_id, "msg_id", required=False),
-        ):
-            if violation is not None:
-                problems.append(violation)
-        if len(request.content) > self._limits.content_max_chars:
-            limit = self._limits.content_max_chars
-            problems.append(FieldViolation("content", f"must be at most {limit} characters"))
-        now = utc_now()
-        when = self._check_time(request, "sent_at", now)
-        if when is not None:
-            problems.append(when)
-        if problems:
-            await abort_invalid(context, problems)
         await self._require_account(request.account_id, context)
+        now = utc_now()
         sent_at = request.sent_at if request.HasField("sent_at") else to_timestamp(now)
         entry = events.MessageStreamEntry(
             account_id=request.account_id,
@@ -126,16 +96,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
     async def MarkRead(
         self, request: pb.MarkReadRequest, context: grpc.aio.ServicerContext
     ) -> pb.MarkReadResponse:
-        problems = _check_account(request.account_id)
         now = utc_now()
-        for violation in (
-            check_id(request.conversation_key, "conversation_key", required=True),
-            self._check_time(request, "read_at", now),
-        ):
-            if violation is not None:
-                problems.append(violation)
-        if problems:
-            await abort_invalid(context, problems)
         await self._require_account(request.account_id, context)
         # Never past the server's clock: a marker ahead of it (a client clock running fast, within
         # the skew times may have) would hide the next minutes' messages from the unread count.
@@ -169,14 +130,6 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
             )
             await context.abort(status.code, status.details, status.trailing_metadata)
 
-    def _check_time(
-        self, request: pb.RecordAgentSentRequest | pb.MarkReadRequest, field: str, now: datetime
-    ) -> FieldViolation | None:
-        """The optional time `field` (absent means now) within the bounds every message meets."""
-        if not request.HasField(field):
-            return None
-        return check_time(getattr(request, field), field, now.replace(tzinfo=UTC), self._limits)
-
     async def _append(
         self,
         entries: dict[int, events.MessageStreamEntry],
@@ -196,7 +149,3 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
             )
         except BacklogFull as exc:
             await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; retry later")
-
-
-def _check_account(account_id: int) -> list[FieldViolation]:
-    return [] if account_id > 0 else [FieldViolation("account_id", "is required")]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
-from services.domain import access, schema
+from services.domain import access, field_rules, schema
+from services.domain.instants import Limits
 from services.ingest.accounts import AccountDirectory
 from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
@@ -46,8 +47,14 @@ async def build(settings: IngestSettings) -> service.Service:
         )
         resources.push_async_callback(durable.aclose)
         MESSAGE_BACKLOG_BOUND.set(settings.message_queue_max)
+        limits = Limits(
+            content_max_chars=settings.content_max_chars,
+            json_max_bytes=settings.json_max_bytes,
+            sent_at_max_future_seconds=settings.sent_at_max_future_seconds,
+        )
+        bounds = field_rules.IngestBounds(settings.ingest_max_batch, limits)
         messages = IngestHandlers(
-            settings,
+            limits,
             streams,
             MessageStreamRepository(
                 redis,
@@ -77,6 +84,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     lambda s: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(
                         messages, s
                     ),
+                    field_rules.ingest(bounds),
                 ),
                 Api(
                     settings.grpc_forum_port,
@@ -84,6 +92,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     lambda s: forum_write_service_pb2_grpc.add_ForumWriteServiceServicer_to_server(
                         forum, s
                     ),
+                    field_rules.FORUM_WRITE,
                 ),
             ],
             tls=settings.tls_material(),

@@ -10,18 +10,14 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from agora.messaging.v1 import message_pb2
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.domain.ids import check_id
+from services.domain.instants import Limits, check_time
 from services.runtime.grpc_errors import FieldViolation
 
-# Zalo launched in 2012: an earlier sent_at is a broken clock or a unit mistake (s vs ms).
-EARLIEST_SENT_AT = datetime(2012, 1, 1, tzinfo=UTC)
-_EARLIEST_SECONDS = int(EARLIEST_SENT_AT.timestamp())
 # Each JSON field is stored as it is in a JSON column of its own (nothing wraps it), so the bound
 # is the column's: MariaDB 10.11 (the local stack, the dev overlay) refuses a document with more
 # than 31 nested arrays or objects (error 4025, its JSON_VALID check); MySQL 8.4 (prod) more than
@@ -33,13 +29,6 @@ MAX_MESSAGE_BYTES = 512 * 1024
 # json.loads pairs a high and a low surrogate escape into one character, so any surrogate left in
 # a decoded string was unpaired; MySQL's JSON type (utf8mb4) cannot store it.
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-@dataclass(frozen=True)
-class Limits:
-    content_max_chars: int
-    json_max_bytes: int
-    sent_at_max_future_seconds: int
 
 
 def check_json(text: str, field: str, limits: Limits) -> FieldViolation | None:
@@ -61,22 +50,6 @@ def check_json(text: str, field: str, limits: Limits) -> FieldViolation | None:
     if lone_surrogate:
         return FieldViolation(
             field, "must be valid JSON (a string has an unpaired UTF-16 surrogate \\ud800-\\udfff)"
-        )
-    return None
-
-
-def check_time(ts: Timestamp, field: str, now: datetime, limits: Limits) -> FieldViolation | None:
-    """None when `ts` is an instant the stores can hold: from 2012-01-01 to a little after `now`
-    (aware). One rule for every time a caller sends: the flusher turns each into a datetime, and
-    an extreme value would overflow there instead of being refused here."""
-    if not 0 <= ts.nanos < 1_000_000_000:
-        return FieldViolation(field, "has nanos outside 0..999999999")
-    # Whole seconds: a float of seconds since 1970 rounds 2011-12-31T23:59:59.999999999 up to 2012.
-    if ts.seconds < _EARLIEST_SECONDS:
-        return FieldViolation(field, "is before 2012-01-01 (seconds sent as milliseconds?)")
-    if ts.seconds + ts.nanos / 1e9 > now.timestamp() + limits.sent_at_max_future_seconds:
-        return FieldViolation(
-            field, f"is more than {limits.sent_at_max_future_seconds}s in the future"
         )
     return None
 

@@ -1,4 +1,5 @@
-"""The LikeService RPC surface: checks first (enrolment, target in course), then the store."""
+"""The LikeService RPC surface: the store, which checks enrolment and the target in the course
+(the fields are checked before, by services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc as pb_grpc
 
 from services.domain.forum import NOT_ENROLLED
-from services.domain.ids import check_row_id
 from services.likes.errors import (
     BacklogFull,
     ColdSetError,
@@ -18,10 +18,8 @@ from services.likes.errors import (
     NotEnrolledError,
     TargetNotFoundError,
 )
-from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.grpc_errors import abort
 from services.streams.likes import KIND_NAMES, TargetKind
-
-MAX_TARGETS = 500
 
 
 class LikeStore(Protocol):
@@ -36,20 +34,6 @@ class LikeStore(Protocol):
     ) -> list[bool]: ...
 
 
-def _check_target(target: pb.Target, field: str) -> FieldViolation | None:
-    if target.kind not in KIND_NAMES:
-        return FieldViolation(f"{field}.kind", "must be POST or COMMENT")
-    return check_row_id(target.id, f"{field}.id")
-
-
-def _check_ids(request: pb.SetLikeRequest | pb.LikedMapRequest) -> list[FieldViolation]:
-    found = (
-        check_row_id(request.user_id, "user_id"),
-        check_row_id(request.course_id, "course_id"),
-    )
-    return [v for v in found if v is not None]
-
-
 class LikeHandlers(pb_grpc.LikeServiceServicer):
     """Likes for enrolled users, on targets of their course only."""
 
@@ -59,12 +43,6 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
     async def SetLike(
         self, request: pb.SetLikeRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetLikeResponse:
-        problems = _check_ids(request)
-        target = _check_target(request.target, "target")
-        if target:
-            problems.append(target)
-        if problems:
-            await abort_invalid(context, problems)
         kind = request.target.kind
         try:
             changed = await self._store.set_like(
@@ -92,15 +70,6 @@ class LikeHandlers(pb_grpc.LikeServiceServicer):
     async def LikedMap(
         self, request: pb.LikedMapRequest, context: grpc.aio.ServicerContext
     ) -> pb.LikedMapResponse:
-        problems = _check_ids(request)
-        if len(request.targets) > MAX_TARGETS:
-            problems.append(FieldViolation("targets", f"must hold at most {MAX_TARGETS}"))
-        for i, target in enumerate(request.targets):
-            violation = _check_target(target, f"targets[{i}]")
-            if violation:
-                problems.append(violation)
-        if problems:
-            await abort_invalid(context, problems)
         try:
             liked = await self._store.liked_map(request.user_id, request.course_id, request.targets)
         except NotEnrolledError:

@@ -8,7 +8,7 @@ import logging
 
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
-from services.domain import access, schema
+from services.domain import access, field_rules, schema
 from services.likes.access import AccessCache, AccessLimits
 from services.likes.config import LikesSettings
 from services.likes.counterless_store import CounterlessLikes, DirtyMarks
@@ -123,6 +123,7 @@ async def build(settings: LikesSettings) -> service.Service:
                     settings.grpc_port,
                     [LIKES],
                     lambda s: like_service_pb2_grpc.add_LikeServiceServicer_to_server(handlers, s),
+                    field_rules.LIKES,
                 )
             ],
             tls=settings.tls_material(),

@@ -12,14 +12,14 @@ server interceptor before the handler runs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from services.runtime.grpc_errors import abort
-from services.runtime.grpc_handlers import rebuilt
+from services.runtime.grpc_handlers import checked_first
 from services.runtime.tls import caller_identity
 from services.runtime.tokens import TokenError, TokenVerifier
 
@@ -126,55 +126,4 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if refused is not None:
                 await abort(context, *refused)
 
-        for kind, make_handler, checked, one_request in _KINDS:
-            inner = getattr(handler, kind)
-            if inner is not None:
-                behavior = checked(inner, check, one_request=one_request)
-                return rebuilt(make_handler, handler, behavior)
-        return handler
-
-
-Check = Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
-
-
-def _checked_call(
-    inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
-    check: Check,
-    *,
-    one_request: bool,
-) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    """`inner`'s one response once `check` let the call through (without a request for a call
-    streaming its requests: none can be read before the handler reads the stream)."""
-
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await check(request if one_request else None, context)
-        return await inner(request, context)
-
-    return call
-
-
-def _checked_stream(
-    inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
-    check: Check,
-    *,
-    one_request: bool,
-) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
-    """`inner`'s responses once `check` let the call through. A call streaming its requests is
-    checked without one: none can be read before the handler reads the stream."""
-
-    async def streaming(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await check(requests if one_request else None, context)
-        async for response in inner(requests, context):
-            yield response
-
-    return streaming
-
-
-# Each kind of method, how grpc makes its handler, and how its call is checked: every kind is,
-# including one no API has today (requests streamed, one response).
-_KINDS: tuple[tuple[str, Callable[..., Any], Callable[..., Any], bool], ...] = (
-    ("unary_unary", grpc.unary_unary_rpc_method_handler, _checked_call, True),
-    ("unary_stream", grpc.unary_stream_rpc_method_handler, _checked_stream, True),
-    ("stream_stream", grpc.stream_stream_rpc_method_handler, _checked_stream, False),
-    ("stream_unary", grpc.stream_unary_rpc_method_handler, _checked_call, False),
-)
+        return checked_first(handler, check)

@@ -3,7 +3,8 @@
 A service serves its APIs on one or more mTLS listeners (each its own port, so a NetworkPolicy
 can let a caller reach one API and not another) and gRPC health on a plaintext port that serves
 nothing else, for the kubelet's probes. Every API call passes tracing, metrics, error mapping and
-the access policy (caller identity and end user, services/runtime/access.py); reflection is
+the access policy (caller identity and end user, services/runtime/access.py) and its API's field
+rules (services/runtime/field_rules.py); reflection is
 registered only where configured. On SIGTERM: report NOT_SERVING, wait for load balancers to
 notice, stop accepting, let in-flight calls finish.
 """
@@ -14,7 +15,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -24,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from services.runtime import trace_context
 from services.runtime.access import AccessInterceptor, AccessPolicy
 from services.runtime.config import ServiceSettings
+from services.runtime.field_rules import FieldRulesInterceptor, RuleTable
 from services.runtime.grpc_errors import ErrorMappingInterceptor
 from services.runtime.metrics import MetricsInterceptor
 from services.runtime.readiness import LIVENESS, Readiness
@@ -56,11 +58,13 @@ Registrar = Callable[[grpc.aio.Server], None]
 
 @dataclass(frozen=True)
 class Api:
-    """One mTLS listener: its port (0: any free one) and the gRPC services it serves."""
+    """One mTLS listener: its port (0: any free one), the gRPC services it serves and their
+    request field rules."""
 
     port: int
     service_names: Sequence[str]
     register: Registrar
+    rules: RuleTable = field(default_factory=dict)
 
 
 class GrpcServer:
@@ -97,6 +101,7 @@ class GrpcServer:
                         MetricsInterceptor(),
                         ErrorMappingInterceptor(),
                         AccessInterceptor(access),
+                        FieldRulesInterceptor(api.rules),
                     ],
                     options=_api_options(
                         max_connection_age_seconds,

@@ -1,4 +1,5 @@
-"""The ForumReadService RPC surface."""
+"""The ForumReadService RPC surface (the requests' fields are checked before, by the rules in
+services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ from agora.events.v1 import live_events_pb2
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
 from asyncpg import Record
-from google.protobuf.message import Message
 
 from services.domain.forum import NOT_ENROLLED, comment_fields, post_fields, require_enrolled
-from services.domain.ids import MAX_ROW_ID, check_row_id
-from services.domain.paging import Page, check_limit
-from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.domain.ids import check_row_id
+from services.domain.paging import Page
+from services.runtime.grpc_errors import abort, abort_invalid
 from services.timeline.forum_repository import Checked, ForumReadRepository
-from services.timeline.watch import Watches, feed_response
+from services.timeline.watch import Watches, feed_response, parse_after
 
 POST_NOT_FOUND = "post not found in this course"
 COMMENT_NOT_FOUND = "comment not found in this course"
@@ -25,23 +25,6 @@ COMMENT_NOT_FOUND = "comment not found in this course"
 # A thread's read: (course_id, post or comment id, user_id, limit, after_id) → its page.
 ThreadRead = Callable[[int, int, int, int, int | None], Awaitable[tuple[Checked, Page[Record]]]]
 CommentsResponse = TypeVar("CommentsResponse", pb.ListCommentsResponse, pb.ListRepliesResponse)
-
-
-def _checks(limit: int | None = None, **ids: int) -> list[FieldViolation]:
-    problems = [v for name, value in ids.items() if (v := check_row_id(value, name)) is not None]
-    if limit is not None and (violation := check_limit(limit)) is not None:
-        problems.append(violation)
-    return problems
-
-
-def _cursor(request: Message, field: str, least: int) -> list[FieldViolation]:
-    """An optional keyset cursor: when set, an id from `least` to what a bigint holds."""
-    value = getattr(request, field) if request.HasField(field) else least
-    if value < least:
-        return [FieldViolation(field, "must be a positive id")]
-    if value > MAX_ROW_ID:
-        return [FieldViolation(field, f"must be at most {MAX_ROW_ID}")]
-    return []
 
 
 class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
@@ -56,16 +39,12 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     async def WatchCourse(
         self, request: pb.WatchCourseRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchCourseResponse]:
-        problems = _checks(course_id=request.course_id)
-        after, violation = self._watches.after(request.after)
-        if violation is not None:
-            problems.append(violation)
-        # For an end user (the gateway forwards their token): they must be enrolled, and stay so.
+        # For an end user (the gateway forwards their token): they must be enrolled, and stay so;
+        # which needs to know whose watch it is, so this one rule is the handler's.
         for_user = self._watches.token_expires(context) is not None
-        if for_user and (user_violation := check_row_id(request.user_id, "user_id")) is not None:
-            problems.append(user_violation)
-        if problems:
-            await abort_invalid(context, problems)
+        if for_user and (violation := check_row_id(request.user_id, "user_id")) is not None:
+            await abort_invalid(context, [violation])
+        after = parse_after(request.after)
         course, user = request.course_id, request.user_id
 
         async def still_allowed() -> str | None:
@@ -86,10 +65,6 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     async def ListPosts(
         self, request: pb.ListPostsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPostsResponse:
-        problems = _checks(request.limit, course_id=request.course_id, user_id=request.user_id)
-        problems += _cursor(request, "before_id", 1)
-        if problems:
-            await abort_invalid(context, problems)
         before = request.before_id if request.HasField("before_id") else None
         checked, page = await self._repo.feed(
             request.course_id, request.user_id, request.limit, before
@@ -107,11 +82,6 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     async def GetPost(
         self, request: pb.GetPostRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetPostResponse:
-        problems = _checks(
-            course_id=request.course_id, post_id=request.post_id, user_id=request.user_id
-        )
-        if problems:
-            await abort_invalid(context, problems)
         checked = await self._repo.post(request.course_id, request.post_id, request.user_id)
         await _require_visible(checked, context, POST_NOT_FOUND)
         return pb.GetPostResponse(post=post_fields(checked.rows[0]))
@@ -143,11 +113,6 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         """One page of a thread (a post's comments or a comment's replies), `target` naming the
         request's field of its post or comment."""
         target_id: int = getattr(request, target)
-        ids = {"course_id": request.course_id, target: target_id, "user_id": request.user_id}
-        problems = _checks(request.limit, **ids)
-        problems += _cursor(request, "after_id", 0)
-        if problems:
-            await abort_invalid(context, problems)
         after = request.after_id if request.HasField("after_id") else None
         checked, page = await read(
             request.course_id, target_id, request.user_id, request.limit, after

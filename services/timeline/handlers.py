@@ -1,4 +1,5 @@
-"""The TimelineService RPC surface: request checks, repository calls, rows → protos."""
+"""The TimelineService RPC surface: repository calls, rows → protos (the requests' fields are
+checked before, by the rules in services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,11 @@ from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
-from services.domain.ids import check_id
 from services.domain.messaging import SENT_AT, conversation_fields, stored_message_fields
-from services.domain.paging import check_limit
-from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
+from services.runtime.grpc_errors import abort
 from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
 from services.timeline.repository import TimelineRepository
-from services.timeline.watch import Watches, feed_response
+from services.timeline.watch import Watches, feed_response, parse_after
 
 T = TypeVar("T")
 
@@ -33,12 +32,8 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def WatchInbox(
         self, request: pb.WatchInboxRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchInboxResponse]:
-        problems = _check_account(request.account_id)
-        after, violation = self._watches.after(request.after)
-        if violation is not None:
-            problems.append(violation)
-        if problems:
-            await abort_invalid(context, problems)
+        # The field rules have refused an `after` that is no position.
+        after = parse_after(request.after)
         account = request.account_id
 
         async def still_allowed() -> str | None:
@@ -59,11 +54,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def ListMessages(
         self, request: pb.ListMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListMessagesResponse:
-        problems = _check_conversation(request.account_id, request.conversation_key)
-        problems += _check_page_limit(request.limit)
-        cursor, cursor_problems = _cursor(request, "before_sent_at", "before_id", request.before_id)
-        if problems or cursor_problems:
-            await abort_invalid(context, problems + cursor_problems)
+        cursor = _cursor(request, "before_sent_at", "before_id", request.before_id)
         conversation_id = await _found(
             context, await self._repo.conversation_id(request.account_id, request.conversation_key)
         )
@@ -91,7 +82,6 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def CountUnread(
         self, request: pb.CountUnreadRequest, context: grpc.aio.ServicerContext
     ) -> pb.CountUnreadResponse:
-        await _require_conversation(request, context)
         conversation = await _found(
             context,
             await self._repo.find_conversation(request.account_id, request.conversation_key),
@@ -104,7 +94,6 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def LatestIncoming(
         self, request: pb.LatestIncomingRequest, context: grpc.aio.ServicerContext
     ) -> pb.LatestIncomingResponse:
-        await _require_conversation(request, context)
         conversation_id = await _found(
             context, await self._repo.conversation_id(request.account_id, request.conversation_key)
         )
@@ -118,12 +107,6 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def GetQuotePayload(
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetQuotePayloadResponse:
-        problems = _check_account(request.account_id)
-        violation = check_id(request.msg_id, "msg_id", required=True)
-        if violation:
-            problems.append(violation)
-        if problems:
-            await abort_invalid(context, problems)
         found, payload = await self._repo.quote_payload(request.account_id, request.msg_id)
         if not found:
             await abort(context, grpc.StatusCode.NOT_FOUND, "message not found")
@@ -132,13 +115,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def ListConversations(
         self, request: pb.ListConversationsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListConversationsResponse:
-        problems = _check_account(request.account_id)
-        problems += _check_page_limit(request.limit)
-        cursor, cursor_problems = _cursor(
-            request, "before_last_message_at", "before_id", request.before_id
-        )
-        if problems or cursor_problems:
-            await abort_invalid(context, problems + cursor_problems)
+        cursor = _cursor(request, "before_last_message_at", "before_id", request.before_id)
 
         async def last_message_at(conversation_id: int) -> datetime | None:
             return await self._repo.last_message_at(request.account_id, conversation_id)
@@ -155,30 +132,6 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             next_before_last_message_at=timestamp_fields(oldest[4]),
             next_before_id=oldest[0],
         )
-
-
-def _check_account(account_id: int) -> list[FieldViolation]:
-    return [] if account_id else [FieldViolation("account_id", "is required")]
-
-
-def _check_page_limit(limit: int) -> list[FieldViolation]:
-    violation = check_limit(limit)
-    return [] if violation is None else [violation]
-
-
-def _check_conversation(account_id: int, conversation_key: str) -> list[FieldViolation]:
-    problems = _check_account(account_id)
-    violation = check_id(conversation_key, "conversation_key", required=True)
-    return [*problems, violation] if violation else problems
-
-
-async def _require_conversation(
-    request: pb.CountUnreadRequest | pb.LatestIncomingRequest, context: grpc.aio.ServicerContext
-) -> None:
-    """INVALID_ARGUMENT unless the request names a conversation (an account and a key)."""
-    problems = _check_conversation(request.account_id, request.conversation_key)
-    if problems:
-        await abort_invalid(context, problems)
 
 
 async def _found(context: grpc.aio.ServicerContext, conversation: T | None) -> T:
@@ -206,23 +159,14 @@ class _Cursor:
         return None if at is None else (at, self.id)
 
 
-def _cursor(
-    request: Any, time_field: str, id_field: str, id_value: int
-) -> tuple[_Cursor | None, list[FieldViolation]]:
-    """The keyset cursor, None for the first page."""
+def _cursor(request: Any, time_field: str, id_field: str, id_value: int) -> _Cursor | None:
+    """The keyset cursor, None for the first page (the field rules have refused a bad one)."""
     has_time = request.HasField(time_field)
     has_id = request.HasField(id_field)
     if not has_time and not has_id:
-        return None, []
-    at = None
-    if has_time:
-        ts = getattr(request, time_field)
-        if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < 253402300800:
-            return None, [FieldViolation(time_field, "is not a valid timestamp")]
-        at = to_datetime(ts)
-    if has_id and id_value <= 0:
-        return None, [FieldViolation(id_field, "must be a positive id")]
-    return _Cursor(at, id_value if has_id else None), []
+        return None
+    at = to_datetime(getattr(request, time_field)) if has_time else None
+    return _Cursor(at, id_value if has_id else None)
 
 
 async def _before(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
-from services.domain import access, schema
+from services.domain import access, field_rules, schema
 from services.runtime import service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
@@ -56,7 +56,14 @@ async def build(settings: TimelineSettings) -> service.Service:
         server = GrpcServer.from_settings(
             settings,
             health_port=settings.grpc_health_port,
-            apis=[Api(settings.grpc_port, [MESSAGING, FORUM], register)],
+            apis=[
+                Api(
+                    settings.grpc_port,
+                    [MESSAGING, FORUM],
+                    register,
+                    {**field_rules.TIMELINE, **field_rules.FORUM_READ},
+                )
+            ],
             tls=settings.tls_material(),
             access=policy,
         )

@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 from opentelemetry import trace
 
 from services.domain.live import POSITION_HEADER
-from services.runtime.grpc_errors import FieldViolation, abort
+from services.runtime.grpc_errors import abort
 from services.runtime.stream_ids import Position
 from services.runtime.tokens import TokenError, TokenVerifier
 from services.runtime.trace_context import links_to
@@ -166,13 +166,6 @@ class Watches:
             subject.woken.discard(woken)
             if not subject.woken and self._subjects.get(key) is subject:
                 del self._subjects[key]
-
-    @staticmethod
-    def after(text: str) -> tuple[Position | None, FieldViolation | None]:
-        try:
-            return parse_after(text), None
-        except ValueError as exc:
-            return None, FieldViolation("after", str(exc))
 
     def token_expires(self, context: grpc.aio.ServicerContext) -> float | None:
         """When the forwarded end-user token expires; None for a caller acting for no one (the
