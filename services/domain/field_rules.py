@@ -11,25 +11,22 @@ in this post) is the handler's, after these.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from agora.forum.v1 import like_service_pb2
 
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
-from services.domain.instants import Limits, check_time
+from services.domain.instants import SECONDS_END, Limits, check_time
 from services.domain.paging import check_limit
 from services.domain.text import MAX_BODY, MAX_TITLE, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
 from services.runtime.stream_ids import Position
 
+_LIKE_KINDS = (like_service_pb2.TARGET_KIND_POST, like_service_pb2.TARGET_KIND_COMMENT)
 # The most targets one LikedMap asks about: a page of posts with their comments.
 MAX_TARGETS = 500
-# 10000-01-01 UTC: a keyset cursor names a time before it, which a datetime can hold.
-_CURSOR_SECONDS_END = 253402300800
-_LIKE_KINDS = (like_service_pb2.TARGET_KIND_POST, like_service_pb2.TARGET_KIND_COMMENT)
 
 
 def _present(violation: FieldViolation | None) -> Iterator[FieldViolation]:
@@ -87,7 +84,7 @@ def time_cursor(time_field: str, id_field: str) -> Rule:
     def rule(request: Any) -> Iterator[FieldViolation]:
         if request.HasField(time_field):
             ts = getattr(request, time_field)
-            if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < _CURSOR_SECONDS_END:
+            if not 0 <= ts.nanos < 1_000_000_000 or not 0 < ts.seconds < SECONDS_END:
                 yield FieldViolation(time_field, "is not a valid timestamp")
                 return
         if request.HasField(id_field) and getattr(request, id_field) <= 0:
@@ -126,14 +123,6 @@ def like_targets(request: Any) -> Iterator[FieldViolation]:
         yield FieldViolation("targets", f"must hold at most {MAX_TARGETS}")
     for i, target in enumerate(request.targets):
         yield from _present(_like_target(target, f"targets[{i}]"))
-
-
-@dataclass(frozen=True)
-class IngestBounds:
-    """The configured bounds of ingest's requests (IngestSettings)."""
-
-    max_batch: int
-    limits: Limits
 
 
 def _batch(max_batch: int) -> Rule:
@@ -226,12 +215,11 @@ LIKES: RuleTable = {
 }
 
 
-def ingest(bounds: IngestBounds) -> RuleTable:
+def ingest(max_batch: int, limits: Limits) -> RuleTable:
     """IngestService's rules, with its configured bounds. A message of a batch is checked one by
     one by ingest itself (services/ingest/validation.py): a bad one is rejected, not the batch."""
-    limits = bounds.limits
     return {
-        _INGEST + "IngestMessages": (account, _batch(bounds.max_batch)),
+        _INGEST + "IngestMessages": (account, _batch(max_batch)),
         _INGEST + "RecordAgentSent": (
             account,
             zalo_id("thread_id"),

@@ -12,7 +12,9 @@ from services.runtime.grpc_errors import FieldViolation
 
 # Zalo launched in 2012: an earlier sent_at is a broken clock or a unit mistake (s vs ms).
 EARLIEST_SENT_AT = datetime(2012, 1, 1, tzinfo=UTC)
-_EARLIEST_SECONDS = int(EARLIEST_SENT_AT.timestamp())
+EARLIEST_SECONDS = int(EARLIEST_SENT_AT.timestamp())
+# 10000-01-01 UTC: the first second a datetime cannot hold.
+SECONDS_END = 253402300800
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ def check_time(ts: Timestamp, field: str, now: datetime, limits: Limits) -> Fiel
     if not 0 <= ts.nanos < 1_000_000_000:
         return FieldViolation(field, "has nanos outside 0..999999999")
     # Whole seconds: a float of seconds since 1970 rounds 2011-12-31T23:59:59.999999999 up to 2012.
-    if ts.seconds < _EARLIEST_SECONDS:
+    if ts.seconds < EARLIEST_SECONDS:
         return FieldViolation(field, "is before 2012-01-01 (seconds sent as milliseconds?)")
     if ts.seconds + ts.nanos / 1e9 > now.timestamp() + limits.sent_at_max_future_seconds:
         return FieldViolation(

@@ -23,6 +23,7 @@ from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
 from services.domain.ids import ID_PATTERN, MAX_ROW_ID
+from services.domain.instants import EARLIEST_SECONDS, SECONDS_END
 from services.domain.text import MAX_BODY, MAX_TITLE, TEXT_PATTERN
 
 # Messages per HTTP batch: ingest's INGEST_MAX_BATCH default, refused here before any item is
@@ -56,9 +57,12 @@ SentAt = Annotated[
     ),
 ]
 # Epoch milliseconds up to the end of year 9999, checked where the time is converted.
-EPOCH_MS_END = 253402300800000
+EPOCH_MS_END = SECONDS_END * 1000
 EpochMilliseconds = Annotated[
-    int, WithJsonSchema({"type": "integer", "minimum": 1325376000000, "maximum": EPOCH_MS_END - 1})
+    int,
+    WithJsonSchema(
+        {"type": "integer", "minimum": EARLIEST_SECONDS * 1000, "maximum": EPOCH_MS_END - 1}
+    ),
 ]
 
 # The stdlib JSON decoder behind FastAPI turns a "\ud83d\ude00" escape pair into one character but

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from services.domain.instants import Limits
 from services.runtime.config import ServiceSettings
 from services.runtime.tls import MtlsSettings
 from services.runtime.tokens import JwtSettings
@@ -52,3 +53,11 @@ class IngestSettings(
     json_max_bytes: int = Field(default=65_536, ge=2)
     # Listener clocks drift; anything later than this past the server's clock is rejected.
     sent_at_max_future_seconds: int = Field(default=300, ge=0)
+
+    def limits(self) -> Limits:
+        """The bounds of what ingest stores, as its checks take them."""
+        return Limits(
+            content_max_chars=self.content_max_chars,
+            json_max_bytes=self.json_max_bytes,
+            sent_at_max_future_seconds=self.sent_at_max_future_seconds,
+        )

@@ -7,7 +7,6 @@ from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
 from services.domain import access, field_rules, schema
-from services.domain.instants import Limits
 from services.ingest.accounts import AccountDirectory
 from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
@@ -47,12 +46,7 @@ async def build(settings: IngestSettings) -> service.Service:
         )
         resources.push_async_callback(durable.aclose)
         MESSAGE_BACKLOG_BOUND.set(settings.message_queue_max)
-        limits = Limits(
-            content_max_chars=settings.content_max_chars,
-            json_max_bytes=settings.json_max_bytes,
-            sent_at_max_future_seconds=settings.sent_at_max_future_seconds,
-        )
-        bounds = field_rules.IngestBounds(settings.ingest_max_batch, limits)
+        limits = settings.limits()
         messages = IngestHandlers(
             limits,
             streams,
@@ -84,7 +78,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     lambda s: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(
                         messages, s
                     ),
-                    field_rules.ingest(bounds),
+                    field_rules.ingest(settings.ingest_max_batch, limits),
                 ),
                 Api(
                     settings.grpc_forum_port,

@@ -17,7 +17,6 @@ import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
 
 from services.likes.access import AccessCache, AccessLimits
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
@@ -26,7 +25,7 @@ from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from tests.conftest import Env
-from tests.helpers import SHARDS, as_gateway
+from tests.helpers import SHARDS, as_gateway, postgres_statements
 
 pytestmark = pytest.mark.asyncio
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
@@ -223,16 +222,6 @@ async def test_cold_sets_waiting_together_are_warmed_with_one_query(
     assert cached.checks.taken() == {"liked_many": 1}
 
 
-def postgres_calls(spans: InMemorySpanExporter) -> list[str]:
-    found = []
-    for span in spans.get_finished_spans():
-        attributes = dict(span.attributes or {})
-        system = attributes.get("db.system", attributes.get("db.system.name"))
-        if span.kind == SpanKind.CLIENT and system == "postgresql":
-            found.append(str(attributes.get("db.statement", attributes.get("db.query.text"))))
-    return found
-
-
 @pytest_asyncio.fixture
 async def stub(
     likes_server: GrpcServer, env: Env, clean: None
@@ -253,7 +242,7 @@ async def test_a_like_at_steady_state_asks_postgresql_nothing(
     # First requests: the course's members, the target, each user's liked SET.
     assert (await stub.SetLike(request(7, POST, 1))).changed
     await stub.LikedMap(pb.LikedMapRequest(user_id=8, course_id=42))
-    assert postgres_calls(spans)
+    assert postgres_statements(spans)
     spans.clear()
 
     assert (await stub.SetLike(request(8, POST, 1))).changed
@@ -264,7 +253,7 @@ async def test_a_like_at_steady_state_asks_postgresql_nothing(
     )
     assert list(flags.liked) == [True]
 
-    assert postgres_calls(spans) == []
+    assert postgres_statements(spans) == []
     redis_calls = [s for s in spans.get_finished_spans() if (s.attributes or {}).get("db.system")]
     assert redis_calls  # the spans were recorded: Redis was asked
 

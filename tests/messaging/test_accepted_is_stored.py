@@ -25,7 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from services.domain.instants import EARLIEST_SENT_AT, Limits
+from services.domain.instants import EARLIEST_SENT_AT
 from services.domain.messaging import DIRECTION_NAMES, THREAD_TYPE_NAMES
 from services.gateway.config import GatewaySettings
 from services.ingest.config import IngestSettings
@@ -493,12 +493,7 @@ async def test_every_json_text_ingest_accepts_is_stored_as_it_is_by_a_json_colum
 ) -> None:
     """Directly against a JSON column (cheap, so five times the examples): ingest's check and the
     server's must agree on everything ingest accepts."""
-    limits = Limits(
-        content_max_chars=ingest_settings.content_max_chars,
-        json_max_bytes=ingest_settings.json_max_bytes,
-        sent_at_max_future_seconds=ingest_settings.sent_at_max_future_seconds,
-    )
-    assume(doc and check_json(doc, "attachments", limits) is None)
+    assume(doc and check_json(doc, "attachments", ingest_settings.limits()) is None)
     async with admin_db.connection() as conn:
         await conn.execute("CREATE TEMPORARY TABLE json_probe (doc JSON NULL)")
         try:

@@ -32,7 +32,7 @@ from services.streams.messages import MessageStreams
 from services.streams.replay import Replayer
 from tests.chaos.harness.proxy import Proxy
 from tests.conftest import Env, serving
-from tests.helpers import Flusher, as_listener, at, dead_letter_count, message
+from tests.helpers import Flusher, as_listener, at, dead_letter_count, message, outcome
 
 pytestmark = pytest.mark.asyncio
 UNKNOWN = FieldViolation("account_id", "no Zalo account has this id")
@@ -49,15 +49,6 @@ async def failure(call: Awaitable[object]) -> tuple[grpc.StatusCode, list[FieldV
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await call
     return error.value.code(), field_violations(error.value)
-
-
-async def outcome(call: Awaitable[object]) -> grpc.StatusCode:
-    """OK, or the code the call failed with."""
-    try:
-        await call
-    except grpc.aio.AioRpcError as exc:
-        return exc.code()
-    return grpc.StatusCode.OK
 
 
 async def until(call: Any, expected: grpc.StatusCode, meanwhile: grpc.StatusCode) -> None:
