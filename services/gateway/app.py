@@ -24,7 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 from services.domain.ids import MAX_ROW_ID
 from services.gateway import errors, web
 from services.gateway.auth import AuthMiddleware
-from services.gateway.clients import Upstreams
+from services.gateway.clients import ClientPool
 from services.gateway.config import GatewaySettings
 from services.gateway.feeds import Feeds
 from services.gateway.live_stream import Streams, StreamSettings
@@ -63,7 +63,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as resources:
-            app.state.clients = Upstreams.connect(
+            app.state.clients = ClientPool.connect(
                 ingest_addr=settings.ingest_addr,
                 ingest_forum_addr=settings.ingest_forum_addr,
                 timeline_addr=settings.timeline_addr,

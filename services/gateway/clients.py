@@ -13,7 +13,7 @@ it. One connection per upstream would leave all but one worker idle, so the gate
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 import grpc
@@ -37,33 +37,23 @@ _LIKES = ["agora.forum.v1.LikeService"]
 
 @dataclass(frozen=True, slots=True)
 class Clients:
-    """One request's stubs, and the keyword arguments of each of its calls: the deadline and
-    the end user's credential it forwards."""
+    """The stubs over one connection to each upstream listener and, once handed to a request,
+    the keyword arguments of each of its calls: the deadline and the end user's credential it
+    forwards."""
 
     ingest: ingest_service_pb2_grpc.IngestServiceStub
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
     likes: like_service_pb2_grpc.LikeServiceStub
-    options: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class _Stubs:
-    """The stubs over one connection to each upstream listener."""
-
-    ingest: ingest_service_pb2_grpc.IngestServiceStub
-    timeline: timeline_service_pb2_grpc.TimelineServiceStub
-    forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
-    forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
-    likes: like_service_pb2_grpc.LikeServiceStub
-
-
-class Upstreams:
+class ClientPool:
     """The app's channels (opened in its lifespan), handed out in turn to the requests."""
 
     def __init__(
-        self, stubs: list[_Stubs], timeout: float, channels: tuple[grpc.aio.Channel, ...] = ()
+        self, stubs: list[Clients], timeout: float, channels: tuple[grpc.aio.Channel, ...] = ()
     ) -> None:
         self._stubs = stubs
         self._next = 0
@@ -81,7 +71,7 @@ class Upstreams:
         timeout: float,
         tls: TlsMaterial,
         connections: int = 1,
-    ) -> Upstreams:
+    ) -> ClientPool:
         stubs, channels = [], []
         for _ in range(connections):
             ingest = open_channel(ingest_addr, tls=tls)
@@ -90,7 +80,7 @@ class Upstreams:
             likes = open_channel(likes_addr, tls=tls, idempotent_services=_LIKES)
             channels += [ingest, forum_write, timeline, likes]
             stubs.append(
-                _Stubs(
+                Clients(
                     ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
                     timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
                     forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
@@ -104,26 +94,20 @@ class Upstreams:
         """The next connection's stubs, calling for the user of this (verified) header."""
         stubs = self._stubs[self._next]
         self._next = (self._next + 1) % len(self._stubs)
-        return Clients(
-            ingest=stubs.ingest,
-            timeline=stubs.timeline,
-            forum_write=stubs.forum_write,
-            forum_read=stubs.forum_read,
-            likes=stubs.likes,
-            options={"timeout": self.timeout, "metadata": (("authorization", authorization),)},
-        )
+        options = {"timeout": self.timeout, "metadata": (("authorization", authorization),)}
+        return replace(stubs, options=options)
 
     async def close(self) -> None:
         for channel in self.channels:
             await channel.close()
 
 
-async def _upstream(request: Request) -> Clients:
-    upstreams: Upstreams = request.app.state.clients
+async def _request_clients(request: Request) -> Clients:
+    pool: ClientPool = request.app.state.clients
     # Only /api routes take clients, and AuthMiddleware has verified their header.
-    return upstreams.for_user(request.headers["authorization"])
+    return pool.for_user(request.headers["authorization"])
 
 
 # A route parameter of this type receives the app's clients (opened in the app's lifespan),
 # calling for the request's user.
-Upstream = Annotated[Clients, Depends(_upstream)]
+RequestClients = Annotated[Clients, Depends(_request_clients)]

@@ -37,7 +37,7 @@ from services.domain.forum import (
 )
 from services.likes.access import AccessCache
 from services.likes.direct_writes import DirectWrites
-from services.likes.sync_store import liked_flags
+from services.likes.sync_store import liked_in_database
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import COMMENT, MARK_DIRTY, POST, LikeStreams, TargetKind
 
@@ -138,4 +138,4 @@ class CounterlessLikes:
     ) -> list[bool]:
         version = await self._access.current_version(course_id)
         await self._access.authorize(course_id, user_id, None, version)
-        return await liked_flags(self._pool, user_id, course_id, targets, self._direct)
+        return await liked_in_database(self._pool, user_id, course_id, targets, self._direct)

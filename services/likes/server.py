@@ -10,11 +10,11 @@ from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
 from services.domain import access, field_rules, schema
 from services.likes.access import AccessCache, AccessLimits
+from services.likes.buffered_store import BacklogBound, BufferedLikes
 from services.likes.config import LikesSettings
 from services.likes.counterless_store import CounterlessLikes, DirtyMarks
 from services.likes.direct_writes import DirectWrites
 from services.likes.handlers import LikeHandlers, LikeStore
-from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
 from services.likes.sync_store import SyncLikes
 from services.runtime import redis_client, service

@@ -124,7 +124,7 @@ class SyncLikes:
     ) -> list[bool]:
         if not (await self._checks.check(course_id, user_id, None, False)).member:
             raise NotEnrolledError
-        return await liked_flags(self._pool, user_id, course_id, targets, self._direct)
+        return await liked_in_database(self._pool, user_id, course_id, targets, self._direct)
 
 
 async def _publish(live: LikeCountPublication, count: LikeCount) -> None:
@@ -139,7 +139,7 @@ async def _publish(live: LikeCountPublication, count: LikeCount) -> None:
             log.error("live: like count left for the recount to publish", exc_info=exc)
 
 
-async def liked_flags(
+async def liked_in_database(
     pool: asyncpg.Pool,
     user_id: int,
     course_id: int,

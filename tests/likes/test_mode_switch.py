@@ -20,11 +20,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from services.likes import server as likes_service
 from services.likes.access import AccessCache, AccessLimits
+from services.likes.buffered_store import BacklogBound, BufferedLikes
 from services.likes.config import LikesSettings
 from services.likes.direct_writes import DirectWrites
-from services.likes.redis_store import BacklogBound, BufferedLikes
 from services.likes.repository import ForumChecks
-from services.likes.sync_store import liked_flags
+from services.likes.sync_store import liked_in_database
 from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.redis_client import DurableScripts
@@ -343,6 +343,6 @@ async def test_a_direct_pods_read_overtaken_by_the_flusher_still_sees_the_like(
     )
     try:
         pool = cast(asyncpg.Pool, FlushedMidRead(pg_likes, flusher.drain))
-        assert await liked_flags(pool, 8, 42, [POST_1, COMMENT_1], direct) == [True, False]
+        assert await liked_in_database(pool, 8, 42, [POST_1, COMMENT_1], direct) == [True, False]
     finally:
         await client.aclose()

@@ -16,7 +16,7 @@ from fastapi import APIRouter
 
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, Principal
-from services.gateway.clients import Clients, Upstream
+from services.gateway.clients import Clients, RequestClients
 from services.gateway.convert import JsonBytes, comment_json, ok, optional_value, page, post_json
 from services.gateway.errors import ApiError
 from services.gateway.params import CourseId, CursorId, Limit, RowId
@@ -29,7 +29,7 @@ router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
 _DELETED = {"data": {"deleted": True}}
 
 
-async def liked_flags(
+async def liked_by_me_or_unknown(
     clients: Clients, user: Principal, course_id: int, targets: list[Target]
 ) -> list[bool | None]:
     """liked_by_me for each target: one LikedMap call (one SMISMEMBER); None if unavailable."""
@@ -63,7 +63,7 @@ def _comments(ids: list[int]) -> list[Target]:
 
 @router.get("/posts", summary="The course feed, newest first", response_model=schemas.PostsPage)
 async def list_posts(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     course_id: CourseId,
     limit: Limit = 20,
@@ -73,7 +73,9 @@ async def list_posts(
         course_id=course_id, user_id=user.user_id, limit=limit, before_id=before_id
     )
     reply = await clients.forum_read.ListPosts(rpc, **clients.options)
-    liked = await liked_flags(clients, user, course_id, _posts([p.id for p in reply.posts]))
+    liked = await liked_by_me_or_unknown(
+        clients, user, course_id, _posts([p.id for p in reply.posts])
+    )
     return page(
         [post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
         limit,
@@ -86,7 +88,7 @@ async def list_posts(
     "/posts", summary="Create a post", response_model=schemas.PostResponse, status_code=201
 )
 async def create_post(
-    clients: Upstream, user: CurrentUser, course_id: CourseId, body: schemas.NewPost
+    clients: RequestClients, user: CurrentUser, course_id: CourseId, body: schemas.NewPost
 ) -> JsonBytes:
     reply = await clients.forum_write.CreatePost(
         write_pb.CreatePostRequest(
@@ -99,13 +101,13 @@ async def create_post(
 
 @router.get("/posts/{post_id}", summary="One post", response_model=schemas.PostResponse)
 async def get_post(
-    clients: Upstream, user: CurrentUser, course_id: CourseId, post_id: RowId
+    clients: RequestClients, user: CurrentUser, course_id: CourseId, post_id: RowId
 ) -> JsonBytes:
     reply = await clients.forum_read.GetPost(
         read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         **clients.options,
     )
-    [liked] = await liked_flags(clients, user, course_id, _posts([reply.post.id]))
+    [liked] = await liked_by_me_or_unknown(clients, user, course_id, _posts([reply.post.id]))
     return ok({"data": post_json(reply.post, liked)})
 
 
@@ -113,7 +115,7 @@ async def get_post(
     "/posts/{post_id}", summary="Delete your post", response_model=schemas.DeletedResponse
 )
 async def delete_post(
-    clients: Upstream, user: CurrentUser, course_id: CourseId, post_id: RowId
+    clients: RequestClients, user: CurrentUser, course_id: CourseId, post_id: RowId
 ) -> JsonBytes:
     await clients.forum_write.DeletePost(
         write_pb.DeletePostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
@@ -128,7 +130,7 @@ async def delete_post(
     response_model=schemas.CommentsPage,
 )
 async def list_comments(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     course_id: CourseId,
     post_id: RowId,
@@ -149,7 +151,7 @@ async def list_comments(
     status_code=201,
 )
 async def create_comment(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     course_id: CourseId,
     post_id: RowId,
@@ -172,7 +174,7 @@ async def create_comment(
     response_model=schemas.CommentsPage,
 )
 async def list_replies(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     course_id: CourseId,
     comment_id: RowId,
@@ -196,7 +198,7 @@ async def list_replies(
     response_model=schemas.DeletedResponse,
 )
 async def delete_comment(
-    clients: Upstream, user: CurrentUser, course_id: CourseId, comment_id: RowId
+    clients: RequestClients, user: CurrentUser, course_id: CourseId, comment_id: RowId
 ) -> JsonBytes:
     await clients.forum_write.DeleteComment(
         write_pb.DeleteCommentRequest(
@@ -214,7 +216,9 @@ async def _comments_page(
     reply: read_pb.ListCommentsResponse | read_pb.ListRepliesResponse,
     limit: int,
 ) -> JsonBytes:
-    liked = await liked_flags(clients, user, course_id, _comments([c.id for c in reply.comments]))
+    liked = await liked_by_me_or_unknown(
+        clients, user, course_id, _comments([c.id for c in reply.comments])
+    )
     return page(
         [comment_json(c, flag) for c, flag in zip(reply.comments, liked, strict=True)],
         limit,
@@ -249,7 +253,7 @@ async def _set_like(
     response_model=schemas.LikeResponse,
 )
 async def like_post(
-    clients: Upstream,
+    clients: RequestClients,
     limiter: LikeLimiter,
     user: CurrentUser,
     course_id: CourseId,
@@ -265,7 +269,7 @@ async def like_post(
     response_model=schemas.LikeResponse,
 )
 async def like_comment(
-    clients: Upstream,
+    clients: RequestClients,
     limiter: LikeLimiter,
     user: CurrentUser,
     course_id: CourseId,

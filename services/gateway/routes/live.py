@@ -29,7 +29,7 @@ from starlette.types import Receive, Send
 
 from services.gateway import sse
 from services.gateway.auth import CurrentUser, Principal, require_account
-from services.gateway.clients import Upstream
+from services.gateway.clients import RequestClients
 from services.gateway.convert import (
     comment_json,
     conversation_json,
@@ -133,7 +133,7 @@ def _bounds(request: Request) -> StreamBounds:
 )
 async def inbox_events(
     request: Request,
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     last_event_id: LastEventId = "",
@@ -159,7 +159,7 @@ async def inbox_events(
 )
 async def course_events(
     request: Request,
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     course_id: CourseId,
     last_event_id: LastEventId = "",

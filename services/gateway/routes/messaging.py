@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from services.domain.ids import ID_PATTERN
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, require_account
-from services.gateway.clients import Clients, Upstream
+from services.gateway.clients import Clients, RequestClients
 from services.gateway.convert import (
     BadValue,
     JsonBytes,
@@ -77,7 +77,7 @@ def _timeline_page(
     response_model=schemas.MessagesPage,
 )
 async def list_messages(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKey,
@@ -108,7 +108,7 @@ async def list_messages(
     openapi_extra={"x-batch-limit": schemas.MAX_BATCH},
 )
 async def ingest_messages(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     body: schemas.IngestBody,
@@ -144,7 +144,7 @@ async def ingest_messages(
     response_model=schemas.QuotePayloadResponse,
 )
 async def quote_payload(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     msg_id: Annotated[str, Path(pattern=ID_PATTERN)],
@@ -164,7 +164,7 @@ async def quote_payload(
     response_model=schemas.ConversationsPage,
 )
 async def list_conversations(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     limit: Limit = 20,
@@ -189,7 +189,7 @@ async def list_conversations(
     response_model=schemas.UnreadResponse,
 )
 async def count_unread(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
@@ -223,7 +223,7 @@ async def _count_unread(
     status_code=202,
 )
 async def mark_read(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
@@ -249,7 +249,7 @@ async def mark_read(
     response_model=schemas.LatestIncomingResponse,
 )
 async def latest_incoming(
-    clients: Upstream,
+    clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKeyPath,
@@ -277,7 +277,7 @@ async def latest_incoming(
     status_code=202,
 )
 async def record_agent_sent(
-    clients: Upstream, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
+    clients: RequestClients, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
 ) -> JsonBytes:
     require_account(user, account_id)
     # The agent is the caller: a body naming someone else would record a message as them.

@@ -37,10 +37,12 @@ from services.runtime.redis_client import DurableScripts
 from services.streams.likes import LikeStreams, TargetKind, member, unflushed
 from services.streams.producer import LUA_APPEND, publishing
 
-_WARM_BODY = lua.library(__package__, "redis_store/warm_from")
-_GUARD_BODY = lua.library(__package__, "redis_store/may_warm")
-TOGGLE = lua.source(__package__, "redis_store/toggle", before=(LUA_APPEND, _WARM_BODY, _GUARD_BODY))
-WARM = lua.source(__package__, "redis_store/warm", before=(_WARM_BODY, _GUARD_BODY))
+_WARM_BODY = lua.library(__package__, "buffered_store/warm_from")
+_GUARD_BODY = lua.library(__package__, "buffered_store/may_warm")
+TOGGLE = lua.source(
+    __package__, "buffered_store/toggle", before=(LUA_APPEND, _WARM_BODY, _GUARD_BODY)
+)
+WARM = lua.source(__package__, "buffered_store/warm", before=(_WARM_BODY, _GUARD_BODY))
 
 
 @dataclass(frozen=True)

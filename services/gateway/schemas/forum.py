@@ -1,0 +1,122 @@
+"""JSON shapes of the course forum routes (services/gateway/routes/forum.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+from pydantic.config import JsonDict
+
+from services.domain.ids import MAX_ROW_ID
+from services.domain.text import MAX_BODY, MAX_TITLE, TEXT_PATTERN
+from services.gateway.schemas.base import Pagination, RequestModel, Success
+
+LikedByMe = Annotated[
+    bool | None,
+    Field(description="Whether the caller liked it; null when the likes service is unavailable"),
+]
+
+
+class Post(BaseModel):
+    id: int
+    course_id: int
+    user_id: int
+    title: str
+    body: str
+    like_count: int
+    comment_count: int
+    created_at: str
+    liked_by_me: LikedByMe
+
+
+class Comment(BaseModel):
+    id: int
+    post_id: int
+    parent_id: int | None = Field(description="The top-level comment a reply belongs to")
+    user_id: int
+    body: str
+    like_count: int
+    reply_count: int
+    reply_to_comment_id: int | None = Field(description="For a reply to a reply: which one")
+    reply_to_user_id: int | None = Field(description="For a reply to a reply: whose")
+    created_at: str
+    liked_by_me: LikedByMe
+
+
+class FeedPagination(Pagination):
+    next_before_id: int | None
+
+
+class CommentPagination(Pagination):
+    next_after_id: int | None
+
+
+class PostsPage(Success):
+    data: list[Post]
+    pagination: FeedPagination
+
+
+class PostResponse(Success):
+    data: Post
+
+
+class CommentsPage(Success):
+    data: list[Comment]
+    pagination: CommentPagination
+
+
+class CommentResponse(Success):
+    data: Comment
+
+
+# Stated here, enforced by ingest (services/domain/text.py): the same pattern.
+_TEXT: JsonDict = {"pattern": TEXT_PATTERN}
+
+
+# A post's or comment's body.
+PostText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_BODY,
+        description=f"1-{MAX_BODY:,} characters, not blank, no NUL",
+        json_schema_extra=_TEXT,
+    ),
+]
+
+
+class NewPost(RequestModel):
+    title: str = Field(
+        min_length=1,
+        max_length=MAX_TITLE,
+        description=f"1-{MAX_TITLE} characters, not blank, no NUL",
+        json_schema_extra=_TEXT,
+    )
+    body: PostText
+
+
+class NewComment(RequestModel):
+    body: PostText
+    parent_id: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_ROW_ID,
+        description="Reply to this comment (a reply to a reply is placed under its root)",
+    )
+
+
+class Deleted(BaseModel):
+    deleted: bool
+
+
+class DeletedResponse(Success):
+    data: Deleted
+
+
+class LikeBody(RequestModel):
+    like: bool = Field(description="true to like, false to unlike")
+
+
+class LikeResponse(Success):
+    liked: bool
+    changed: bool = Field(description="false when it already was in the requested state")

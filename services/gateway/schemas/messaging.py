@@ -1,0 +1,203 @@
+"""JSON shapes of the Zalo inbox routes (services/gateway/routes/messaging.py).
+
+Messages keep their column names.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, JsonValue
+
+from services.domain.ids import ID_PATTERN
+from services.gateway.schemas.base import (
+    MAX_UINT64,
+    EpochMilliseconds,
+    Pagination,
+    RequestModel,
+    SentAt,
+    Success,
+)
+
+# Messages per HTTP batch: ingest's INGEST_MAX_BATCH default, refused here before any item is
+# converted (the OpenAPI document says maxItems).
+MAX_BATCH = 500
+
+
+class Message(BaseModel):
+    id: int
+    zalo_account_id: int
+    zalo_conversation_id: int
+    msg_id: str
+    cli_msg_id: str | None
+    thread_id: str
+    thread_type: Literal["user", "group"]
+    direction: Literal["in", "out"]
+    sender_id: str | None
+    sender_name: str | None
+    content: str | None
+    msg_type: str | None
+    attachments: JsonValue
+    mentions: JsonValue
+    quote_msg_id: str | None
+    quote_payload: JsonValue
+    quote_preview: JsonValue
+    sent_at: str = Field(examples=["2026-08-02T10:00:00.123+00:00"])
+    created_at: str | None
+    updated_at: str | None
+
+
+class MessagePagination(Pagination):
+    next_before_sent_at: str | None
+    next_before_id: int | None
+
+
+class MessagesPage(Success):
+    data: list[Message]
+    pagination: MessagePagination
+
+
+class Conversation(BaseModel):
+    id: int
+    zalo_account_id: int
+    thread_id: str
+    thread_type: Literal["user", "group"]
+    last_message_at: str
+    last_read_at: str | None
+    unread_count: int
+
+
+class ConversationPagination(Pagination):
+    next_before_last_message_at: str | None
+    next_before_id: int | None
+
+
+class ConversationsPage(Success):
+    data: list[Conversation]
+    pagination: ConversationPagination
+
+
+class UnreadCount(BaseModel):
+    conversation_key: str
+    unread: int
+    last_read_at: str | None
+
+
+class UnreadResponse(Success):
+    data: UnreadCount
+
+
+class LatestIncoming(BaseModel):
+    conversation_key: str
+    msg_id: str | None
+    sent_at: str | None
+
+
+class LatestIncomingResponse(Success):
+    data: LatestIncoming
+
+
+class QuotePayload(BaseModel):
+    msg_id: str
+    quote_payload: JsonValue
+
+
+class QuotePayloadResponse(Success):
+    data: QuotePayload
+
+
+class MarkReadBody(RequestModel):
+    read_at: SentAt | None = Field(
+        default=None,
+        description="ISO-8601 instant; everything sent up to it is read. Default: now.",
+    )
+
+
+class MarkedRead(BaseModel):
+    conversation_key: str
+    read_at: str
+
+
+class MarkReadResponse(Success):
+    data: MarkedRead
+
+
+class Rejection(BaseModel):
+    index: int
+    field: str
+    reason: str
+
+
+class IngestResult(BaseModel):
+    accepted: int
+    rejected: list[Rejection]
+
+
+class IngestResponse(Success):
+    data: IngestResult
+
+
+class IncomingQuote(RequestModel):
+    msg_id: str | None = None
+    payload: JsonValue = None
+    preview: JsonValue = None
+
+
+class IncomingMessage(RequestModel):
+    """One forwarded message. JSON fields take any JSON value (a string is taken as JSON text)."""
+
+    msg_id: str
+    cli_msg_id: str | None = None
+    thread_id: str
+    thread_type: Literal["user", "group"] = "user"
+    direction: Literal["in", "out"]
+    sender_id: str | None = None
+    sender_name: str | None = None
+    content: str | None = None
+    msg_type: str | None = None
+    attachments: JsonValue = None
+    mentions: JsonValue = None
+    quote: IncomingQuote | None = None
+    sent_at: SentAt | EpochMilliseconds = Field(
+        description="ISO-8601 with offset, or epoch milliseconds"
+    )
+
+
+class IngestBody(BaseModel):
+    """A batch of forwarded messages. Each item is checked on its own: invalid items are
+    reported in `rejected` by index while the valid ones are stored."""
+
+    # Not a RequestModel: one hostile item must not refuse the whole batch; each item is an
+    # IncomingMessage (a RequestModel) when convert.incoming_message validates it.
+
+    messages: list[JsonValue] = Field(
+        max_length=MAX_BATCH,
+        # At least one: the route refuses an empty batch with its own message.
+        json_schema_extra={
+            # Anything may come: what is not an IncomingMessage is reported in `rejected`.
+            "items": {
+                "anyOf": [
+                    {"$ref": "#/components/schemas/IncomingMessage"},
+                    {"description": "anything else: refused by its index in `rejected`"},
+                ]
+            },
+            "minItems": 1,
+        },
+    )
+
+
+class AgentSentBody(RequestModel):
+    thread_id: str = Field(pattern=ID_PATTERN)
+    cli_msg_id: str = Field(pattern=ID_PATTERN)
+    msg_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    agent_user_id: int | None = Field(default=None, ge=0, le=MAX_UINT64)
+    content: str | None = None
+    sent_at: SentAt | None = None
+
+
+class Accepted(BaseModel):
+    accepted: bool
+
+
+class AcceptedResponse(Success):
+    data: Accepted
