@@ -39,6 +39,7 @@ MESSAGE_COLUMNS = (
     "created_at",
     "updated_at",
 )
+MESSAGE_ID = MESSAGE_COLUMNS.index("id")
 SENT_AT = MESSAGE_COLUMNS.index("sent_at")
 
 # Before any message can have been sent: "never read" compares against this.
@@ -52,6 +53,9 @@ SELECT c.id, c.zalo_account_id, c.thread_id, c.thread_type, c.last_message_at, c
     WHERE m.zalo_conversation_id = c.id AND m.direction = 'in'
       AND m.sent_at > COALESCE(c.last_read_at, %s)) AS unread
 FROM zalo_conversations c"""
+# Where an INBOX_ROWS row holds what a page cursor is made of (c.id, c.last_message_at).
+CONVERSATION_ID = 0
+LAST_MESSAGE_AT = 4
 _CREATED_AT = MESSAGE_COLUMNS.index("created_at")
 _UPDATED_AT = MESSAGE_COLUMNS.index("updated_at")
 

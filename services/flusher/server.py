@@ -78,7 +78,7 @@ async def build(settings: FlusherSettings) -> service.Service:
             ),
         ]
         # The flusher serves no RPCs: only the plaintext health port, for the probes.
-        server = GrpcServer.from_settings(settings, health_port=settings.grpc_health_port)
+        server = GrpcServer(settings, health_port=settings.grpc_health_port)
         return service.Service(
             server,
             resources,

@@ -5,16 +5,13 @@ from __future__ import annotations
 from pydantic import Field
 
 from services.domain.instants import Limits
-from services.runtime.config import ServiceSettings
-from services.runtime.tls import MtlsSettings
+from services.runtime.config import ApiServiceSettings
 from services.runtime.tokens import JwtSettings
 from services.streams.live import LiveSettings
 from services.streams.messages import MessageStreamSettings
 
 
-class IngestSettings(
-    ServiceSettings, MessageStreamSettings, LiveSettings, JwtSettings, MtlsSettings
-):
+class IngestSettings(ApiServiceSettings, MessageStreamSettings, LiveSettings, JwtSettings):
     """ingest reads REDIS_URL, POSTGRES_URL and MYSQL_URL (required), its certificate, the
     end-user token keys, the live feeds' layout (its forum writes add to the courses' feeds) and
     the limits below."""

@@ -68,10 +68,9 @@ async def build(settings: IngestSettings) -> service.Service:
         outbox = CourseOutbox(pool, LivePublisher(redis, feeds, durable), feeds)
         forum = ForumWriteHandlers(ForumWriteRepository(pool, outbox), signal, outbox)
 
-        server = GrpcServer.from_settings(
+        server = GrpcServer.for_apis(
             settings,
-            health_port=settings.grpc_health_port,
-            apis=[
+            [
                 Api(
                     settings.grpc_port,
                     [MESSAGING],
@@ -89,8 +88,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     field_rules.FORUM_WRITE,
                 ),
             ],
-            tls=settings.tls_material(),
-            access=access.policy(settings),
+            access.policy(settings),
         )
         return service.Service(
             server,

@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from services.runtime.config import ServiceSettings
-from services.runtime.tls import MtlsSettings
+from services.runtime.config import ApiServiceSettings
 from services.runtime.tokens import JwtSettings
 from services.streams.likes import LikeStreamSettings
 from services.streams.live import LiveSettings
@@ -16,7 +15,7 @@ from services.streams.live import LiveSettings
 LikesMode = Literal["buffered", "sync", "counterless"]
 
 
-class LikesSettings(ServiceSettings, LikeStreamSettings, LiveSettings, JwtSettings, MtlsSettings):
+class LikesSettings(ApiServiceSettings, LikeStreamSettings, LiveSettings, JwtSettings):
     """likes reads POSTGRES_URL (read-only role) and, by mode, REDIS_URL or POSTGRES_WRITE_URL;
     its certificate, the end-user token keys and the live feeds' layout (a sync pod publishes
     the like counts it commits)."""

@@ -115,10 +115,9 @@ async def build(settings: LikesSettings) -> service.Service:
         else:
             raise SystemExit("likes: no store configured")
         handlers = LikeHandlers(store)
-        server = GrpcServer.from_settings(
+        server = GrpcServer.for_apis(
             settings,
-            health_port=settings.grpc_health_port,
-            apis=[
+            [
                 Api(
                     settings.grpc_port,
                     [LIKES],
@@ -126,8 +125,7 @@ async def build(settings: LikesSettings) -> service.Service:
                     field_rules.LIKES,
                 )
             ],
-            tls=settings.tls_material(),
-            access=access.policy(settings),
+            access.policy(settings),
         )
         return service.Service(server, resources, dependencies=dependencies)
 

@@ -12,6 +12,8 @@ from typing import TypeVar
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.runtime.tls import MtlsSettings
+
 S = TypeVar("S", bound=BaseSettings)
 
 
@@ -58,6 +60,13 @@ class ServiceSettings(BaseSettings):
     # promoted replica does not have. 0: acknowledged once the master has it (its AOF).
     redis_wait_replicas: int = Field(default=0, ge=0)
     redis_wait_timeout_ms: int = Field(default=1000, ge=1)
+
+
+class ApiServiceSettings(ServiceSettings, MtlsSettings):
+    """Settings of a service serving gRPC APIs: its certificate (the API listeners are mTLS) and
+    the port of its plaintext health listener."""
+
+    grpc_health_port: int
 
 
 def load(cls: type[S]) -> S:

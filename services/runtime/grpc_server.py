@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services.runtime import trace_context
 from services.runtime.access import AccessInterceptor, AccessPolicy
-from services.runtime.config import ServiceSettings
+from services.runtime.config import ApiServiceSettings, ServiceSettings
 from services.runtime.field_rules import FieldRulesInterceptor, RuleTable
 from services.runtime.grpc_errors import ErrorMappingInterceptor
 from services.runtime.metrics import MetricsInterceptor
@@ -34,6 +34,8 @@ from services.runtime.tls import TlsMaterial
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
 _OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -72,21 +74,19 @@ class GrpcServer:
 
     def __init__(
         self,
+        settings: ServiceSettings,
         *,
-        apis: Sequence[Api],
         health_port: int,
-        host: str = "0.0.0.0",
+        apis: Sequence[Api] = (),
         tls: TlsMaterial | None = None,
         access: AccessPolicy | None = None,
-        reflection_enabled: bool = False,
-        grace_seconds: float = 10.0,
-        drain_seconds: float = 0.0,
-        max_connection_age_seconds: float = 0.0,
-        connection_age_grace_seconds: float | None = None,
     ) -> None:
+        """A server on the host, reflection switch, drain and grace periods `settings` ask for."""
         self._apis = list(apis)
-        self._grace = grace_seconds
-        self._drain = drain_seconds
+        self._grace = settings.grpc_grace_seconds
+        self._drain = settings.grpc_drain_seconds
+        host = settings.grpc_host
+        age_grace = settings.grpc_max_connection_age_grace_seconds
         self.health = health.aio.HealthServicer()
         self._servers: list[grpc.aio.Server] = []
         self.ports: list[int] = []
@@ -104,15 +104,13 @@ class GrpcServer:
                         FieldRulesInterceptor(api.rules),
                     ],
                     options=_api_options(
-                        max_connection_age_seconds,
-                        grace_seconds
-                        if connection_age_grace_seconds is None
-                        else connection_age_grace_seconds,
+                        settings.grpc_max_connection_age_seconds,
+                        self._grace if age_grace is None else age_grace,
                     ),
                 )
                 api.register(server)
                 health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-                if reflection_enabled:
+                if settings.grpc_reflection:
                     names = [*api.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
                     reflection.enable_server_reflection(names, server)
                 self.ports.append(server.add_secure_port(f"{host}:{api.port}", credentials))
@@ -124,28 +122,17 @@ class GrpcServer:
         self._servers.append(probes)
 
     @classmethod
-    def from_settings(
-        cls,
-        settings: ServiceSettings,
-        *,
-        health_port: int,
-        apis: Sequence[Api] = (),
-        tls: TlsMaterial | None = None,
-        access: AccessPolicy | None = None,
+    def for_apis(
+        cls, settings: ApiServiceSettings, apis: Sequence[Api], access: AccessPolicy
     ) -> GrpcServer:
-        """A server on the host, reflection switch, drain and grace periods the service's
-        settings ask for."""
+        """A service's API server: `apis` over mTLS with the service's certificate, enforcing
+        `access`, and health on its health port."""
         return cls(
+            settings,
+            health_port=settings.grpc_health_port,
             apis=apis,
-            health_port=health_port,
-            host=settings.grpc_host,
-            tls=tls,
+            tls=settings.tls_material(),
             access=access,
-            reflection_enabled=settings.grpc_reflection,
-            grace_seconds=settings.grpc_grace_seconds,
-            drain_seconds=settings.grpc_drain_seconds,
-            max_connection_age_seconds=settings.grpc_max_connection_age_seconds,
-            connection_age_grace_seconds=settings.grpc_max_connection_age_grace_seconds,
         )
 
     @property

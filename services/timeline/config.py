@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from services.runtime.config import ServiceSettings
-from services.runtime.tls import MtlsSettings
+from services.runtime.config import ApiServiceSettings
 from services.runtime.tokens import JwtSettings
 from services.streams.live import LiveSettings
 
 
-class TimelineSettings(ServiceSettings, JwtSettings, MtlsSettings, LiveSettings):
+class TimelineSettings(ApiServiceSettings, JwtSettings, LiveSettings):
     """timeline reads MYSQL_URL and POSTGRES_URL (read-only users), REDIS_URL (the live feeds,
     read-only), its certificate and the end-user token keys from the environment."""
 

@@ -3,7 +3,7 @@ checked before, by the rules in services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -13,8 +13,16 @@ from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
-from services.domain.messaging import SENT_AT, conversation_fields, stored_message_fields
+from services.domain.messaging import (
+    CONVERSATION_ID,
+    LAST_MESSAGE_AT,
+    MESSAGE_ID,
+    SENT_AT,
+    conversation_fields,
+    stored_message_fields,
+)
 from services.runtime.grpc_errors import abort
+from services.runtime.mysql import Row
 from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
 from services.timeline.repository import TimelineRepository
 from services.timeline.watch import Watches, feed_response, parse_after
@@ -68,15 +76,10 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         page = await self._repo.list_messages(
             conversation_id, request.limit, before, include_archive=request.include_archive
         )
-        rows = page.rows
-        if not rows:
-            return pb.ListMessagesResponse(has_more=page.has_more)
-        oldest = rows[-1]
         return pb.ListMessagesResponse(
-            messages=[stored_message_fields(row) for row in rows],
+            messages=[stored_message_fields(row) for row in page.rows],
             has_more=page.has_more,
-            next_before_sent_at=timestamp_fields(oldest[SENT_AT]),
-            next_before_id=oldest[0],
+            **_next_before(page.rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),
         )
 
     async def CountUnread(
@@ -100,9 +103,8 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         latest = await self._repo.latest_incoming(conversation_id)
         if latest is None:
             return pb.LatestIncomingResponse(found=False)
-        return pb.LatestIncomingResponse(
-            found=True, msg_id=latest[0], sent_at=to_timestamp(latest[1])
-        )
+        msg_id, sent_at = latest
+        return pb.LatestIncomingResponse(found=True, msg_id=msg_id, sent_at=to_timestamp(sent_at))
 
     async def GetQuotePayload(
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext
@@ -122,16 +124,27 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
 
         before = await _before(context, cursor, last_message_at, "conversation of this account")
         page = await self._repo.list_conversations(request.account_id, request.limit, before)
-        rows = page.rows
-        if not rows:
-            return pb.ListConversationsResponse(has_more=page.has_more)
-        oldest = rows[-1]
         return pb.ListConversationsResponse(
-            conversations=[conversation_fields(row) for row in rows],
+            conversations=[conversation_fields(row) for row in page.rows],
             has_more=page.has_more,
-            next_before_last_message_at=timestamp_fields(oldest[4]),
-            next_before_id=oldest[0],
+            **_next_before(
+                page.rows, "next_before_last_message_at", LAST_MESSAGE_AT, CONVERSATION_ID
+            ),
         )
+
+
+def _next_before(
+    rows: Sequence[Row], time_field: str, time_column: int, id_column: int
+) -> dict[str, Any]:
+    """The cursor of the page after `rows` (newest first): before the oldest row's time and, on a
+    tie, its id; none after an empty page."""
+    if not rows:
+        return {}
+    oldest = rows[-1]
+    return {
+        time_field: timestamp_fields(oldest[time_column]),
+        "next_before_id": oldest[id_column],
+    }
 
 
 async def _found(context: grpc.aio.ServicerContext, conversation: T | None) -> T:

@@ -13,12 +13,11 @@ from typing import Any, cast
 
 from cachetools import LRUCache
 
-from services.domain.messaging import INBOX_ROWS, MESSAGE_COLUMNS, NEVER
+from services.domain.messaging import INBOX_ROWS, MESSAGE_COLUMNS, MESSAGE_ID, NEVER, SENT_AT
 from services.domain.paging import Page
 from services.runtime.mysql import MysqlDatabase, Row
 
 _SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM zalo_messages"
-_SENT_AT = MESSAGE_COLUMNS.index("sent_at")
 
 FIND_CONVERSATION = """
 SELECT id, last_read_at FROM zalo_conversations WHERE zalo_account_id = %s AND thread_id = %s
@@ -125,7 +124,7 @@ class TimelineRepository:
             rows += await self._page(
                 ARCHIVE_FIRST_PAGE, ARCHIVE_NEXT_PAGE, conversation_id, limit, before
             )
-            rows.sort(key=lambda r: (r[_SENT_AT], r[0]), reverse=True)
+            rows.sort(key=lambda r: (r[SENT_AT], r[MESSAGE_ID]), reverse=True)
         return Page.of(rows, limit)
 
     async def _page(
@@ -166,6 +165,7 @@ class TimelineRepository:
         return int(row[0]) if row else 0
 
     async def latest_incoming(self, conversation_id: int) -> tuple[str, datetime] | None:
+        """(msg_id, sent_at) of the conversation's newest incoming message."""
         row = await self._db.fetchone(LATEST_INCOMING, (conversation_id,))
         return None if row is None else (str(row[0]), row[1])
 

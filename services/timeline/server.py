@@ -53,19 +53,9 @@ async def build(settings: TimelineSettings) -> service.Service:
             timeline_service_pb2_grpc.add_TimelineServiceServicer_to_server(messages, server)
             forum_read_service_pb2_grpc.add_ForumReadServiceServicer_to_server(forum, server)
 
-        server = GrpcServer.from_settings(
-            settings,
-            health_port=settings.grpc_health_port,
-            apis=[
-                Api(
-                    settings.grpc_port,
-                    [MESSAGING, FORUM],
-                    register,
-                    {**field_rules.TIMELINE, **field_rules.FORUM_READ},
-                )
-            ],
-            tls=settings.tls_material(),
-            access=policy,
+        rules = {**field_rules.TIMELINE, **field_rules.FORUM_READ}
+        server = GrpcServer.for_apis(
+            settings, [Api(settings.grpc_port, [MESSAGING, FORUM], register, rules)], policy
         )
         return service.Service(
             server,
