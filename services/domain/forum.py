@@ -17,6 +17,9 @@ COMMENT_COLUMNS = (
     "id, post_id, parent_id, user_id, body, like_count, reply_count, reply_to_comment_id,"
     " reply_to_user_id, created_at"
 )
+# Each column is the Post / Comment field of the same name.
+_POST_FIELDS = tuple(POST_COLUMNS.split(", "))
+_COMMENT_FIELDS = tuple(COMMENT_COLUMNS.split(", "))
 
 
 # Enrolment as an SQL predicate over parameters {course} and {user}: the one spelling of the rule,
@@ -58,32 +61,18 @@ def _timestamp(value: datetime) -> dict[str, int]:
 
 def post_fields(row: Any) -> dict[str, Any]:
     """A posts row (POST_COLUMNS) as Post fields, for a message constructor."""
-    return {
-        "id": row["id"],
-        "course_id": row["course_id"],
-        "user_id": row["user_id"],
-        "title": row["title"],
-        "body": row["body"],
-        "like_count": row["like_count"],
-        "comment_count": row["comment_count"],
-        "created_at": _timestamp(row["created_at"]),
-    }
+    return _fields(row, _POST_FIELDS)
 
 
 def comment_fields(row: Any) -> dict[str, Any]:
     """A comments row (COMMENT_COLUMNS) as Comment fields; a NULL leaves its optional unset."""
-    return {
-        "id": row["id"],
-        "post_id": row["post_id"],
-        "parent_id": row["parent_id"],
-        "user_id": row["user_id"],
-        "body": row["body"],
-        "like_count": row["like_count"],
-        "reply_count": row["reply_count"],
-        "reply_to_comment_id": row["reply_to_comment_id"],
-        "reply_to_user_id": row["reply_to_user_id"],
-        "created_at": _timestamp(row["created_at"]),
-    }
+    return _fields(row, _COMMENT_FIELDS)
+
+
+def _fields(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    fields = {name: row[name] for name in names}
+    fields["created_at"] = _timestamp(row["created_at"])
+    return fields
 
 
 def post_from_row(row: Any) -> forum_pb2.Post:
