@@ -8,7 +8,13 @@ from typing import Protocol, TypeVar
 import redis.asyncio as redis
 
 from services.flusher.config import FlusherSettings
-from services.streams.consumer import Backlog, BatchHandler, ConsumerConfig, ShardConsumer
+from services.streams.consumer import (
+    Backlog,
+    BatchHandler,
+    ConsumedShard,
+    ConsumerConfig,
+    ShardConsumer,
+)
 from services.streams.leases import ShardedLayout
 from services.streams.supervisor import ConsumerFactory, ShardSupervisor
 
@@ -37,16 +43,8 @@ def shard_consumer(
 ) -> ShardConsumer[T]:
     """The consumer of `layout`'s stream `shard`, fenced by its lease's epoch."""
     stream = layout.stream(shard)
-    return ShardConsumer(
-        client,
-        stream=stream,
-        dead_letters=layout.dead_letters(shard),
-        backlog=backlog,
-        handler=handler,
-        config=config,
-        family=family,
-        fence=settings.fence(layout, stream, shard, epoch),
-    )
+    consumed = ConsumedShard(stream, layout.dead_letters(shard), backlog, handler, config, family)
+    return ShardConsumer(client, consumed, settings.fence(layout, stream, shard, epoch))
 
 
 def leased_supervisor(

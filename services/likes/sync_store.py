@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import asyncpg
 from agora.forum.v1 import like_service_pb2
@@ -77,54 +78,47 @@ _STATEMENTS = {
 }
 
 
+@dataclass(frozen=True)
 class SyncLikes:
     """SetLike / LikedMap straight against PostgreSQL. With `direct` (REDIS_URL set, as every
     deployment here has it) each write keeps its order with buffered pods serving the same users
     (services/likes/direct_writes.py); without, this pod must never serve next to a buffered one."""
 
-    def __init__(
-        self,
-        checks: ForumChecks,
-        pool: asyncpg.Pool,
-        direct: DirectWrites | None = None,
-        live: LikeCountPublication | None = None,
-        mark_dirty: Callable[[TargetKind, int], Awaitable[None]] | None = None,
-    ) -> None:
-        self._checks = checks
-        self._pool = pool
-        self._direct = direct
-        self._live = live
-        self._mark_dirty = mark_dirty
+    checks: ForumChecks
+    pool: asyncpg.Pool
+    direct: DirectWrites | None = None
+    live: LikeCountPublication | None = None
+    mark_dirty: Callable[[TargetKind, int], Awaitable[None]] | None = None
 
     async def set_like(
         self, user_id: int, course_id: int, kind: TargetKind, target_id: int, like: bool
     ) -> bool:
-        check = await self._checks.check(course_id, user_id, (kind, target_id), False)
+        check = await self.checks.check(course_id, user_id, (kind, target_id), False)
         if not check.member:
             raise NotEnrolledError
         if not check.target:
             raise TargetNotFoundError
         sql = _STATEMENTS[(kind, like)]
-        if self._live is not None and self._mark_dirty is not None:
+        if self.live is not None and self.mark_dirty is not None:
             # Before the statement: whatever happens after its COMMIT, the recount publishes.
-            await self._mark_dirty(kind, target_id)
-        if self._direct is None:
-            row = await self._pool.fetchrow(sql, target_id, user_id, course_id)
+            await self.mark_dirty(kind, target_id)
+        if self.direct is None:
+            row = await self.pool.fetchrow(sql, target_id, user_id, course_id)
         else:
-            async with self._direct.writing(user_id, course_id, kind, target_id):
-                row = await self._pool.fetchrow(sql, target_id, user_id, course_id)
+            async with self.direct.writing(user_id, course_id, kind, target_id):
+                row = await self.pool.fetchrow(sql, target_id, user_id, course_id)
         if row is None:
             return False
-        if self._live is not None:
-            await _publish(self._live, LikeCount(kind, target_id, row[0], course_id, row[1]))
+        if self.live is not None:
+            await _publish(self.live, LikeCount(kind, target_id, row[0], course_id, row[1]))
         return True
 
     async def liked_map(
         self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
     ) -> list[bool]:
-        if not (await self._checks.check(course_id, user_id, None, False)).member:
+        if not (await self.checks.check(course_id, user_id, None, False)).member:
             raise NotEnrolledError
-        return await liked_in_database(self._pool, user_id, course_id, targets, self._direct)
+        return await liked_in_database(self.pool, user_id, course_id, targets, self.direct)
 
 
 async def _publish(live: LikeCountPublication, count: LikeCount) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
@@ -27,22 +28,15 @@ log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 
 
+@dataclass(frozen=True)
 class Reconciler:
     """Fixes like_count rows that drifted from COUNT(*) of their like rows, and counts them."""
 
-    def __init__(
-        self,
-        repo: LikeRepository,
-        client: redis.Redis,
-        streams: LikeStreams,
-        batch: int = 500,
-        live: LikeCountPublication | None = None,
-    ) -> None:
-        self._repo = repo
-        self._redis = client
-        self._streams = streams
-        self._batch = batch
-        self._live = live
+    repo: LikeRepository
+    client: redis.Redis
+    streams: LikeStreams
+    batch: int = 500
+    live: LikeCountPublication | None = None
 
     async def recount_dirty(self) -> list[Drift]:
         """Recount the targets flushes marked since the last run (SPOP in batches)."""
@@ -55,14 +49,14 @@ class Reconciler:
     async def _recount_dirty(self) -> list[Drift]:
         drifts: list[Drift] = []
         for kind in (POST, COMMENT):
-            key = self._streams.dirty(kind)
+            key = self.streams.dirty(kind)
             while True:
-                popped = await self._redis.spop(key, self._batch)
+                popped = await self.client.spop(key, self.batch)
                 if not popped:
                     break
                 ids = sorted({int(i) for i in popped})
                 try:
-                    fixed = await self._repo.reconcile(kind, ids)
+                    fixed = await self.repo.reconcile(kind, ids)
                     await self._publish(kind, ids)
                 except BaseException:
                     # SPOP took the marks: without them the counters would stay wrong (or their
@@ -75,7 +69,7 @@ class Reconciler:
 
     async def _mark_again(self, key: str, popped: Any) -> None:
         try:
-            await self._redis.sadd(key, *popped)
+            await self.client.sadd(key, *popped)
         except REDIS_ERRORS as exc:
             log.warning(
                 "recount failed and %d dirty target(s) of %s could not be marked again (the"
@@ -89,8 +83,8 @@ class Reconciler:
         drifts: list[Drift] = []
         for kind in (POST, COMMENT):
             after = 0
-            while ids := await self._repo.ids_after(kind, after, self._batch):
-                fixed = self._record(await self._repo.reconcile(kind, ids))
+            while ids := await self.repo.ids_after(kind, after, self.batch):
+                fixed = self._record(await self.repo.reconcile(kind, ids))
                 await self._publish(kind, [d.target_id for d in fixed])
                 drifts += fixed
                 after = ids[-1]
@@ -98,10 +92,10 @@ class Reconciler:
 
     async def _publish(self, kind: TargetKind, ids: list[int]) -> None:
         """The recounted counts, read back after the recount's COMMIT (one query)."""
-        if self._live is None or not ids:
+        if self.live is None or not ids:
             return
         posts, comments = (ids, []) if kind == POST else ([], ids)
-        await self._live.publish(await self._repo.like_counts(posts, comments))
+        await self.live.publish(await self.repo.like_counts(posts, comments))
 
     def _record(self, drifts: list[Drift]) -> list[Drift]:
         for d in drifts:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import KW_ONLY, dataclass
 
 import asyncpg
 from opentelemetry import trace
@@ -31,30 +32,23 @@ DELETE FROM live_outbox WHERE id IN (
 RETURNING id, feed, payload"""
 
 
+@dataclass(frozen=True)
 class OutboxRelay:
     """Publishes live_outbox rows older than `after_seconds`, a batch at a time."""
 
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        publisher: LivePublisher,
-        *,
-        after_seconds: float,
-        every_seconds: float,
-        batch: int = 500,
-    ) -> None:
-        self._pool = pool
-        self._publisher = publisher
-        self._after = after_seconds
-        self._every = every_seconds
-        self._batch = batch
+    pool: asyncpg.Pool
+    publisher: LivePublisher
+    _: KW_ONLY
+    after_seconds: float
+    every_seconds: float
+    batch: int = 500
 
     async def relay_once(self, older_than: float | None = None) -> int:
         """Relay one batch of rows older than `older_than` seconds (default: the setting);
         returns how many."""
-        age = self._after if older_than is None else older_than
-        async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(TAKE, age, self._batch)
+        age = self.after_seconds if older_than is None else older_than
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(TAKE, age, self.batch)
             if not rows:
                 return 0
             feeds: dict[str, list[bytes]] = {}
@@ -62,12 +56,12 @@ class OutboxRelay:
                 feeds.setdefault(row["feed"], []).append(row["payload"])
             with _tracer.start_as_current_span("live.relay course outbox") as span:
                 span.set_attribute("agora.live.events", len(rows))
-                await self._publisher.publish(feeds)
+                await self.publisher.publish(feeds)
         log.info("live: relayed %d course event(s) a writer left in the outbox", len(rows))
         return len(rows)
 
     async def run(self, stop: asyncio.Event) -> None:
         async def step() -> bool:
-            return await self.relay_once() >= self._batch
+            return await self.relay_once() >= self.batch
 
-        await repeat(stop, step, every=self._every, name="live outbox relay")
+        await repeat(stop, step, every=self.every_seconds, name="live outbox relay")

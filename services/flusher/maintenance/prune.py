@@ -91,28 +91,21 @@ class PruneOutcome:
     contended: bool
 
 
+@dataclass(frozen=True)
 class Pruner:
     """Prunes claimed conversations, one lock holder per conversation."""
 
-    def __init__(
-        self,
-        repo: RetentionRepository,
-        queue: PruneQueue,
-        client: redis.Redis,
-        settings: PruneSettings,
-        lock_prefix: str,
-    ) -> None:
-        self._repo = repo
-        self._queue = queue
-        self._redis = client
-        self._settings = settings
-        self._lock_prefix = lock_prefix
+    repo: RetentionRepository
+    queue: PruneQueue
+    client: redis.Redis
+    settings: PruneSettings
+    lock_prefix: str
 
     async def prune(self, conversation_id: int) -> PruneOutcome:
         """Bring one conversation down to `keep` rows; skipped when another holder has its lock."""
-        s = self._settings
-        lock = self._redis.lock(
-            f"{self._lock_prefix}:{conversation_id}",
+        s = self.settings
+        lock = self.client.lock(
+            f"{self.lock_prefix}:{conversation_id}",
             timeout=s.lock_ttl_ms / 1000,
             blocking=False,
             thread_local=False,
@@ -126,7 +119,7 @@ class Pruner:
             deleted = archived = 0
             try:
                 while True:
-                    chunk = await self._repo.prune_chunk(
+                    chunk = await self.repo.prune_chunk(
                         conversation_id, keep=s.keep, chunk=s.chunk, archive=s.archive
                     )
                     deleted += chunk.deleted
@@ -149,8 +142,8 @@ class Pruner:
     async def run_once(self, limit: int = 64) -> int:
         """Prune the conversations due now; returns how many were claimed."""
         with suppress_instrumentation():  # polling the queue is not worth a trace
-            claimed = await self._queue.claim(limit, self._settings.lease_ms)
-        semaphore = asyncio.Semaphore(self._settings.concurrency)
+            claimed = await self.queue.claim(limit, self.settings.lease_ms)
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
 
         async def one(conversation_id: int) -> None:
             async with semaphore:
@@ -159,16 +152,16 @@ class Pruner:
                 except Exception as exc:
                     if not is_transient(exc):
                         log.exception("prune of conversation %d failed", conversation_id)
-                    await self._queue.retry_later(conversation_id, 1000)
+                    await self.queue.retry_later(conversation_id, 1000)
                     return
                 if outcome.contended:
-                    await self._queue.retry_later(conversation_id, self._settings.debounce_ms)
+                    await self.queue.retry_later(conversation_id, self.settings.debounce_ms)
                 else:
-                    await self._queue.done(conversation_id)
+                    await self.queue.done(conversation_id)
 
         await asyncio.gather(*(one(c) for c in claimed))
         with suppress_instrumentation():
-            metrics.PRUNE_BACKLOG.set(await self._queue.backlog())
+            metrics.PRUNE_BACKLOG.set(await self.queue.backlog())
         return len(claimed)
 
     async def run(self, stop: asyncio.Event) -> None:

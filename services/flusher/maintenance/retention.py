@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import date, datetime, timedelta
 
 from services.flusher.maintenance import capacity, metrics
@@ -28,23 +28,16 @@ class PartitionReport:
     pmax_rows: int
 
 
+@dataclass(frozen=True)
 class RetentionJobs:
     """The periodic work that keeps the inbox tables bounded."""
 
-    def __init__(
-        self,
-        db: MysqlDatabase,
-        repo: RetentionRepository,
-        *,
-        archive_retention_months: int,
-        agent_sent_retention_days: int,
-        cleanup_chunk: int = 1000,
-    ) -> None:
-        self._db = db
-        self._repo = repo
-        self._archive_months = archive_retention_months
-        self._agent_sent_days = agent_sent_retention_days
-        self._chunk = cleanup_chunk
+    db: MysqlDatabase
+    repo: RetentionRepository
+    _: KW_ONLY
+    archive_retention_months: int
+    agent_sent_retention_days: int
+    cleanup_chunk: int = 1000
 
     async def maintain_partitions(self, today: date | None = None) -> PartitionReport:
         """Partitions for this month and the next exist; months past retention are dropped.
@@ -55,26 +48,26 @@ class RetentionJobs:
         current = month_start(today)
         created = []
         for month in (current, add_months(current, 1)):
-            partitions = await self._repo.partitions()
+            partitions = await self.repo.partitions()
             newest = max((p.month for p in partitions if p.month), default=None)
             # Range partitions only grow at the top; an older month is covered by a lower range.
             if newest is not None and month <= newest:
                 continue
             try:
-                await self._repo.add_month_partition(month)
+                await self.repo.add_month_partition(month)
                 created.append(f"p{month:%Y%m}")
             except Exception as exc:
                 if getattr(exc, "args", [None])[0] != _DUPLICATE_PARTITION:
                     raise
-        oldest_kept = add_months(current, -self._archive_months)
+        oldest_kept = add_months(current, -self.archive_retention_months)
         dropped = []
-        for partition in await self._repo.partitions():
+        for partition in await self.repo.partitions():
             # A partition holds rows below its upper bound, i.e. months before the next one.
             if partition.month is not None and add_months(partition.month, 1) <= oldest_kept:
-                await self._repo.drop_partition(partition.name)
+                await self.repo.drop_partition(partition.name)
                 dropped.append(partition.name)
-        pmax = await self._repo.pmax_rows()
-        partitions = await self._repo.partitions()
+        pmax = await self.repo.pmax_rows()
+        partitions = await self.repo.partitions()
         metrics.ARCHIVE_PMAX_ROWS.set(pmax)
         metrics.ARCHIVE_PARTITIONS.set(sum(1 for p in partitions if p.month))
         if pmax:
@@ -85,12 +78,12 @@ class RetentionJobs:
 
     async def cleanup_agent_sent(self, now: datetime | None = None) -> int:
         """Delete agent-sent records older than the retention, in chunks; returns rows deleted."""
-        cutoff = (now or utc_now()) - timedelta(days=self._agent_sent_days)
+        cutoff = (now or utc_now()) - timedelta(days=self.agent_sent_retention_days)
         total = 0
-        while deleted := await self._repo.delete_agent_sent_before(cutoff, self._chunk):
+        while deleted := await self.repo.delete_agent_sent_before(cutoff, self.cleanup_chunk):
             total += deleted
             metrics.CLEANUP_ROWS.labels("zalo_agent_sent_messages").inc(deleted)
         return total
 
     async def sample_capacity(self) -> None:
-        await capacity.record_snapshot(self._db, utc_now().replace(microsecond=0))
+        await capacity.record_snapshot(self.db, utc_now().replace(microsecond=0))

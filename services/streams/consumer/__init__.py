@@ -18,12 +18,19 @@ The span and the metrics of each batch wrap the apply step (observed.py).
 """
 
 from services.streams.consumer.acks import failures_key
-from services.streams.consumer.config import Backlog, BatchHandler, ConsumerConfig, ConsumerStats
+from services.streams.consumer.config import (
+    Backlog,
+    BatchHandler,
+    ConsumedShard,
+    ConsumerConfig,
+    ConsumerStats,
+)
 from services.streams.consumer.loop import ShardConsumer
 
 __all__ = [
     "Backlog",
     "BatchHandler",
+    "ConsumedShard",
     "ConsumerConfig",
     "ConsumerStats",
     "ShardConsumer",

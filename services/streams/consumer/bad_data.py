@@ -18,12 +18,7 @@ import redis.asyncio as redis
 from services.runtime import lua
 from services.streams import metrics
 from services.streams.consumer.acks import failures_key
-from services.streams.consumer.config import (
-    Backlog,
-    BatchHandler,
-    ConsumerConfig,
-    ConsumerStats,
-)
+from services.streams.consumer.config import ConsumedShard, ConsumerStats
 from services.streams.consumer.retry import DataRefused
 from services.streams.entries import (
     FIELD_DELIVERIES,
@@ -51,29 +46,24 @@ class BadData(Generic[T]):
     def __init__(
         self,
         client: redis.Redis,
+        shard: ConsumedShard[T],
         *,
-        stream: str,
-        dead_letters: str,
-        backlog: Backlog,
-        config: ConsumerConfig,
-        handler: BatchHandler[T],
-        family: str,
         stats: ConsumerStats,
         acknowledge: Callable[[Sequence[Entry]], Awaitable[None]],
         landed: Callable[[int, float], None],
         pause: Callable[[float], Awaitable[None]],
     ) -> None:
-        self._stream = stream
-        self._dead_letters = dead_letters
-        self._backlog = backlog
-        self._config = config
-        self._handler = handler
-        self._family = family
+        self._stream = shard.stream
+        self._dead_letters = shard.dead_letters
+        self._backlog = shard.backlog
+        self._config = shard.config
+        self._handler = shard.handler
+        self._family = shard.family
         self._stats = stats
         self._acknowledge = acknowledge
         self._landed = landed
         self._pause = pause
-        self._failures = failures_key(stream)
+        self._failures = failures_key(shard.stream)
         self._failed = lua.register(client, __package__, "failed")
         self._move = lua.register(client, __package__, "dead_letter")
 

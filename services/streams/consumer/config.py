@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
@@ -57,6 +57,20 @@ class Backlog:
     def script_args(self, group: str) -> list[bytes | int | str]:
         """The group and which of the two counters are kept, as the scripts take them."""
         return [group, "1" if self.units_key else "0", "1" if self.bytes_key else "0"]
+
+
+@dataclass(frozen=True)
+class ConsumedShard(Generic[T]):
+    """What one consumer consumes and how: the shard's stream, its dead letters and backlog, the
+    handler of its batches, the consumer settings, and the stream family it belongs to (the
+    label of its metrics)."""
+
+    stream: str
+    dead_letters: str
+    backlog: Backlog
+    handler: BatchHandler[T]
+    config: ConsumerConfig
+    family: str
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,7 @@ from services.streams import metrics
 from services.streams.consumer.acks import Acks
 from services.streams.consumer.bad_data import BadData
 from services.streams.consumer.config import (
-    Backlog,
-    BatchHandler,
-    ConsumerConfig,
+    ConsumedShard,
     ConsumerStats,
 )
 from services.streams.consumer.observed import Meter, traced
@@ -39,43 +37,30 @@ class ShardConsumer(Generic[T]):
     """Consumes one shard stream for one consumer group until told to stop (or fenced off)."""
 
     def __init__(
-        self,
-        client: redis.Redis,
-        *,
-        stream: str,
-        dead_letters: str,
-        backlog: Backlog,
-        handler: BatchHandler[T],
-        config: ConsumerConfig,
-        family: str,
-        fence: Fence | None = None,
+        self, client: redis.Redis, shard: ConsumedShard[T], fence: Fence | None = None
     ) -> None:
-        self._stream = stream
-        self.handler = handler
-        self._config = config
+        self._stream = shard.stream
+        self.handler = shard.handler
+        self._config = shard.config
         # None only for the negative control of the fault-injection suite (fencing switched off).
         self.fence = fence
-        self._family = family
+        self._family = shard.family
         self.stats = ConsumerStats()
         # When the loop last showed it is alive; the supervisor renews the lease only while it is.
         self.heartbeat = time.monotonic()
         self.fenced: Fenced | None = None
         self._is_stalled = False
-        self._acks = Acks(client, stream, config.group, backlog)
-        self.reader = ShardReader(client, stream, config, beat=self._beat, acknowledge=self._acks)
-        meter = Meter(family, self.stats)
-        self._step = meter.metered(
-            traced(self._commit, stream=stream, group=config.group, size=handler.size),
-            handler.size,
+        group, size = shard.config.group, shard.handler.size
+        self._acks = Acks(client, shard.stream, group, shard.backlog)
+        self.reader = ShardReader(
+            client, shard.stream, shard.config, beat=self._beat, acknowledge=self._acks
         )
+        meter = Meter(shard.family, self.stats)
+        commit = traced(self._commit, stream=shard.stream, group=group, size=size)
+        self._step = meter.metered(commit, size)
         self._bad_data = BadData(
             client,
-            stream=stream,
-            dead_letters=dead_letters,
-            backlog=backlog,
-            config=config,
-            handler=handler,
-            family=family,
+            shard,
             stats=self.stats,
             acknowledge=self._acks,
             landed=meter.landed,
