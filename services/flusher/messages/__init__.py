@@ -1,1 +1,2 @@
-"""Message streams → MySQL: the inbox's batch apply."""
+"""Message streams → MySQL: the inbox's batch apply, and the committed changes on the accounts'
+live feeds."""
