@@ -21,34 +21,43 @@ from services.streams.likes import COMMENT, KIND_NAMES, POST, TargetKind
 
 _EVENTS = "ev(tid, uid, cid) AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]))"
 
+# Per kind: the counted table, and the table of its like rows with their target column.
+_TARGETS = {POST: "posts", COMMENT: "comments"}
+_LIKE_ROWS = {POST: ("post_likes", "post_id"), COMMENT: ("comment_likes", "comment_id")}
+# A like lands only on a live target in the event's course (a comment's course is its post's).
+_LIVE_IN_COURSE = {
+    POST: "JOIN posts p ON p.id = ev.tid AND p.course_id = ev.cid AND p.deleted_at IS NULL",
+    COMMENT: """JOIN comments c ON c.id = ev.tid AND c.deleted_at IS NULL
+JOIN posts p ON p.id = c.post_id AND p.course_id = ev.cid AND p.deleted_at IS NULL""",
+}
+
+
+def _like(kind: TargetKind) -> str:
+    table, column = _LIKE_ROWS[kind]
+    return f"""
+WITH {_EVENTS}
+INSERT INTO {table} ({column}, user_id)
+SELECT ev.tid, ev.uid FROM ev
+{_LIVE_IN_COURSE[kind]}
+ON CONFLICT DO NOTHING
+RETURNING {column}"""
+
+
+def _unlike(kind: TargetKind) -> str:
+    table, column = _LIKE_ROWS[kind]
+    return f"""
+WITH {_EVENTS}
+DELETE FROM {table} l USING ev
+WHERE l.{column} = ev.tid AND l.user_id = ev.uid
+RETURNING l.{column}"""
+
+
 # Like rows first, one statement per (kind, like/unlike), each returning the targets whose rows it
 # really changed (ON CONFLICT DO NOTHING, DELETE of absent rows: re-applying changes nothing).
 APPLY = {
-    (POST, True): f"""
-WITH {_EVENTS}
-INSERT INTO post_likes (post_id, user_id)
-SELECT ev.tid, ev.uid FROM ev
-JOIN posts p ON p.id = ev.tid AND p.course_id = ev.cid AND p.deleted_at IS NULL
-ON CONFLICT DO NOTHING
-RETURNING post_id""",
-    (POST, False): f"""
-WITH {_EVENTS}
-DELETE FROM post_likes l USING ev
-WHERE l.post_id = ev.tid AND l.user_id = ev.uid
-RETURNING l.post_id""",
-    (COMMENT, True): f"""
-WITH {_EVENTS}
-INSERT INTO comment_likes (comment_id, user_id)
-SELECT ev.tid, ev.uid FROM ev
-JOIN comments c ON c.id = ev.tid AND c.deleted_at IS NULL
-JOIN posts p ON p.id = c.post_id AND p.course_id = ev.cid AND p.deleted_at IS NULL
-ON CONFLICT DO NOTHING
-RETURNING comment_id""",
-    (COMMENT, False): f"""
-WITH {_EVENTS}
-DELETE FROM comment_likes l USING ev
-WHERE l.comment_id = ev.tid AND l.user_id = ev.uid
-RETURNING l.comment_id""",
+    (kind, liked): _like(kind) if liked else _unlike(kind)
+    for kind in (POST, COMMENT)
+    for liked in (True, False)
 }
 
 # Then the counters: one UPDATE per kind moves each target by exactly the rows that changed. The
@@ -57,22 +66,19 @@ RETURNING l.comment_id""",
 # the lock the UPDATE takes anyway; FOR UPDATE would also conflict with the KEY SHARE locks the
 # other batches' like-row inserts take through their foreign keys, and deadlock again.
 _LOCK_COUNTERS = {
-    POST: "SELECT 1 FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE",
-    COMMENT: "SELECT 1 FROM comments WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE",
+    kind: f"SELECT 1 FROM {table} WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE"
+    for kind, table in _TARGETS.items()
 }
 # A counter stops at zero: rows a counterless pod inserted (LIKES_MODE=counterless, during a switch)
 # are not counted until the recount, so unliking them may find like_count below the rows. Failing
 # the CHECK instead would dead-letter a valid unlike; the target is marked dirty after COMMIT, and
 # the recount sets the exact value (and counts the drift).
 _COUNT = {
-    POST: """
-UPDATE posts p SET like_count = GREATEST(p.like_count + d.delta, 0)
+    kind: f"""
+UPDATE {table} t SET like_count = GREATEST(t.like_count + d.delta, 0)
 FROM unnest($1::bigint[], $2::int[]) AS d(id, delta)
-WHERE p.id = d.id""",
-    COMMENT: """
-UPDATE comments c SET like_count = GREATEST(c.like_count + d.delta, 0)
-FROM unnest($1::bigint[], $2::int[]) AS d(id, delta)
-WHERE c.id = d.id""",
+WHERE t.id = d.id"""
+    for kind, table in _TARGETS.items()
 }
 
 # Reconciliation: lock the counted rows first, so a concurrent counter update (a flush, a sync
@@ -83,30 +89,21 @@ WHERE c.id = d.id""",
 # counterless mode. A like row committed after our count is marked dirty after its commit: the
 # next recount sees it.
 RECOUNT_LOCK = {
-    POST: (
-        "SELECT id, like_count FROM posts WHERE id = ANY($1::bigint[])"
+    kind: (
+        f"SELECT id, like_count FROM {table} WHERE id = ANY($1::bigint[])"
         " ORDER BY id FOR NO KEY UPDATE"
-    ),
-    COMMENT: (
-        "SELECT id, like_count FROM comments WHERE id = ANY($1::bigint[])"
-        " ORDER BY id FOR NO KEY UPDATE"
-    ),
+    )
+    for kind, table in _TARGETS.items()
 }
 _RECOUNT = {
-    POST: """
-UPDATE posts p SET like_count = x.n
-FROM (SELECT t.id, count(l.post_id)::int AS n
-      FROM unnest($1::bigint[]) AS t(id) LEFT JOIN post_likes l ON l.post_id = t.id
-      GROUP BY t.id) x
-WHERE p.id = x.id AND p.like_count <> x.n
-RETURNING p.id, p.like_count""",
-    COMMENT: """
-UPDATE comments c SET like_count = x.n
-FROM (SELECT t.id, count(l.comment_id)::int AS n
-      FROM unnest($1::bigint[]) AS t(id) LEFT JOIN comment_likes l ON l.comment_id = t.id
-      GROUP BY t.id) x
-WHERE c.id = x.id AND c.like_count <> x.n
-RETURNING c.id, c.like_count""",
+    kind: f"""
+UPDATE {_TARGETS[kind]} t SET like_count = x.n
+FROM (SELECT u.id, count(l.{column})::int AS n
+      FROM unnest($1::bigint[]) AS u(id) LEFT JOIN {table} l ON l.{column} = u.id
+      GROUP BY u.id) x
+WHERE t.id = x.id AND t.like_count <> x.n
+RETURNING t.id, t.like_count"""
+    for kind, (table, column) in _LIKE_ROWS.items()
 }
 # What the courses' live feeds are told after a commit: the visible targets among these posts ($1)
 # and comments ($2), each with its count, course and post, in one round trip for a whole batch. A
@@ -123,8 +120,8 @@ WHERE c.id = ANY($2::bigint[]) AND c.deleted_at IS NULL AND p.deleted_at IS NULL
   AND (r.id IS NULL OR r.deleted_at IS NULL)"""
 
 _ID_RANGE = {
-    POST: "SELECT id FROM posts WHERE id > $1 ORDER BY id LIMIT $2",
-    COMMENT: "SELECT id FROM comments WHERE id > $1 ORDER BY id LIMIT $2",
+    kind: f"SELECT id FROM {table} WHERE id > $1 ORDER BY id LIMIT $2"
+    for kind, table in _TARGETS.items()
 }
 
 
