@@ -242,3 +242,25 @@ def cluster_variant(root: Path) -> Path:
         )
     )
     return directory
+
+
+# ---- Redis Cluster: the component's nodes, as they render ----
+
+# The nodes of the in-cluster Redis Cluster (components/redis-cluster), and their bus port.
+REDIS_CLUSTER_NODES = 6
+BUS_PORT = 16379
+# The services that acknowledge writes to clients: they WAIT for a replica.
+WAITING = {"ingest", "likes"}
+
+
+def redis_container(docs: list[Doc]) -> Doc:
+    container: Doc = find(docs, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def args_of(container: Doc) -> list[str]:
+    return [str(a) for a in container.get("args", [])]
+
+
+def script(docs: list[Doc], name: str) -> str:
+    return str(find(docs, "ConfigMap", "redis-cluster-scripts")["data"][name])

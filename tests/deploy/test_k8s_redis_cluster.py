@@ -1,21 +1,13 @@
-"""Redis Cluster in Kubernetes: dev can run one in-cluster (components/redis-cluster, a
-switch in overlays/dev), prod points at a managed one (components/redis-cluster-clients).
-
-The renderings are read with the helpers of k8s_support.py; the scripts the nodes and the
-bootstrap Job run are run here too, against local redis-server processes (skipped where Redis is
-not installed)."""
+"""Redis Cluster in Kubernetes, in-cluster: the dev overlay with components/redis-cluster (a
+switch in overlays/dev) renders six nodes, their scripts, the bootstrap Job and the policies of
+the cluster bus. Prod's managed cluster and the plain dev overlay:
+test_k8s_redis_cluster_clients.py; the scripts, run: test_k8s_redis_cluster_scripts.py."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import os
 import re
-import shutil
-import signal
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,30 +15,28 @@ import pytest
 import yaml
 
 from tests.deploy.k8s_support import (
+    BUS_PORT,
     DEV,
     REDIS_CLIENTS,
+    REDIS_CLUSTER_NODES,
+    WAITING,
     Doc,
     acl_users,
+    args_of,
     cluster_variant,
     config,
     copy_of_k8s,
     env_of,
     find,
-    names,
+    redis_container,
     rendered,
+    script,
     secret_values,
 )
-from tests.waiting import until_sync
 from tools import k8s_validate
-from tools.redis_cluster import free_port
 
-COMPONENT = k8s_validate.K8S / "components" / "redis-cluster"
-CLIENTS_COMPONENT = k8s_validate.K8S / "components" / "redis-cluster-clients"
 SWITCH = "  # - ../../components/redis-cluster\n"
-NODES = 6
-BUS_PORT = 16379
-# The services that acknowledge writes to clients: they WAIT for a replica.
-WAITING = {"ingest", "likes"}
+NODES = REDIS_CLUSTER_NODES
 
 
 @pytest.fixture(scope="module")
@@ -57,19 +47,6 @@ def variant(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def cluster(variant: Path) -> list[Doc]:
     return k8s_validate.render(variant)
-
-
-def redis_container(docs: list[Doc]) -> Doc:
-    container: Doc = find(docs, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]
-    return container
-
-
-def args_of(container: Doc) -> list[str]:
-    return [str(a) for a in container.get("args", [])]
-
-
-def script(docs: list[Doc], name: str) -> str:
-    return str(find(docs, "ConfigMap", "redis-cluster-scripts")["data"][name])
 
 
 # ---- the dev overlay with the component ----
@@ -275,329 +252,3 @@ def test_only_the_nodes_reach_the_cluster_bus(cluster: list[Doc]) -> None:
 
 # What each service user may run on which keys of the hash-tagged layout, the cluster client's
 # commands included: tests/deploy/test_redis_acl.py asks a Redis loaded with this file (ACL DRYRUN).
-
-
-# ---- prod: a managed cluster ----
-
-
-def test_prod_points_at_a_managed_cluster() -> None:
-    docs = rendered("prod")
-    assert (
-        "../../components/redis-cluster-clients"
-        in yaml.safe_load(
-            (k8s_validate.K8S / "overlays" / "prod" / "kustomization.yaml").read_text()
-        )["components"]
-    )
-    data = config(docs)
-    assert data["REDIS_CLUSTER"] == "true"
-    # Prod's own settings stay.
-    assert data["REDIS_MAXMEMORY_POLICY"] == "noeviction"
-    assert not names(docs, "StatefulSet")
-    assert not names(docs, "Secret")
-    for name in REDIS_CLIENTS:
-        env = env_of(docs, name)
-        assert env.get("REDIS_WAIT_REPLICAS", {}).get("value") == (
-            "1" if name in WAITING else None
-        ), name
-        # The URL (the configuration endpoint, rediss://) from the workload's own Secret, which
-        # the platform provides.
-        ref = env["REDIS_URL"]["valueFrom"]["secretKeyRef"]
-        assert ref == {"name": f"agora-{name}-credentials", "key": "REDIS_URL"}
-        # The managed network on the Redis port; never a bus port (the nodes' business).
-        egress = find(docs, "NetworkPolicy", name)["spec"]["egress"]
-        ports = {p["port"] for rule in egress for p in rule["ports"]}
-        assert 6379 in ports
-        assert BUS_PORT not in ports
-
-
-def test_the_clients_component_is_the_one_both_use() -> None:
-    component = yaml.safe_load((CLIENTS_COMPONENT / "kustomization.yaml").read_text())
-    assert component["kind"] == "Component"
-    dev = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
-    assert dev["components"] == ["../redis-cluster-clients"]
-
-
-# ---- the plain dev overlay ----
-
-
-def test_the_plain_dev_overlay_keeps_its_single_redis() -> None:
-    docs = rendered("dev")
-    statefulset = find(docs, "StatefulSet", "redis")
-    assert statefulset["spec"]["replicas"] == 1
-    assert "podManagementPolicy" not in statefulset["spec"]
-    args = args_of(redis_container(docs))
-    assert not [a for a in args if a.startswith("--cluster")]
-    assert "command" not in redis_container(docs)
-    assert "REDIS_CLUSTER" not in config(docs)
-    for name in REDIS_CLIENTS:
-        assert "REDIS_WAIT_REPLICAS" not in env_of(docs, name), name
-    assert names(docs, "Job") == {"migrate-dev"}
-    assert "redis-cluster-scripts" not in names(docs, "ConfigMap")
-    assert "redis-bootstrap-credentials" not in names(docs, "Secret")
-    assert "publishNotReadyAddresses" not in find(docs, "Service", "redis")["spec"]
-    ports = {
-        p["port"]
-        for d in docs
-        if d["kind"] == "NetworkPolicy"
-        for direction in ("ingress", "egress")
-        for rule in d["spec"].get(direction, [])
-        for p in rule.get("ports", [])
-    }
-    assert BUS_PORT not in ports
-    assert find(docs, "NetworkPolicy", "redis")["spec"]["egress"] == []
-
-
-# ---- the scripts, run ----
-
-PASSWORD = "test-cluster-password"
-DOMAIN = "test"  # the local nodes' names: node<n>.test, resolved by the getent shim
-
-
-def require(*tools: str) -> None:
-    """`make test` installs these (deploy/local/stack.sh): their absence is a broken set-up,
-    not a reason to prove nothing."""
-    missing = [t for t in tools if shutil.which(t) is None]
-    assert not missing, f"not installed: {', '.join(missing)} (run the tests with `make test`)"
-
-
-def write_shims(directory: Path, hosts: dict[str, str]) -> Path:
-    """A getent that resolves the given names only (the pods' DNS, in the test)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    cases = "".join(f'  {name}) echo "{ip}       {name}" ;;\n' for name, ip in hosts.items())
-    getent = directory / "getent"
-    getent.write_text(
-        f'#!/bin/sh\n[ "$1" = hosts ] || exit 1\ncase "$2" in\n{cases}  *) exit 2 ;;\nesac\n'
-    )
-    getent.chmod(0o755)
-    return directory
-
-
-def test_start_points_nodes_conf_at_the_peers_current_addresses(tmp_path: Path) -> None:
-    require("sh", "cmp")
-    ids = [f"{n:040x}" for n in range(1, 6)]
-    names_ = [f"redis-{n}.redis.agora-dev.svc" for n in range(5)]
-    conf = tmp_path / "nodes.conf"
-    conf.write_text(
-        f"{ids[0]} 10.0.0.10:6379@16379,{names_[0]},shard-id=a1,tcp-port=6379 myself,master - "
-        "0 0 1 connected 0-5460\n"
-        f"{ids[1]} 10.0.0.11:6379@16379,{names_[1]},shard-id=b2 master - 0 1700 2 connected "
-        "5461-10922\n"
-        f"{ids[2]} 10.0.0.12:6379@16379,{names_[2]},shard-id=c3 slave {ids[1]} 0 1700 2 "
-        "connected\n"
-        f"{ids[3]} 10.0.0.13:6379@16379,,shard-id=d4 slave {ids[0]} 0 1700 1 connected\n"
-        f"{ids[4]} 10.0.0.14:6379@16379,{names_[4]} master - 0 1700 3 connected 10923-16383\n"
-        "vars currentEpoch 6 lastVoteEpoch 0\n"
-    )
-    # redis-0 and redis-4 came back elsewhere (one over IPv6); redis-2 does not resolve (yet).
-    bin_ = write_shims(
-        tmp_path / "bin", {names_[0]: "10.1.0.20", names_[1]: "10.0.0.11", names_[4]: "fd00::24"}
-    )
-    server = bin_ / "redis-server"
-    server.write_text('#!/bin/sh\nprintf "%s\\n" "$@" >"$CAPTURE.args"\ncat >"$CAPTURE.stdin"\n')
-    server.chmod(0o755)
-    capture = tmp_path / "capture"
-    env = {
-        **os.environ,
-        "PATH": f"{bin_}:{os.environ['PATH']}",
-        "REDIS_NODES_CONF": str(conf),
-        "REDIS_PASSWORD": PASSWORD,
-        "REDIS_RESOLVE_TRIES": "1",
-        "CAPTURE": str(capture),
-    }
-    args = ["--cluster-enabled", "yes", "--save", ""]
-    run = subprocess.run(
-        ["sh", str(COMPONENT / "start.sh"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert "refreshed" in run.stdout
-    lines = conf.read_text().splitlines()
-    assert lines[0] == (
-        f"{ids[0]} 10.1.0.20:6379@16379,{names_[0]},shard-id=a1,tcp-port=6379 myself,master - "
-        "0 0 1 connected 0-5460"
-    )
-    assert lines[1].startswith(f"{ids[1]} 10.0.0.11:6379@16379,{names_[1]},shard-id=b2 master")
-    assert lines[2].startswith(f"{ids[2]} 10.0.0.12:6379@16379,{names_[2]},")
-    assert lines[3].startswith(f"{ids[3]} 10.0.0.13:6379@16379,,shard-id=d4 ")
-    assert lines[4] == (
-        f"{ids[4]} fd00::24:6379@16379,{names_[4]} master - 0 1700 3 connected 10923-16383"
-    )
-    assert lines[5] == "vars currentEpoch 6 lastVoteEpoch 0"
-    assert len(lines) == 6
-    # redis-server gets the arguments as given, and the masterauth on stdin alone.
-    assert capture.with_suffix(".args").read_text().splitlines() == [*args, "-"]
-    assert capture.with_suffix(".stdin").read_text() == f'masterauth "{PASSWORD}"\n'
-    # A node's first start: no nodes.conf, none written.
-    conf.unlink()
-    subprocess.run(["sh", str(COMPONENT / "start.sh")], env=env, timeout=30, check=True, text=True)
-    assert not conf.exists()
-
-
-@dataclass
-class Nodes:
-    """Six local cluster-enabled redis-servers, each started by start.sh as a pod would be."""
-
-    root: Path
-    ports: list[int] = field(default_factory=list)
-    processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        hosts = {f"node{n}.{DOMAIN}": "127.0.0.1" for n in range(NODES)}
-        self.bin = write_shims(self.root / "bin", hosts)
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return {
-            **os.environ,
-            "PATH": f"{self.bin}:{os.environ['PATH']}",
-            "REDIS_PASSWORD": PASSWORD,
-            **extra,
-        }
-
-    def start(self, n: int) -> None:
-        directory = self.root / f"node{n}"
-        directory.mkdir(exist_ok=True)
-        port = self.ports[n]
-        args = [
-            *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)),
-            *("--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf")),
-            *("--cluster-node-timeout", "1000", "--cluster-announce-hostname", f"node{n}.{DOMAIN}"),
-            *("--cluster-preferred-endpoint-type", "hostname", "--masteruser", "default"),
-            *("--requirepass", PASSWORD, "--save", "", "--appendonly", "no"),
-            *("--logfile", str(directory / "redis.log")),
-        ]
-        self.processes[n] = subprocess.Popen(
-            ["sh", str(COMPONENT / "start.sh"), *args],
-            env=self.env(REDIS_NODES_CONF=str(directory / "nodes.conf"), REDIS_RESOLVE_TRIES="1"),
-        )
-        until_sync(f"node{n} to start", lambda: self.cli(n, "ping") == "PONG")
-
-    def stop(self, n: int) -> None:
-        process = self.processes.pop(n)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-
-    def cli(self, n: int, *command: str) -> str:
-        run = subprocess.run(
-            ["redis-cli", "-p", str(self.ports[n]), *command],
-            env={**os.environ, "REDISCLI_AUTH": PASSWORD},
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        return run.stdout.strip()
-
-    def info(self, n: int) -> dict[str, str]:
-        lines = self.cli(n, "cluster", "info").splitlines()
-        return dict(line.strip().split(":", 1) for line in lines if ":" in line)
-
-    def roles(self) -> list[str]:
-        return [self.cli(n, "role").splitlines()[0] for n in range(NODES)]
-
-    def bootstrap(self) -> subprocess.CompletedProcess[str]:
-        nodes = " ".join(f"node{n}.{DOMAIN}:{self.ports[n]}" for n in range(NODES))
-        return subprocess.run(
-            ["sh", str(COMPONENT / "bootstrap.sh")],
-            env=self.env(REDIS_CLUSTER_NODES=nodes, REDIS_BOOTSTRAP_TIMEOUT="60"),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-
-@pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[Nodes]:
-    require("redis-server", "redis-cli", "sh")
-    local = Nodes(tmp_path, [free_port() for _ in range(NODES)])
-    try:
-        for n in range(NODES):
-            local.start(n)
-        yield local
-    finally:
-        for process in local.processes.values():
-            process.kill()
-            process.wait(timeout=10)
-
-
-def node_ids(nodes: Nodes) -> list[str]:
-    return [nodes.cli(n, "cluster", "myid") for n in range(NODES)]
-
-
-def assert_formed(nodes: Nodes) -> None:
-    for n in range(NODES):
-        info = nodes.info(n)
-        assert info["cluster_state"] == "ok", (n, info)
-        assert info["cluster_known_nodes"] == str(NODES), (n, info)
-    until_sync(
-        "three masters with a replica each",
-        lambda: sorted(nodes.roles()) == ["master"] * 3 + ["slave"] * 3,
-    )
-
-
-def test_bootstrap_forms_the_cluster_once(nodes: Nodes) -> None:
-    first = nodes.bootstrap()
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "forming the cluster" in first.stdout
-    assert_formed(nodes)
-    # Clients are sent to the names the nodes announce.
-    assert f"node0.{DOMAIN}" in nodes.cli(0, "cluster", "slots")
-    ids, epoch = node_ids(nodes), nodes.info(0)["cluster_current_epoch"]
-    # Run again: it finds the cluster formed and changes nothing.
-    again = nodes.bootstrap()
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "the cluster is formed" in again.stdout
-    assert "forming" not in again.stdout
-    assert "CLUSTER MEET" not in again.stdout
-    assert node_ids(nodes) == ids
-    assert nodes.info(0)["cluster_current_epoch"] == epoch
-    assert_formed(nodes)
-
-
-def test_a_restarted_node_rejoins_with_its_nodes_conf(nodes: Nodes) -> None:
-    assert nodes.bootstrap().returncode == 0
-    before = node_ids(nodes)
-    nodes.stop(4)
-    nodes.start(4)
-    until_sync("node4 back in the cluster", lambda: nodes.info(4).get("cluster_state") == "ok", 15)
-    assert node_ids(nodes) == before
-    again = nodes.bootstrap()
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "the cluster is formed" in again.stdout
-    assert_formed(nodes)
-
-
-def test_bootstrap_adds_a_node_that_lost_its_volume(nodes: Nodes) -> None:
-    assert nodes.bootstrap().returncode == 0
-    masters = [n for n, role in enumerate(nodes.roles()) if role == "master"]
-    lost = masters[1]
-    old = nodes.cli(lost, "cluster", "myid")
-    nodes.stop(lost)
-    shutil.rmtree(nodes.root / f"node{lost}")
-    nodes.start(lost)
-    result = nodes.bootstrap()
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"without data on: node{lost}.{DOMAIN}" in result.stdout
-    assert f"CLUSTER FORGET {old}" in result.stdout
-    assert_formed(nodes)
-    # The fresh node serves as a replica; the identity it replaced is gone.
-    assert nodes.roles()[lost] == "slave"
-    assert old not in nodes.cli(0, "cluster", "nodes")
-
-
-def test_bootstrap_leaves_a_partly_formed_cluster_alone(nodes: Nodes) -> None:
-    # Two nodes that know each other, no slot assigned (a create interrupted half-way): neither
-    # fresh nor formed.
-    assert nodes.cli(2, "cluster", "meet", "127.0.0.1", str(nodes.ports[3])) == "OK"
-    until_sync("node3 to know node2", lambda: nodes.info(3)["cluster_known_nodes"] == "2")
-    result = nodes.bootstrap()
-    assert result.returncode == 1
-    assert "partly formed" in result.stderr
-    assert re.search(r"node2\.test \(\S+\): slots assigned 0, nodes known 2", result.stdout)
-    # Nothing was done.
-    known = [nodes.info(n)["cluster_known_nodes"] for n in range(NODES)]
-    assert known == ["1", "1", "2", "2", "1", "1"]
-    assert all(nodes.info(n)["cluster_slots_assigned"] == "0" for n in range(NODES))
