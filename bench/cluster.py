@@ -32,20 +32,14 @@ does weigh on each setup alike; each row is the median of its rounds.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import asyncpg
 import grpc
-import redis.asyncio as redis
 
 from bench import progress
 from bench.common import Latency, Stack, as_gateway
@@ -56,7 +50,8 @@ from bench.procs import service_process
 from services.flusher.maintenance.builder import JOBS_PREFIX
 from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
-from tools.redis_cluster import LocalCluster, free_port, server_args
+from tools import redis_server
+from tools.redis_cluster import LocalCluster
 
 SECTION = "cluster"
 PREFIX = "bench-redis"
@@ -143,32 +138,6 @@ class Side:
     applied: dict[int, int] = field(default_factory=dict)
     retries: int = 0
     errors: int = 0
-
-
-@asynccontextmanager
-async def single_redis() -> AsyncIterator[str]:
-    """A throwaway redis-server with the settings of LocalCluster's nodes, not a cluster."""
-    port = free_port()
-    directory = Path(tempfile.mkdtemp(prefix="redis-single-"))
-    args = server_args(port, directory)
-    with (directory / "redis.log").open("ab") as log:
-        proc = await asyncio.create_subprocess_exec(*args, stdout=log, stderr=log, cwd=directory)
-    client = redis.Redis(port=port)
-    try:
-        for _ in range(100):
-            with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
-                if await client.ping():
-                    break
-            await asyncio.sleep(0.1)
-        else:
-            raise SystemExit(f"the bench's redis-server on {port} did not start")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        await client.aclose()
-        if proc.returncode is None:
-            proc.terminate()
-            await asyncio.wait_for(proc.wait(), 30)
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @asynccontextmanager
@@ -341,7 +310,7 @@ async def run_cluster_bench(
         await enrol(admin)
         async with AsyncExitStack() as running:
             with progress.section(SECTION, "starting one Redis, a local cluster, the services"):
-                single = await running.enter_async_context(single_redis())
+                single = await running.enter_async_context(redis_server.running(stack_conf=True))
                 cluster = await running.enter_async_context(local_cluster())
                 sides = [Side(SINGLE, single, "single"), Side(CLUSTER_WAIT1, cluster, "cluster")]
                 if wait0:

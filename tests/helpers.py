@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,7 +37,6 @@ from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
 from tools import callers
 from tools.jwt_token import mint
-from tools.ports import free_port
 
 ACCOUNTS = (1, 2, 3)
 SHARDS = 4  # stream shards in tests (both message and like streams)
@@ -212,38 +209,6 @@ async def run_flusher(
     finally:
         if proc.poll() is None:
             proc.kill()
-
-
-@asynccontextmanager
-async def redis_server(*options: str) -> AsyncIterator[str]:
-    """A throwaway redis-server (the Debian one the stack runs) on a free port; its URL."""
-    port = free_port()
-    with tempfile.TemporaryDirectory() as directory:
-        proc = await asyncio.create_subprocess_exec(
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-            directory,
-            *options,
-            stdout=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            client = redis.Redis(port=port)
-            for _ in range(50):
-                with contextlib.suppress(redis.ConnectionError):
-                    if await client.ping():
-                        break
-                await asyncio.sleep(0.1)
-            await client.aclose()
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            proc.terminate()
-            await asyncio.wait_for(proc.wait(), 10)
 
 
 async def message_backlog(client: redis.Redis, streams: MessageStreams) -> int:

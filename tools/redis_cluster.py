@@ -16,44 +16,19 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 
-from tools import ports
-
-# The local Redis settings (noeviction, AOF); the cluster ones are given on the command line.
-CONF = Path(__file__).resolve().parents[1] / "deploy" / "local" / "redis.conf"
+from tools import ports, redis_server
+from tools.waiting import until
 
 
 def free_port() -> int:
     """A loopback port whose cluster bus port (+10000) is free too, both below ephemeral ones."""
     return ports.free_port(low=18_000, high=22_767, also_free=10_000)
-
-
-def server_args(port: int, directory: Path, *, aof: bool = True) -> list[str]:
-    """redis-server as the local stack runs it (noeviction, AOF with fsync always), on loopback."""
-    return [
-        shutil.which("redis-server") or "redis-server",
-        *([str(CONF)] if CONF.exists() else []),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        str(directory),
-        "--appendonly",
-        "yes" if aof else "no",
-        "--appendfsync",
-        "always",
-        "--save",
-        "",
-        "--maxmemory-policy",
-        "noeviction",
-    ]
 
 
 @dataclass
@@ -97,7 +72,14 @@ class LocalCluster:
 
     def _args(self, node: Node) -> list[str]:
         args = [
-            *server_args(node.port, node.directory, aof=self.aof),
+            # As the local stack runs Redis (noeviction, AOF with fsync always), on loopback.
+            *redis_server.argv(
+                node.directory,
+                "--appendonly",
+                "yes" if self.aof else "no",
+                port=node.port,
+                stack_conf=True,
+            ),
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -152,13 +134,7 @@ class LocalCluster:
     async def _wait_ping(self, node: Node, seconds: float = 20) -> None:
         client = self.node_client(node)
         try:
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
-                    if await client.ping():
-                        return
-                await asyncio.sleep(0.05)
-            raise RuntimeError(f"Redis node {node.address} did not start")
+            await redis_server.ready(client, f"Redis node {node.address}", seconds)
         finally:
             await client.aclose()
 
@@ -175,25 +151,29 @@ class LocalCluster:
 
     async def wait_ok(self, seconds: float = 30) -> None:
         """Every running node says cluster_state:ok and agrees that every slot is served."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+
+        async def every_slot_served() -> bool:
             states = []
             for node in self.nodes:
                 if node.running:
                     with contextlib.suppress(redis.RedisError):
                         states.append(await self.cluster_info(node))
-            if states and all(
+            return bool(states) and all(
                 s.get("cluster_state") == "ok" and s.get("cluster_slots_ok") == "16384"
                 for s in states
-            ):
-                return
-            await asyncio.sleep(0.1)
-        raise RuntimeError("the local Redis Cluster did not reach cluster_state:ok")
+            )
+
+        await until(
+            "the local Redis Cluster to reach cluster_state:ok",
+            every_slot_served,
+            seconds,
+            every=0.1,
+        )
 
     async def wait_replicas_linked(self, seconds: float = 30) -> None:
         """Every running replica has finished its sync with its master (WAIT can count it)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+
+        async def linked() -> bool:
             links = []
             for node in self.nodes:
                 if not node.running:
@@ -206,10 +186,11 @@ class LocalCluster:
                             links.append(info.get("master_link_status") == "up")
                 finally:
                     await client.aclose()
-            if links and all(links):
-                return
-            await asyncio.sleep(0.1)
-        raise RuntimeError("the local Redis Cluster's replicas did not finish their sync")
+            return bool(links) and all(links)
+
+        await until(
+            "the local Redis Cluster's replicas to finish their sync", linked, seconds, every=0.1
+        )
 
     async def roles(self) -> dict[int, str]:
         """port → 'master' / 'slave' of every running node, as the node itself says."""

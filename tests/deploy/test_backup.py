@@ -48,7 +48,6 @@ from services.streams.consumer import ShardConsumer
 from services.streams.entries import Entry
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import GROUP, MessageStreams, MessageStreamSettings, decode
-from tests.chaos.harness.stack import wait_for_redis
 from tests.conftest import Env, likes_settings, serving
 from tests.helpers import (
     ROOT,
@@ -61,6 +60,7 @@ from tests.helpers import (
     run_flusher,
 )
 from tools import backup as tool
+from tools import redis_server
 from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
@@ -92,13 +92,8 @@ class PrivateRedis:
         return f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
 
     def start_argv(self) -> list[str]:
-        return [
-            "redis-server",
-            str(ROOT / "deploy/local/redis.conf"),
-            "--port",
-            str(self.port),
-            "--dir",
-            str(self.directory),
+        return redis_server.argv(
+            self.directory,
             "--requirepass",
             PASSWORD,
             "--repl-diskless-sync-delay",
@@ -109,7 +104,9 @@ class PrivateRedis:
             str(self.directory / "redis.pid"),
             "--logfile",
             str(self.directory / "redis.log"),
-        ]
+            port=self.port,
+            stack_conf=True,
+        )
 
     def stop_argv(self) -> list[str]:
         return ["redis-cli", "-p", str(self.port), "-a", PASSWORD, "--no-auth-warning", "shutdown"]
@@ -119,7 +116,11 @@ class PrivateRedis:
 
     async def start(self) -> None:
         await tool.run(self.start_argv())
-        await wait_for_redis(self.client(), "the private Redis")
+        client = self.client()
+        try:
+            await redis_server.ready(client, "the private Redis")
+        finally:
+            await client.aclose()
 
     def pid(self) -> int | None:
         path = self.directory / "redis.pid"

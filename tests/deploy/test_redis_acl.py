@@ -29,7 +29,8 @@ from services.runtime.stream_ids import ORIGIN, Position
 from services.streams import live
 from services.streams.live import Entries, FeedReader, LiveFeeds, LivePublisher, LiveSettings, Reset
 from tests.conftest import Env
-from tests.helpers import ROOT, redis_server
+from tests.helpers import ROOT
+from tools import redis_server
 
 pytestmark = pytest.mark.asyncio
 
@@ -689,7 +690,7 @@ async def test_the_dev_overlays_users_have_the_same_rights() -> None:
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "users.acl"
         path.write_text("\n".join(lines.values()) + "\n")
-        async with redis_server("--aclfile", str(path)) as url:
+        async with redis_server.running("--aclfile", str(path)) as url:
             admin = redis.Redis.from_url(url)
             try:
                 for user in USERS:
@@ -712,7 +713,7 @@ async def test_the_dev_overlays_users_have_the_same_rights() -> None:
 async def test_a_redis_that_refuses_info_is_trusted_as_declared(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async with redis_server("--maxmemory-policy", "allkeys-lru") as url:
+    async with redis_server.running("--maxmemory-policy", "allkeys-lru") as url:
         admin = redis.Redis.from_url(url)
         await admin.acl_setuser(
             "svc",

@@ -33,8 +33,8 @@ from tests.helpers import (
     as_service,
     message,
     message_backlog,
-    redis_server,
 )
+from tools import redis_server
 
 # Starts a Redis of its own with a tiny maxmemory.
 pytestmark = [pytest.mark.asyncio, pytest.mark.single_redis]
@@ -54,7 +54,9 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
     pg_admin: asyncpg.Pool,
     clean: None,
 ) -> None:
-    async with redis_server("--maxmemory-policy", "noeviction", "--appendonly", "yes") as url:
+    async with redis_server.running(
+        "--maxmemory-policy", "noeviction", "--appendonly", "yes"
+    ) as url:
         client = redis.Redis.from_url(url)
         ingest_settings = IngestSettings(
             redis_url=url,

@@ -37,10 +37,9 @@ from tests.helpers import (
     Flusher,
     as_gateway,
     mint_token,
-    redis_server,
     run_flusher,
 )
-from tools import callers
+from tools import callers, redis_server
 from tools.dead_letters import DeadLetter, list_dead, replay
 
 
@@ -446,7 +445,7 @@ async def test_a_recount_makes_a_trace_only_when_it_fixed_something(
 @pytest_asyncio.fixture
 async def evicting_redis() -> AsyncIterator[str]:
     """A throwaway Redis whose maxmemory-policy may evict streams."""
-    async with redis_server("--maxmemory-policy", "allkeys-lru") as url:
+    async with redis_server.running("--maxmemory-policy", "allkeys-lru") as url:
         yield url
 
 

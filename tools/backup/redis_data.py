@@ -9,7 +9,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,9 @@ from urllib.parse import unquote, urlsplit
 import redis.asyncio as redis
 
 from services.streams.likes import LikeStreamSettings
+from tools import redis_server
 from tools.backup.common import REDIS_FILE, CommandFailed, Config, Out, file_size, iso, run, utc_now
+from tools.waiting import until
 
 # --- Redis -------------------------------------------------------------------------------------
 
@@ -75,31 +76,27 @@ async def private_redis(
         sock = Path(scratch) / "redis.sock"
         log = Path(scratch) / "redis.log"
         proc = await asyncio.create_subprocess_exec(
-            "redis-server",
-            "--port",
-            "0",
-            "--unixsocket",
-            str(sock),
-            "--unixsocketperm",
-            "700",
-            "--dir",
-            str(directory),
-            "--dbfilename",
-            dbfilename,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--logfile",
-            str(log),
-            *options,
+            *redis_server.argv(
+                directory,
+                "--unixsocket",
+                str(sock),
+                "--unixsocketperm",
+                "700",
+                "--dbfilename",
+                dbfilename,
+                "--appendonly",
+                "no",
+                "--logfile",
+                str(log),
+                *options,
+            ),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
         url = f"unix://{sock}"
         client = redis.Redis(unix_socket_path=str(sock), socket_timeout=60)
         try:
-            await _wait_redis_ready(client, 600, proc)
+            await redis_server.ready(client, "the private redis-server", 600, proc)
         except BaseException:
             proc.kill()
             await proc.wait()
@@ -116,37 +113,6 @@ async def private_redis(
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
-
-
-async def _wait_redis_ready(
-    client: redis.Redis, seconds: float, proc: asyncio.subprocess.Process | None = None
-) -> None:
-    """Until PING answers PONG (LOADING while a dataset is read is not ready)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        if proc is not None and proc.returncode is not None:
-            raise RuntimeError(f"redis-server exited with {proc.returncode}")
-        try:
-            if await client.ping():
-                return
-        except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Redis did not answer within {seconds:.0f}s")
-        await asyncio.sleep(0.1)
-
-
-async def _wait_redis_down(client: redis.Redis, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            await client.ping()
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return
-        except redis.BusyLoadingError:
-            pass
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"Redis still answers {seconds:.0f}s after it was told to stop")
 
 
 def _text(value: Any) -> str:
@@ -290,7 +256,7 @@ async def restore_redis(cfg: Config, rdb: Path, out: Out) -> None:
         out(f"redis: stopping the server ({' '.join(cfg.redis_stop)})")
         with contextlib.suppress(CommandFailed):  # "not running" is what we want anyway
             await run(cfg.redis_stop)
-        await _wait_redis_down(client, 120)
+        await redis_server.gone(client, "Redis", 120)
         stamp = utc_now().strftime("%Y%m%dT%H%M%SZ")
         aside = directory / f"pre-restore-{stamp}"
         aside.mkdir()
@@ -311,7 +277,7 @@ async def restore_redis(cfg: Config, rdb: Path, out: Out) -> None:
             (directory / staged).unlink(missing_ok=True)
         out(f"redis: starting the server ({' '.join(cfg.redis_start)})")
         await run(cfg.redis_start)
-        await _wait_redis_ready(client, cfg.timeout)
+        await redis_server.ready(client, "Redis", cfg.timeout)
         now = await _redis_config(client, "appendonly")
         persistence: Any = await client.info("persistence")
         if aof_on and (now.get("appendonly") != "yes" or int(persistence["aof_enabled"]) != 1):
@@ -325,20 +291,16 @@ async def _rewrite_aof_from(directory: Path, rdb_name: str, aof_dir: str, aof_na
         directory, rdb_name, "--appenddirname", aof_dir, "--appendfilename", aof_name
     ) as (client, _):
         await client.config_set("appendonly", "yes")
-        deadline = time.monotonic() + 3600
-        while True:
+
+        async def rewritten() -> bool:
             info: Any = await client.info("persistence")
             if info.get("aof_last_bgrewrite_status") != "ok":
                 raise RuntimeError("the AOF rewrite from the restored RDB failed")
-            if (
-                int(info["aof_rewrites"]) >= 1
-                and not int(info["aof_rewrite_in_progress"])
-                and not int(info["aof_rewrite_scheduled"])
-            ):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError("the AOF rewrite did not finish")
-            await asyncio.sleep(0.1)
+            return int(info["aof_rewrites"]) >= 1 and not (
+                int(info["aof_rewrite_in_progress"]) or int(info["aof_rewrite_scheduled"])
+            )
+
+        await until("the AOF rewrite from the restored RDB", rewritten, 3600, every=0.1)
     if not (directory / aof_dir / f"{aof_name}.manifest").exists():
         raise RuntimeError(f"no AOF manifest in {directory / aof_dir} after the rewrite")
 

@@ -35,10 +35,11 @@ from services.streams import likes, messages
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import MessageStreams, MessageStreamSettings
 from tests.chaos.harness.proxy import ProxyProcess
-from tools import callers
+from tools import callers, redis_server
 from tools.ports import free_port
 from tools.redis_cluster import LocalCluster
 from tools.wait_healthy import wait
+from tools.waiting import seconds_until, until
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARDS = 4
@@ -259,24 +260,20 @@ class ChaosStack:
                 await self.cluster.start()
             return
         self.redis_proc = await asyncio.create_subprocess_exec(
-            "redis-server",
-            "--port",
-            str(self.redis_port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            self.redis_dir,
-            "--save",
-            "",
-            "--maxmemory-policy",
-            "noeviction",
-            "--appendonly",
-            "yes" if self.aof else "no",
-            "--appendfsync",
-            "always",
+            *redis_server.argv(
+                self.redis_dir,
+                "--appendonly",
+                "yes" if self.aof else "no",
+                port=self.redis_port,
+                stack_conf=True,
+            ),
             stdout=asyncio.subprocess.DEVNULL,
         )
-        await wait_for_redis(self.client(), "chaos Redis")
+        client = self.client()
+        try:
+            await redis_server.ready(client, "chaos Redis", process=self.redis_proc)
+        finally:
+            await client.aclose()
 
     def kill_redis(self) -> None:
         if self.redis_proc and self.redis_proc.returncode is None:
@@ -410,21 +407,25 @@ class ChaosStack:
             (LIKE_STREAMS.stream(s), LIKE_STREAMS.lease_epoch_key(s)) for s in range(SHARDS)
         ]
         client = self.client()
+
+        async def leased_past() -> bool:
+            holders = await self.lease_holders(client)
+            epochs = {stream: int(await client.get(key) or 0) for stream, key in counters}
+            return all(
+                holders[stream] is not None and epoch > fences.get(stream, 0)
+                for stream, epoch in epochs.items()
+            )
+
         try:
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                with contextlib.suppress(*REDIS_ERRORS):
-                    holders = await self.lease_holders(client)
-                    epochs = {stream: int(await client.get(key) or 0) for stream, key in counters}
-                    if all(
-                        holders[stream] is not None and epoch > fences.get(stream, 0)
-                        for stream, epoch in epochs.items()
-                    ):
-                        return
-                await asyncio.sleep(0.1)
+            await until(
+                "the flusher to lease every shard past its fencing epoch",
+                leased_past,
+                seconds,
+                every=0.1,
+                ignoring=REDIS_ERRORS,
+            )
         finally:
             await client.aclose()
-        raise RuntimeError("the flusher did not lease every shard past its fencing epoch")
 
     def _wait_env(self) -> dict[str, str]:
         return {"REDIS_WAIT_REPLICAS": str(self.wait_replicas), "REDIS_WAIT_TIMEOUT_MS": "1000"}
@@ -485,14 +486,12 @@ class ChaosStack:
     async def drained(self, seconds: float = 45) -> float | None:
         """Seconds until every stream is empty and nothing is pending; None on timeout."""
         client = self.client()
-        started = time.monotonic()
+
+        async def empty() -> bool:
+            return await self.waiting(client) == 0
+
         try:
-            while time.monotonic() - started < seconds:
-                with contextlib.suppress(*REDIS_ERRORS):
-                    if await self.waiting(client) == 0:
-                        return time.monotonic() - started
-                await asyncio.sleep(0.2)
-            return None
+            return await seconds_until(empty, seconds, ignoring=REDIS_ERRORS)
         finally:
             await client.aclose()
 
@@ -619,20 +618,6 @@ class ChaosStack:
                 sorted(ports),
             )
         )
-
-
-async def wait_for_redis(client: redis.Redis, name: str) -> None:
-    """Until a just-started redis-server answers PING (it refuses, or is loading its AOF, for a
-    moment); closes `client` either way."""
-    try:
-        for _ in range(100):
-            with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
-                if await client.ping():
-                    return
-            await asyncio.sleep(0.05)
-        raise RuntimeError(f"{name} did not start")
-    finally:
-        await client.aclose()
 
 
 def _text(value: object) -> str:
