@@ -45,6 +45,7 @@ from bench.procs import service_process
 from bench.prune import supervisorctl
 from services.streams import entries
 from services.streams.likes import LikeChanged, LikeStreams, LikeStreamSettings
+from tools.waiting import seconds_until
 
 LAG = "agora_like_flush_lag_seconds"
 HOT_COURSE = 900
@@ -174,12 +175,11 @@ async def all_exact(
     admin: asyncpg.Connection, expected: dict[int, int], *, within: float = 0.0
 ) -> bool:
     """Every post's counter equals its COUNT(*) and the likes sent, waiting up to `within` s."""
-    deadline = time.perf_counter() + within
-    while True:
-        checks = [await _exact(admin, post, n) for post, n in expected.items()]
-        if all(checks) or time.perf_counter() >= deadline:
-            return all(checks)
-        await asyncio.sleep(0.05)
+
+    async def exact() -> bool:
+        return all([await _exact(admin, post, n) for post, n in expected.items()])
+
+    return await seconds_until(exact, within, every=0.05) is not None
 
 
 class Liker:

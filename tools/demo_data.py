@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -19,6 +18,7 @@ from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, mess
 from services.runtime.mysql import MysqlDatabase
 from tools import callers
 from tools.forum_data import Volume, load_lab, load_volume
+from tools.waiting import NeverHappened, until
 
 ACCOUNTS = {1: "Demo Shop", 2: "Demo Clinic", 3: "Demo School"}
 BASE = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
@@ -77,15 +77,18 @@ async def load() -> int:
                 )
                 if reply.rejected:
                     raise SystemExit(f"demo data rejected: {reply.rejected[0]}")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        async def flushed() -> bool:
             row = await db.fetchone(
                 "SELECT COUNT(*) FROM zalo_messages WHERE msg_id LIKE 'demo-%%'"
             )
-            if row and int(row[0]) >= expected:
-                return expected
-            await asyncio.sleep(0.2)
-        raise SystemExit("demo messages were not flushed within 60 s (make logs)")
+            return row is not None and int(row[0]) >= expected
+
+        try:
+            await until("the demo messages to be flushed", flushed, 60)
+        except NeverHappened:
+            raise SystemExit("demo messages were not flushed within 60 s (make logs)") from None
+        return expected
     finally:
         await db.close()
 

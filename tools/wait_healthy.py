@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-import time
 import urllib.request
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tools.waiting import NeverHappened, until
 
 
 async def grpc_serving(target: str) -> bool:
@@ -33,22 +35,22 @@ def http_ok(url: str) -> bool:
 
 async def wait(endpoints: list[str], seconds: float) -> list[str]:
     """The endpoints still unhealthy when the timeout passed (empty when all are healthy)."""
-    deadline = time.monotonic() + seconds
     pending = list(endpoints)
-    while pending and time.monotonic() < deadline:
-        still = []
-        for endpoint in pending:
-            healthy = (
-                await grpc_serving(endpoint.removeprefix("grpc:"))
-                if endpoint.startswith("grpc:")
-                else await asyncio.to_thread(http_ok, endpoint)
-            )
-            if not healthy:
-                still.append(endpoint)
-        pending = still
-        if pending:
-            await asyncio.sleep(0.3)
+
+    async def all_healthy() -> bool:
+        nonlocal pending
+        pending = [e for e in pending if not await healthy(e)]
+        return not pending
+
+    with contextlib.suppress(NeverHappened):
+        await until("every endpoint to be healthy", all_healthy, seconds, every=0.3)
     return pending
+
+
+async def healthy(endpoint: str) -> bool:
+    if endpoint.startswith("grpc:"):
+        return await grpc_serving(endpoint.removeprefix("grpc:"))
+    return await asyncio.to_thread(http_ok, endpoint)
 
 
 def main() -> None:

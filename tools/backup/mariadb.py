@@ -11,6 +11,7 @@ from typing import Any
 import aiomysql
 
 from tools.backup.common import MARIADB_FILE, Config, Pipeline, iso, plain_name, run, utc_now
+from tools.waiting import until
 
 # --- MariaDB -----------------------------------------------------------------------------------
 
@@ -155,14 +156,11 @@ async def _wait_for_dump_snapshot(
 ) -> None:
     """Until mariadb-dump's connection holds an InnoDB transaction (its consistent snapshot), or
     the dump is over (it then ran entirely while commits were blocked: the same snapshot too)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        # InnoDB refreshes INNODB_TRX only when it was not read for 100 ms: polling faster than
-        # that would show the same stale list forever.
-        await asyncio.sleep(0.11)
+
+    async def snapshot_open() -> bool:
         if dump.exited:
             await dump.finish()  # raises with its stderr when it failed
-            return
+            return True
         rows = await _rows(
             admin,
             "SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t"
@@ -170,9 +168,12 @@ async def _wait_for_dump_snapshot(
             " WHERE p.USER = %s",
             [user],
         )
-        if any(r[0] not in known for r in rows):
-            return
-    raise TimeoutError("mariadb-dump did not open its snapshot")
+        return any(r[0] not in known for r in rows)
+
+    # InnoDB refreshes INNODB_TRX only when it was not read for 100 ms: polling faster than that
+    # would show the same stale list forever.
+    await asyncio.sleep(0.11)
+    await until("mariadb-dump to open its snapshot", snapshot_open, seconds, every=0.11)
 
 
 async def restore_mariadb(cfg: Config, part: dict[str, Any], dump: Path) -> None:

@@ -35,6 +35,7 @@ from tests.chaos.harness.stack import (
     Service,
 )
 from tools.redis_cluster import LocalCluster, Node
+from tools.waiting import seconds_until, until
 
 ROOT = Path(__file__).resolve().parents[3]
 Fault = Callable[[ChaosStack, Load], Awaitable[dict[str, float]]]
@@ -120,14 +121,8 @@ async def _supervised_datastore(name: str, ready: Callable[[], Awaitable[bool]])
         *supervisorctl, "signal", "KILL", f"datastores:{name}", stdout=asyncio.subprocess.DEVNULL
     )
     await proc.wait()
-    deadline = time.monotonic() + 120
     await asyncio.sleep(1)
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if await ready():
-                return
-        await asyncio.sleep(0.5)
-    raise RuntimeError(f"{name} did not come back")
+    await until(f"{name} to come back", ready, 119, every=0.5, ignoring=(Exception,))
 
 
 def mysql_admin_url() -> str:
@@ -262,13 +257,9 @@ async def _until(
     check: Callable[[], Awaitable[bool]], seconds: float, every: float = 0.01
 ) -> float | None:
     """Seconds until `check` holds; None if it never did within `seconds`."""
-    started = time.monotonic()
-    while time.monotonic() - started < seconds:
-        with contextlib.suppress(redis.RedisError, OSError, asyncpg.PostgresError):
-            if await check():
-                return time.monotonic() - started
-        await asyncio.sleep(every)
-    return None
+    return await seconds_until(
+        check, seconds, every=every, ignoring=(redis.RedisError, OSError, asyncpg.PostgresError)
+    )
 
 
 async def _holds_like_shard(stack: ChaosStack, client: redis.Redis, name: str) -> bool:

@@ -42,6 +42,7 @@ from services.streams.monitor import counters_sum
 from tests.chaos.harness.load import RPC_TIMEOUT, Ledger, Load
 from tests.chaos.harness.stack import MESSAGE_STREAMS, SHARDS, ChaosStack, Service
 from tools import callers
+from tools.waiting import until
 
 NOISY = 8_000
 OTHERS = list(range(8_001, 8_051))
@@ -185,15 +186,14 @@ async def until_stored(stack: ChaosStack, seconds: float = 60) -> None:
     """Until the flusher has stored every message appended (a scenario's first lease of a shard
     is fenced off by the fencing rows earlier scenarios left: storing starts a lease later)."""
     client = stack.client()
+
+    async def stored() -> bool:
+        return await message_backlog(client) == 0
+
     try:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if await message_backlog(client) == 0:
-                return
-            await asyncio.sleep(0.1)
+        await until("the flusher to store every message appended", stored, seconds, every=0.1)
     finally:
         await client.aclose()
-    raise RuntimeError(f"the flusher stored nothing for {seconds:.0f} s")
 
 
 class Flood:
