@@ -216,6 +216,24 @@ EOF
 cluster_size() { echo $((REDIS_CLUSTER_MASTERS * (1 + REDIS_CLUSTER_REPLICAS))); }
 cluster_ports() { seq "$1" $(($1 + $(cluster_size) - 1)); }
 
+# A supervisord program running redis-server with the arguments given: the single Redis and every
+# node of the two local Redis Clusters are started the same way.
+redis_program() {
+  local name=$1 priority=$2
+  shift 2
+  cat <<EOF
+
+[program:$name]
+command=$(command -v redis-server) $*
+priority=$priority
+autostart=false
+stopsignal=TERM
+stopwaitsecs=60
+redirect_stderr=true
+stdout_logfile=$var/log/$name.log
+EOF
+}
+
 write_cluster_conf() {
   local group=$1 first=$2 port
   # Replicas authenticate to their masters as `default`; its password stays out of the command
@@ -225,18 +243,9 @@ write_cluster_conf() {
     "$(cluster_ports "$first" | sed 's/^/redis-/' | paste -sd, -)" >>"$var/supervisord.conf"
   for port in $(cluster_ports "$first"); do
     mkdir -p "$var/$group/$port"
-    cat >>"$var/supervisord.conf" <<EOF
-
-[program:redis-$port]
-command=$(command -v redis-server) $here/redis-cluster.conf --port $port --dir $var/$group/$port
-  --aclfile $var/redis/users.acl --include $var/redis/masterauth.conf
-priority=11
-autostart=false
-stopsignal=TERM
-stopwaitsecs=60
-redirect_stderr=true
-stdout_logfile=$var/log/redis-$port.log
-EOF
+    redis_program "redis-$port" 11 "$here/redis-cluster.conf" --port "$port" \
+      --dir "$var/$group/$port" --aclfile "$var/redis/users.acl" \
+      --include "$var/redis/masterauth.conf" >>"$var/supervisord.conf"
   done
 }
 
@@ -301,17 +310,10 @@ autostart=false
 stopsignal=INT
 redirect_stderr=true
 stdout_logfile=$var/log/pgbouncer.log
-
-[program:redis]
-command=$(command -v redis-server) $here/redis.conf --port $REDIS_PORT --dir $var/redis
-  --aclfile $var/redis/users.acl --unixsocket $var/run/redis.sock --unixsocketperm 700
-priority=10
-autostart=false
-stopsignal=TERM
-stopwaitsecs=60
-redirect_stderr=true
-stdout_logfile=$var/log/redis.log
 EOF
+  redis_program redis 10 "$here/redis.conf" --port "$REDIS_PORT" --dir "$var/redis" \
+    --aclfile "$var/redis/users.acl" --unixsocket "$var/run/redis.sock" --unixsocketperm 700 \
+    >>"$var/supervisord.conf"
   write_cluster_conf redis-cluster "$REDIS_CLUSTER_PORT"
   write_cluster_conf redis-cluster-test "$REDIS_CLUSTER_TEST_PORT"
   cat >>"$var/supervisord.conf" <<EOF
