@@ -7,8 +7,11 @@ comment belongs to the course of the URL (404).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
+from agora.forum.v1 import forum_pb2
 from agora.forum.v1 import forum_read_service_pb2 as read_pb
 from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from agora.forum.v1 import like_service_pb2 as like_pb
@@ -23,6 +26,8 @@ from services.gateway.params import CourseId, CursorId, Limit, RowId
 from services.gateway.rate_limit import LikeLimiter, RateLimiter
 
 log = logging.getLogger(__name__)
+
+Row = TypeVar("Row", forum_pb2.Post, forum_pb2.Comment)
 
 router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
 
@@ -49,6 +54,19 @@ async def liked_by_me_or_unknown(
     return list(reply.liked)
 
 
+async def _with_likes(
+    clients: Clients,
+    user: Principal,
+    course_id: int,
+    targets: Callable[[list[int]], list[Target]],
+    to_json: Callable[[Row, bool | None], dict[str, Any]],
+    rows: Sequence[Row],
+) -> list[dict[str, Any]]:
+    """Each post or comment as JSON with its liked_by_me, all asked in one LikedMap call."""
+    liked = await liked_by_me_or_unknown(clients, user, course_id, targets([r.id for r in rows]))
+    return [to_json(row, flag) for row, flag in zip(rows, liked, strict=True)]
+
+
 # A like_pb.Target as the fields the request's constructor copies in (cheaper than a message each).
 Target = dict[str, int]
 
@@ -73,15 +91,8 @@ async def list_posts(
         course_id=course_id, user_id=user.user_id, limit=limit, before_id=before_id
     )
     reply = await clients.forum_read.ListPosts(rpc, **clients.options)
-    liked = await liked_by_me_or_unknown(
-        clients, user, course_id, _posts([p.id for p in reply.posts])
-    )
-    return page(
-        [post_json(p, flag) for p, flag in zip(reply.posts, liked, strict=True)],
-        limit,
-        reply.has_more,
-        next_before_id=optional_value(reply, "next_before_id"),
-    )
+    data = await _with_likes(clients, user, course_id, _posts, post_json, reply.posts)
+    return page(data, limit, reply.has_more, next_before_id=optional_value(reply, "next_before_id"))
 
 
 @router.post(
@@ -107,8 +118,8 @@ async def get_post(
         read_pb.GetPostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
         **clients.options,
     )
-    [liked] = await liked_by_me_or_unknown(clients, user, course_id, _posts([reply.post.id]))
-    return ok({"data": post_json(reply.post, liked)})
+    [post] = await _with_likes(clients, user, course_id, _posts, post_json, [reply.post])
+    return ok({"data": post})
 
 
 @router.delete(
@@ -216,15 +227,8 @@ async def _comments_page(
     reply: read_pb.ListCommentsResponse | read_pb.ListRepliesResponse,
     limit: int,
 ) -> JsonBytes:
-    liked = await liked_by_me_or_unknown(
-        clients, user, course_id, _comments([c.id for c in reply.comments])
-    )
-    return page(
-        [comment_json(c, flag) for c, flag in zip(reply.comments, liked, strict=True)],
-        limit,
-        reply.has_more,
-        next_after_id=optional_value(reply, "next_after_id"),
-    )
+    data = await _with_likes(clients, user, course_id, _comments, comment_json, reply.comments)
+    return page(data, limit, reply.has_more, next_after_id=optional_value(reply, "next_after_id"))
 
 
 async def _set_like(
