@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from services.domain.instants import Limits
-from services.runtime.config import ApiServiceSettings
+from services.runtime.grpc_server import ApiServiceSettings
 from services.runtime.tokens import JwtSettings
 from services.streams.live import LiveSettings
 from services.streams.messages import MessageStreamSettings

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from services.runtime.config import ApiServiceSettings
+from services.runtime.grpc_server import ApiServiceSettings
 from services.runtime.tokens import JwtSettings
 from services.streams.likes import LikeStreamSettings
 from services.streams.live import LiveSettings

@@ -13,18 +13,16 @@ from pathlib import Path
 
 import aiomysql
 import asyncpg
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime import config, logs
+from services.runtime.config import EnvSettings
 from services.runtime.mysql import MysqlTarget
 
 log = logging.getLogger(__name__)
 
 
-class MigrateSettings(BaseSettings):
+class MigrateSettings(EnvSettings):
     """MYSQL_MIGRATE_URL and POSTGRES_MIGRATE_URL: the migrator credentials (owner of schemas)."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
     mysql_migrate_url: str
     postgres_migrate_url: str

@@ -12,15 +12,18 @@ from typing import TypeVar
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.runtime.tls import MtlsSettings
-
 S = TypeVar("S", bound=BaseSettings)
 
 
-class ServiceSettings(BaseSettings):
-    """Settings every gRPC service has. Field `x_y` is read from the variable `X_Y`."""
+class EnvSettings(BaseSettings):
+    """Settings read from the environment, as every class of them is: field `x_y` from the
+    variable `X_Y` (any case), other variables ignored, frozen once read."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
+
+
+class ServiceSettings(EnvSettings):
+    """Settings every gRPC service has."""
 
     grpc_host: str = "0.0.0.0"
     # Server reflection on the API listeners (grpcurl without .proto files): development only.
@@ -60,13 +63,6 @@ class ServiceSettings(BaseSettings):
     # promoted replica does not have. 0: acknowledged once the master has it (its AOF).
     redis_wait_replicas: int = Field(default=0, ge=0)
     redis_wait_timeout_ms: int = Field(default=1000, ge=1)
-
-
-class ApiServiceSettings(ServiceSettings, MtlsSettings):
-    """Settings of a service serving gRPC APIs: its certificate (the API listeners are mTLS) and
-    the port of its plaintext health listener."""
-
-    grpc_health_port: int
 
 
 def load(cls: type[S]) -> S:

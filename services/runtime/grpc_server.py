@@ -24,16 +24,23 @@ from grpc_reflection.v1alpha import reflection
 
 from services.runtime import trace_context
 from services.runtime.access import AccessInterceptor, AccessPolicy
-from services.runtime.config import ApiServiceSettings, ServiceSettings
+from services.runtime.config import ServiceSettings
 from services.runtime.field_rules import FieldRulesInterceptor, RuleTable
 from services.runtime.grpc_errors import ErrorMappingInterceptor
 from services.runtime.metrics import MetricsInterceptor
 from services.runtime.readiness import LIVENESS, Readiness
-from services.runtime.tls import TlsMaterial
+from services.runtime.tls import MtlsSettings, TlsMaterial
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class ApiServiceSettings(ServiceSettings, MtlsSettings):
+    """Settings of a service serving gRPC APIs: its certificate (the API listeners are mTLS) and
+    the port of its plaintext health listener."""
+
+    grpc_health_port: int
 
 
 _OPTIONS = [

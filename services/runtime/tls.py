@@ -12,16 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.runtime.config import EnvSettings
 
 SPIFFE_PREFIX = "spiffe://agora/sa/"
 
 
-class MtlsSettings(BaseSettings):
+class MtlsSettings(EnvSettings):
     """Where this workload's certificate, its key and the CA it trusts are (PEM files), for
     every process that serves or calls gRPC APIs."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
     grpc_tls_ca: Path
     grpc_tls_cert: Path

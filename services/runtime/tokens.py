@@ -32,7 +32,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode
+
+from services.runtime.config import EnvSettings
 
 # How long a verified token is trusted without checking its signature again, and how many.
 CACHE_SECONDS = 300.0
@@ -101,10 +103,8 @@ def parse_key(kid: str, text: str) -> VerificationKey:
     raise ValueError(f"key {kid}: only RSA (RS256) and Ed25519 (EdDSA) public keys are supported")
 
 
-class JwtSettings(BaseSettings):
+class JwtSettings(EnvSettings):
     """Token settings, for every process that verifies end-user tokens."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
     # {kid: secret-or-PEM} as JSON; see the module docstring.
     jwt_keys: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)

@@ -18,9 +18,9 @@ import redis.asyncio as redis
 from agora.events.v1 import like_events_pb2
 from agora.forum.v1 import like_service_pb2
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime import lua
+from services.runtime.config import EnvSettings
 from services.streams.entries import Entry, PoisonEntry
 from services.streams.shards import ShardedStreams
 
@@ -34,10 +34,8 @@ _LETTERS: dict[TargetKind, str] = {POST: "p", COMMENT: "c"}
 KIND_NAMES: dict[TargetKind, str] = {POST: "post", COMMENT: "comment"}
 
 
-class LikeStreamSettings(BaseSettings):
+class LikeStreamSettings(EnvSettings):
     """How the like streams are laid out; the likes service and the flusher must agree."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
     # Each shard has one consumer; fewer shards mean fuller like batches (see FLUSHER linger).
     like_stream_shards: int = Field(default=4, ge=1, le=1024)

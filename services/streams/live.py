@@ -28,19 +28,17 @@ from typing import Any
 
 import redis.asyncio as redis
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime import lua
+from services.runtime.config import EnvSettings
 from services.runtime.redis_client import DurableScripts
 from services.runtime.stream_ids import ORIGIN, Position
 
 log = logging.getLogger(__name__)
 
 
-class LiveSettings(BaseSettings):
+class LiveSettings(EnvSettings):
     """How the live feeds are kept; every writer and every watching process must agree."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
     # A watcher that was away up to this long resumes without a gap.
     live_retention_seconds: int = Field(default=3600, ge=60, le=7 * 86_400)

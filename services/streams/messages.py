@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from agora.events.v1 import message_events_pb2
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.runtime.config import EnvSettings
 from services.streams.entries import Entry, PoisonEntry
 from services.streams.shards import ShardedStreams
 
@@ -21,10 +21,8 @@ MessageStreamEntry = message_events_pb2.MessageStreamEntry
 GROUP = "flusher"
 
 
-class MessageStreamSettings(BaseSettings):
+class MessageStreamSettings(EnvSettings):
     """How the message streams are laid out; ingest and the flusher must agree on these."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
 
     # Changing the shard count re-routes conversations: only change it with the streams drained.
     message_stream_shards: int = Field(default=8, ge=1, le=1024)
