@@ -243,16 +243,23 @@ def streams() -> MessageStreams:
     return MessageStreams(MessageStreamSettings().message_stream_prefix, SHARDS)
 
 
+def ingest_settings_for(env: Env, **overrides: Any) -> IngestSettings:
+    """The ingest service's settings for the test datastores (its forum listener on a port of
+    its own); `overrides` on top."""
+    values: dict[str, Any] = {
+        "redis_url": env.redis_ingest_url,
+        "postgres_url": env.pg_ingest_url,
+        "mysql_url": env.mysql_ingest_url,
+        "message_stream_shards": SHARDS,
+        "grpc_forum_port": 0,
+        **as_service("ingest", env.jwt_secret),
+    }
+    return IngestSettings(**{**values, **overrides})
+
+
 @pytest.fixture(scope="session")
 def ingest_settings(env: Env) -> IngestSettings:
-    return IngestSettings(
-        redis_url=env.redis_ingest_url,
-        postgres_url=env.pg_ingest_url,
-        mysql_url=env.mysql_ingest_url,
-        message_stream_shards=SHARDS,
-        grpc_forum_port=0,
-        **as_service("ingest", env.jwt_secret),
-    )
+    return ingest_settings_for(env)
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,6 @@ from services.flusher.likes.repository import LikeRepository
 from services.flusher.messages import builder as message_builder
 from services.flusher.messages.repository import MessageRepository
 from services.ingest import server as ingest_service
-from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
 from services.runtime import postgres
 from services.runtime.mysql import MysqlDatabase
@@ -48,12 +47,11 @@ from services.streams.consumer import ShardConsumer
 from services.streams.entries import Entry
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import GROUP, MessageStreams, MessageStreamSettings, decode
-from tests.conftest import Env, likes_settings, serving
+from tests.conftest import Env, ingest_settings_for, likes_settings, serving
 from tests.helpers import (
     ROOT,
     SHARDS,
     as_gateway,
-    as_service,
     at,
     message,
     message_backlog,
@@ -218,14 +216,7 @@ class Targets:
 @asynccontextmanager
 async def producers(env: Env, url: str) -> AsyncIterator[tuple[Any, Any]]:
     """The real ingest and likes services on the private Redis (PostgreSQL: agora_test)."""
-    ingest_settings = IngestSettings(
-        redis_url=url,
-        postgres_url=env.pg_ingest_url,
-        mysql_url=env.mysql_ingest_url,
-        message_stream_shards=SHARDS,
-        grpc_forum_port=0,
-        **as_service("ingest", env.jwt_secret),
-    )
+    ingest_settings = ingest_settings_for(env, redis_url=url)
     likes_config = likes_settings(env, redis_url=url)
     async with (
         serving(await ingest_service.build(ingest_settings)) as ingest_server,

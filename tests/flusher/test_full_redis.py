@@ -20,17 +20,14 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.flusher.config import FlusherSettings
 from services.ingest import server as ingest_service
-from services.ingest.config import IngestSettings
 from services.likes import server as likes_service
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
-from tests.conftest import Env, likes_settings, serving
+from tests.conftest import Env, ingest_settings_for, likes_settings, serving
 from tests.helpers import (
-    SHARDS,
     Flusher,
     as_gateway,
-    as_service,
     message,
     message_backlog,
 )
@@ -43,6 +40,16 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.single_redis]
 async def used_memory(client: redis.Redis) -> int:
     info: Any = await client.info("memory")
     return int(info["used_memory"])
+
+
+def like_of_post_1(user: int) -> like_pb.SetLikeRequest:
+    """`user` likes post 1 of course 42."""
+    return like_pb.SetLikeRequest(
+        user_id=user,
+        course_id=42,
+        target=like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=1),
+        like=True,
+    )
 
 
 async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains(
@@ -58,14 +65,7 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
         "--maxmemory-policy", "noeviction", "--appendonly", "yes"
     ) as url:
         client = redis.Redis.from_url(url)
-        ingest_settings = IngestSettings(
-            redis_url=url,
-            postgres_url=env.pg_ingest_url,
-            mysql_url=env.mysql_ingest_url,
-            message_stream_shards=SHARDS,
-            grpc_forum_port=0,
-            **as_service("ingest", env.jwt_secret),
-        )
+        ingest_settings = ingest_settings_for(env, redis_url=url)
         likes_config = likes_settings(env, redis_url=url)
         async with (
             serving(await ingest_service.build(ingest_settings)) as ingest_server,
@@ -86,14 +86,7 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
                 )
                 assert reply.accepted == 50
                 acknowledged += ids
-            await likes.SetLike(
-                like_pb.SetLikeRequest(
-                    user_id=8,
-                    course_id=42,
-                    target=like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=1),
-                    like=True,
-                )
-            )
+            await likes.SetLike(like_of_post_1(user=8))
 
             await client.config_set("maxmemory", str(await used_memory(client)))
             try:
@@ -103,14 +96,7 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
                     )
                 assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 with pytest.raises(grpc.aio.AioRpcError) as full_like:
-                    await likes.SetLike(
-                        like_pb.SetLikeRequest(
-                            user_id=9,
-                            course_id=42,
-                            target=like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=1),
-                            like=True,
-                        )
-                    )
+                    await likes.SetLike(like_of_post_1(user=9))
                 assert full_like.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
                 # Still full, the flusher drains every stream: acknowledging frees memory.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -22,10 +21,8 @@ from services.likes.access import AccessCache, AccessLimits
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import Check, ForumChecks, TargetFact
 from services.runtime import redis_client as redis_client_module
-from services.runtime.grpc_server import GrpcServer
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from tests.conftest import Env
-from tests.helpers import SHARDS, as_gateway, postgres_statements
+from tests.helpers import SHARDS, postgres_statements
 
 pytestmark = pytest.mark.asyncio
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
@@ -222,12 +219,12 @@ async def test_cold_sets_waiting_together_are_warmed_with_one_query(
     assert cached.checks.taken() == {"liked_many": 1}
 
 
-@pytest_asyncio.fixture
-async def stub(
-    likes_server: GrpcServer, env: Env, clean: None
-) -> AsyncIterator[like_service_pb2_grpc.LikeServiceStub]:
-    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
-        yield like_service_pb2_grpc.LikeServiceStub(channel)
+@pytest.fixture
+def stub(
+    likes: like_service_pb2_grpc.LikeServiceStub, clean: None
+) -> like_service_pb2_grpc.LikeServiceStub:
+    """The buffered likes service, on clean datastores."""
+    return likes
 
 
 def request(user: int, kind: TargetKind, target: int, like: bool = True) -> pb.SetLikeRequest:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -17,7 +16,6 @@ import pytest_asyncio
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from services.flusher.likes.repository import RECOUNT_LOCK
@@ -25,11 +23,10 @@ from services.flusher.maintenance import builder as maintenance
 from services.likes import server as likes_service
 from services.likes.config import LikesSettings
 from services.likes.counterless_store import DirtyMarks
-from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from tests.conftest import Env, likes_settings, serving
-from tests.helpers import SHARDS, Flusher, as_gateway, as_service
+from tests.helpers import SHARDS, Flusher, as_gateway, as_service, enrol
 from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
@@ -37,19 +34,12 @@ STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
 INTERVAL = 5.0
 
 
-@pytest_asyncio.fixture(scope="session")
-async def counterless_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    settings = likes_settings(env, "counterless")
-    async with serving(await likes_service.build(settings)) as server:
-        yield server
-
-
-@pytest_asyncio.fixture
-async def likes(
-    counterless_server: GrpcServer, env: Env, clean: None
-) -> AsyncIterator[like_service_pb2_grpc.LikeServiceStub]:
-    async with as_gateway(counterless_server.port, env.jwt_secret) as channel:
-        yield like_service_pb2_grpc.LikeServiceStub(channel)
+@pytest.fixture
+def likes(
+    counterless_likes: like_service_pb2_grpc.LikeServiceStub, clean: None
+) -> like_service_pb2_grpc.LikeServiceStub:
+    """The counterless likes service, on clean datastores."""
+    return counterless_likes
 
 
 async def set_like(
@@ -169,9 +159,7 @@ async def test_a_deleted_target_gets_no_like_row(
 @pytest_asyncio.fixture
 async def enrolled(pg_admin: asyncpg.Pool, clean: None) -> list[int]:
     users = list(range(1000, 1200))
-    await pg_admin.executemany(
-        "INSERT INTO course_members (course_id, user_id) VALUES (42, $1)", [(u,) for u in users]
-    )
+    await enrol(pg_admin, users)
     return users
 
 

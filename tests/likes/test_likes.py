@@ -36,6 +36,7 @@ from tests.helpers import (
     SHARDS,
     Flusher,
     as_gateway,
+    enrol,
     mint_token,
     run_flusher,
 )
@@ -100,9 +101,7 @@ async def events_waiting(client: redis.Redis) -> int:
 async def enrolled(pg_admin: asyncpg.Pool, clean: None) -> list[int]:
     """Users 1000..1099 enrolled in course 42, besides the lab's 7, 8 and 9."""
     users = list(range(1000, 1100))
-    await pg_admin.executemany(
-        "INSERT INTO course_members (course_id, user_id) VALUES (42, $1)", [(u,) for u in users]
-    )
+    await enrol(pg_admin, users)
     return users
 
 

@@ -22,16 +22,13 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from services.gateway.app import create_app
-from services.gateway.config import GatewaySettings
 from services.ingest.config import IngestSettings
 from services.ingest.server import build
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
-from tests.conftest import Env, serving
+from tests.conftest import Env, gateway_settings, serving, serving_gateway
 from tests.helpers import SHARDS, T0, Flusher, as_listener, message, mint_token
-from tools import callers
 
 pytestmark = pytest.mark.asyncio
 
@@ -239,22 +236,8 @@ async def test_the_gateway_answers_the_noisy_account_429_and_a_full_backlog_503(
         )
 
     async with fair_ingest(ingest_settings) as (ingest_server, _):
-        settings = GatewaySettings(
-            jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
-            ingest_addr=f"127.0.0.1:{ingest_server.port}",
-            ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
-            timeline_addr=f"127.0.0.1:{timeline_server.port}",
-            likes_addr=f"127.0.0.1:{likes_server.port}",
-            redis_url=env.redis_gateway_url,
-            **callers.tls_files("gateway"),
-        )
-        app = create_app(settings)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://gateway"
-            ) as gateway,
-        ):
+        settings = gateway_settings(env, ingest_server, timeline_server, likes_server)
+        async with serving_gateway(settings) as gateway:
             for _ in range(3):
                 assert (await post(NOISY, 10)).status_code == 200
             assert (await post(QUIET, 5)).status_code == 200

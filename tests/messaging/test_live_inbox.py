@@ -4,12 +4,10 @@ COMMIT, resumable from the last position received, a reset instead of a gap (doc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import TypeAlias
 
 import grpc
 import pytest
-import pytest_asyncio
 import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
@@ -31,13 +29,13 @@ FEEDS = LiveFeeds.from_settings(LiveSettings())
 Stream: TypeAlias = grpc.aio.UnaryStreamCall
 
 
-@pytest_asyncio.fixture
-async def watch(
-    timeline_server: GrpcServer, env: Env, clean: None
-) -> AsyncIterator[timeline_service_pb2_grpc.TimelineServiceStub]:
-    """TimelineService as the gateway calls it; each watch passes its user's token itself."""
-    async with as_gateway(timeline_server.port, env.jwt_secret) as channel:
-        yield timeline_service_pb2_grpc.TimelineServiceStub(channel)
+@pytest.fixture
+def watch(
+    timeline: timeline_service_pb2_grpc.TimelineServiceStub, clean: None
+) -> timeline_service_pb2_grpc.TimelineServiceStub:
+    """TimelineService as the gateway calls it, on clean datastores; each watch passes its user's
+    token itself."""
+    return timeline
 
 
 def token(env: Env, accounts: list[int], ttl: int = 600, user: int = 7) -> list[tuple[str, str]]:
