@@ -263,3 +263,6 @@ class Downstream:
 
     async def entries(self) -> int:
         return await stream_entries(self.redis, self.streams)
+
+    async def backlog(self) -> int:
+        return await message_backlog(self.redis, self.streams)

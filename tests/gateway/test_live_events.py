@@ -251,7 +251,6 @@ async def test_streams_of_one_account_share_one_watch_and_each_gets_every_event(
     env: Env,
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     flusher: Flusher,
-    clean: None,
 ) -> None:
     """Three browsers on one inbox cost timeline one watch of this process, not three."""
     tokens = [mint_token(env.jwt_secret, sub=user, accounts=[1]) for user in (7, 8, 9)]
@@ -278,7 +277,6 @@ async def test_a_stream_resuming_behind_what_the_feed_keeps_catches_up_once_in_o
     env: Env,
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     flusher: Flusher,
-    clean: None,
 ) -> None:
     """The feed keeps 2 events: a stream resuming 6 events back reads a watch of its own until
     it reaches them, then the shared feed, and sees each event once, in order."""

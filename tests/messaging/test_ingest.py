@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
@@ -12,9 +11,8 @@ from services.ingest.config import IngestSettings
 from services.ingest.server import build
 from services.runtime.grpc_errors import field_violations
 from services.runtime.mysql import MysqlDatabase
-from services.streams.messages import MessageStreams
 from tests.conftest import serving
-from tests.helpers import Flusher, as_listener, at, message, message_backlog
+from tests.helpers import Downstream, Flusher, as_listener, at, message
 
 pytestmark = pytest.mark.asyncio
 
@@ -22,10 +20,6 @@ pytestmark = pytest.mark.asyncio
 async def stored_msg_ids(db: MysqlDatabase) -> list[str]:
     rows = await db.fetchall("SELECT msg_id FROM zalo_messages ORDER BY msg_id")
     return [r[0] for r in rows]
-
-
-async def stream_entries(client: redis.Redis, streams: MessageStreams) -> int:
-    return sum([await client.xlen(s) for s in streams.all_streams()])
 
 
 async def test_one_invalid_message_does_not_block_the_rest(
@@ -58,11 +52,7 @@ async def test_request_level_errors_carry_field_violations(
 
 
 async def test_backlog_bound_refuses_whole_batch_and_stores_nothing(
-    ingest_settings: IngestSettings,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
+    ingest_settings: IngestSettings, downstream: Downstream
 ) -> None:
     settings = ingest_settings.model_copy(update={"message_queue_max": 10})
     async with (
@@ -72,21 +62,21 @@ async def test_backlog_bound_refuses_whole_batch_and_stores_nothing(
         stub = ingest_service_pb2_grpc.IngestServiceStub(channel)
         first = [message(f"a{i}", thread=f"t{i}") for i in range(8)]
         await stub.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=first))
-        entries_before = await stream_entries(redis_client, streams)
+        entries_before = await downstream.entries()
 
         second = [message(f"b{i}", thread=f"t{i}") for i in range(3)]
         with pytest.raises(grpc.aio.AioRpcError) as full:
             await stub.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=second))
         assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert await stream_entries(redis_client, streams) == entries_before
-        assert await message_backlog(redis_client, streams) == 8
+        assert await downstream.entries() == entries_before
+        assert await downstream.backlog() == 8
 
         # Once flushed, the backlog is released and the caller's retry goes through.
-        await flusher.drain()
-        assert await message_backlog(redis_client, streams) == 0
+        await downstream.drain()
+        assert await downstream.backlog() == 0
         await stub.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=second))
-        await flusher.drain()
-    stored = await stored_msg_ids(admin_db)
+        await downstream.drain()
+    stored = await stored_msg_ids(downstream.db)
     assert stored == sorted([f"a{i}" for i in range(8)] + [f"b{i}" for i in range(3)])
 
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 import aiomysql
 import httpx
 import pytest
-import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
 from services.ingest.validation import MAX_JSON_DEPTH
 from services.runtime.mysql import MysqlDatabase
-from services.streams.messages import MessageStreams
-from tests.helpers import Flusher, at, dead_letter_count, message
+from tests.helpers import Downstream, at, message
 
 pytestmark = pytest.mark.asyncio
 FIELDS = ("attachments", "mentions", "quote.payload", "quote.preview")
@@ -73,10 +71,7 @@ async def test_the_bound_is_the_servers(admin_db: MysqlDatabase) -> None:
 
 async def test_the_deepest_accepted_document_lands_in_every_field_and_one_deeper_is_refused(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
+    downstream: Downstream,
 ) -> None:
     batch = []
     for n, field in enumerate(FIELDS):
@@ -89,9 +84,11 @@ async def test_the_deepest_accepted_document_lands_in_every_field_and_one_deeper
         (2 * n + 1, field, f"must be nested at most {MAX_JSON_DEPTH} levels deep")
         for n, field in enumerate(FIELDS)
     ]
-    await flusher.drain()
-    assert await dead_letter_count(redis_client, streams) == 0
-    rows = await admin_db.fetchall(f"SELECT msg_id, {COLUMNS} FROM zalo_messages ORDER BY msg_id")
+    await downstream.drain()
+    assert await downstream.dead_letters() == 0
+    rows = await downstream.db.fetchall(
+        f"SELECT msg_id, {COLUMNS} FROM zalo_messages ORDER BY msg_id"
+    )
     assert [r[0] for r in rows] == [f"ok-{n}" for n in range(len(FIELDS))]
     for n, row in enumerate(rows):
         assert [value is not None for value in row[1:]] == [i == n for i in range(len(FIELDS))]
@@ -100,10 +97,7 @@ async def test_the_deepest_accepted_document_lands_in_every_field_and_one_deeper
 async def test_through_the_gateway_a_too_deep_item_is_rejected_and_its_neighbour_lands(
     gateway: httpx.AsyncClient,
     token: str,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
+    downstream: Downstream,
 ) -> None:
     def item(msg_id: str, **fields: object) -> dict[str, object]:
         return {
@@ -136,7 +130,7 @@ async def test_through_the_gateway_a_too_deep_item_is_rejected_and_its_neighbour
         (1, "attachments"),
         (3, "mentions"),
     ]
-    await flusher.drain()
-    assert await dead_letter_count(redis_client, streams) == 0
-    stored = await admin_db.fetchall("SELECT msg_id FROM zalo_messages ORDER BY msg_id")
+    await downstream.drain()
+    assert await downstream.dead_letters() == 0
+    stored = await downstream.db.fetchall("SELECT msg_id FROM zalo_messages ORDER BY msg_id")
     assert stored == [("deepest-value",), ("neighbour",)]

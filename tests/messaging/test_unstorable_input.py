@@ -16,9 +16,8 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.runtime.grpc_errors import FieldViolation, field_violations
-from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
-from tests.helpers import Flusher, at, dead_letter_count, message
+from tests.helpers import Downstream, at, message
 
 pytestmark = pytest.mark.asyncio
 
@@ -73,10 +72,7 @@ async def test_mark_read_and_agent_sent_check_nanos_and_the_future_like_messages
 
 async def test_exactly_2012_01_01_is_accepted_and_lands(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
+    downstream: Downstream,
 ) -> None:
     first = message("m1", sent_at=EARLIEST)
     await ingest.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=[first]))
@@ -87,21 +83,22 @@ async def test_exactly_2012_01_01_is_accepted_and_lands(
     sent = pb.RecordAgentSentRequest(account_id=1, thread_id="t1", cli_msg_id="cli-1")
     sent.sent_at.FromDatetime(EARLIEST)
     await ingest.RecordAgentSent(sent)
-    await flusher.drain()
+    await downstream.drain()
 
     expected = EARLIEST.replace(tzinfo=None)
-    assert await admin_db.fetchall("SELECT sent_at FROM zalo_messages") == [(expected,)]
-    assert await admin_db.fetchall("SELECT last_read_at FROM zalo_conversations") == [(expected,)]
-    assert await admin_db.fetchall("SELECT sent_at FROM zalo_agent_sent_messages") == [(expected,)]
-    assert await dead_letter_count(redis_client, streams) == 0
+    assert await downstream.db.fetchall("SELECT sent_at FROM zalo_messages") == [(expected,)]
+    assert await downstream.db.fetchall("SELECT last_read_at FROM zalo_conversations") == [
+        (expected,)
+    ]
+    assert await downstream.db.fetchall("SELECT sent_at FROM zalo_agent_sent_messages") == [
+        (expected,)
+    ]
+    assert await downstream.dead_letters() == 0
 
 
 async def test_json_mysql_would_refuse_is_rejected_by_item_and_the_rest_lands(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
+    downstream: Downstream,
 ) -> None:
     batch = [message(f"m{i}", sent_at=at(i)) for i in range(8)]
     batch[1].attachments = "[1e400]"
@@ -120,8 +117,10 @@ async def test_json_mysql_would_refuse_is_rejected_by_item_and_the_rest_lands(
     ]
     assert reply.rejected[0].reason == "must be valid JSON (number 1e400 is out of range)"
     assert "unpaired UTF-16 surrogate" in reply.rejected[2].reason
-    await flusher.drain()
-    rows = await admin_db.fetchall("SELECT msg_id, attachments FROM zalo_messages ORDER BY msg_id")
+    await downstream.drain()
+    rows = await downstream.db.fetchall(
+        "SELECT msg_id, attachments FROM zalo_messages ORDER BY msg_id"
+    )
     assert [r[0] for r in rows] == ["m0", "m5", "m6", "m7"]
     assert json.loads(rows[1][1]) == [{"size": 1e308, "emoji": "😀"}]
-    assert await dead_letter_count(redis_client, streams) == 0
+    assert await downstream.dead_letters() == 0
