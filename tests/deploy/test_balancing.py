@@ -9,7 +9,6 @@ import asyncio
 import os
 import signal
 import sys
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,11 +20,12 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc
 from dnslib import QTYPE, RR, A
 from dnslib.server import BaseResolver, DNSServer
-from prometheus_client.parser import text_string_to_metric_families
 
 from services.runtime.grpc_client import open_channel
 from tests.conftest import Env
+from tests.deploy.grpc_metrics import requests_served
 from tests.helpers import ROOT
+from tests.waiting import until
 from tools import callers, certs
 from tools.ports import free_port
 from tools.wait_healthy import wait
@@ -70,15 +70,7 @@ class Replica:
     process: asyncio.subprocess.Process
 
     def served(self) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as reply:
-            text = reply.read().decode()
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "agora_grpc_server_requests_total"
-            and sample.labels.get("method") == METHOD
-        )
+        return requests_served(self.metrics_port, METHOD)
 
 
 @asynccontextmanager
@@ -158,11 +150,14 @@ async def test_calls_spread_over_every_replica_and_one_that_joins(
             # the client resolves again and includes it.
             pods.append(await start(4))
             zone.addresses = [p.address for p in pods]
-            deadline = asyncio.get_running_loop().time() + 30
-            while pods[3].served() == 0:
-                assert asyncio.get_running_loop().time() < deadline, "the new replica got nothing"
+
+            async def the_new_replica_served() -> bool:
+                if pods[3].served() > 0:
+                    return True
                 await stub.ListConversations(request, timeout=5)
-                await asyncio.sleep(0.05)
+                return False
+
+            await until("the new replica to get a call", the_new_replica_served, 30, every=0.05)
             before = [p.served() for p in pods]
             for _ in range(80):
                 await stub.ListConversations(request, timeout=5)

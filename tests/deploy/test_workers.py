@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,10 +16,11 @@ import httpx
 import pytest
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Env
+from tests.deploy.grpc_metrics import requests_served
 from tests.helpers import ROOT, SHARDS
+from tests.waiting import until
 from tools import callers
 from tools.ports import free_port
 from tools.wait_healthy import wait
@@ -47,22 +47,11 @@ def serving_pids(port: int, state: str = "established") -> set[int]:
 
 async def all_listening(port: int, pids: list[int]) -> None:
     """Health answers when the first worker is up; wait for every worker's listener."""
-    for _ in range(100):
-        if serving_pids(port, "listening") == set(pids):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not every worker listens on {port}")
 
+    async def listening() -> bool:
+        return serving_pids(port, "listening") == set(pids)
 
-def served(metrics_port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as reply:
-        text = reply.read().decode()
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "agora_grpc_server_requests_total" and s.labels.get("method") == LIKED_MAP
-    )
+    await until(f"every worker to listen on {port}", listening, 10, every=0.1)
 
 
 @asynccontextmanager
@@ -111,13 +100,14 @@ async def test_likes_workers_share_the_port_and_their_metrics(env: Env) -> None:
             for channel in channels:
                 await channel.close()
         await asyncio.sleep(0.2)
-        assert served(metrics) == len(channels)  # one /metrics, the workers' sum
+        # One /metrics, the workers' sum.
+        assert requests_served(metrics, LIKED_MAP) == len(channels)
         os.kill(parent, signal.SIGKILL)
-        for _ in range(100):
-            if not any(children_alive(w) for w in workers):
-                break
-            await asyncio.sleep(0.1)
-        assert not any(children_alive(w) for w in workers), "workers outlived their supervisor"
+
+        async def workers_gone() -> bool:
+            return not any(children_alive(w) for w in workers)
+
+        await until("the workers to go with their supervisor", workers_gone, 10, every=0.1)
 
 
 def children_alive(pid: int) -> bool:

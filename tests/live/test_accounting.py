@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeAlias
 
 import pytest
 import pytest_asyncio
@@ -22,6 +23,7 @@ from services.runtime.mysql import MysqlDatabase
 from tests.conftest import Env
 from tests.helpers import ACCOUNTS, Flusher, as_gateway, at, message
 from tests.live import accounting
+from tests.waiting import until
 
 pytestmark = pytest.mark.asyncio
 STREAMS = 200
@@ -49,99 +51,85 @@ async def flushing(flusher: Flusher) -> AsyncIterator[Flusher]:
     await task
 
 
-async def run(
+Run: TypeAlias = Callable[..., Awaitable[accounting.Outcome]]
+
+
+@pytest.fixture
+def run(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     timeline_server: GrpcServer,
     flushing: Flusher,
     admin_db: MysqlDatabase,
     env: Env,
-    *,
-    resume_with_position: bool,
-    streams: int = STREAMS,
-    catch_up_seconds: float = 30,
-) -> accounting.Outcome:
-    async def send() -> None:
-        started = time.monotonic()
-        for n in range(0, MESSAGES, BATCH):
-            by_account: dict[int, list[message_pb2.Message]] = defaultdict(list)
-            for i in range(n, n + BATCH):
-                conversation = i % CONVERSATIONS
-                account = ACCOUNTS[conversation % len(ACCOUNTS)]
-                by_account[account].append(
-                    message(f"m{i}", thread=f"t{conversation}", sent_at=at(i / 1000))
-                )
-            for account, msgs in by_account.items():
-                await ingest.IngestMessages(
-                    ingest_pb.IngestMessagesRequest(account_id=account, messages=msgs)
-                )
-            # Held to the rate: the batches go out as a peak-time listener sends them.
-            await asyncio.sleep(max(0.0, started + (n + BATCH) / RATE - time.monotonic()))
+) -> Run:
+    """Runs the accounting (tests/live/accounting.py) on these servers: `streams` watches cut
+    and resumed while the messages go in at the peak rate."""
 
-    async def settle() -> None:
-        # Until the flusher has stored every message sent.
-        async with asyncio.timeout(30):
-            while True:
-                found = await accounting.stored(admin_db)
-                if sum(len(ids) for threads in found.values() for ids in threads.values()) >= (
-                    MESSAGES
-                ):
-                    return
-                await asyncio.sleep(0.1)
+    async def run(
+        *, resume_with_position: bool, streams: int = STREAMS, catch_up_seconds: float = 30
+    ) -> accounting.Outcome:
+        async def send() -> None:
+            started = time.monotonic()
+            for n in range(0, MESSAGES, BATCH):
+                by_account: dict[int, list[message_pb2.Message]] = defaultdict(list)
+                for i in range(n, n + BATCH):
+                    conversation = i % CONVERSATIONS
+                    account = ACCOUNTS[conversation % len(ACCOUNTS)]
+                    by_account[account].append(
+                        message(f"m{i}", thread=f"t{conversation}", sent_at=at(i / 1000))
+                    )
+                for account, msgs in by_account.items():
+                    await ingest.IngestMessages(
+                        ingest_pb.IngestMessagesRequest(account_id=account, messages=msgs)
+                    )
+                # Held to the rate: the batches go out as a peak-time listener sends them.
+                await asyncio.sleep(max(0.0, started + (n + BATCH) / RATE - time.monotonic()))
 
-    async with contextlib.AsyncExitStack() as stack:
-        channels = [
-            await stack.enter_async_context(as_gateway(timeline_server.port, env.jwt_secret))
-            for _ in range(4)
-        ]
-        turn = iter(range(10**9))
-        return await accounting.run(
-            lambda: timeline_service_pb2_grpc.TimelineServiceStub(
-                channels[next(turn) % len(channels)]
-            ),
-            env.jwt_secret,
-            list(ACCOUNTS),
-            streams,
-            send,
-            lambda: accounting.stored(admin_db),
-            cut_every=CUT_EVERY,
-            settle=settle,
-            resume_with_position=resume_with_position,
-            catch_up_seconds=catch_up_seconds,
-        )
+        async def all_stored() -> bool:
+            found = await accounting.stored(admin_db)
+            stored = sum(len(ids) for threads in found.values() for ids in threads.values())
+            return stored >= MESSAGES
+
+        async def settle() -> None:
+            await until("the flusher to store every message sent", all_stored, 30, every=0.1)
+
+        async with contextlib.AsyncExitStack() as stack:
+            channels = [
+                await stack.enter_async_context(as_gateway(timeline_server.port, env.jwt_secret))
+                for _ in range(4)
+            ]
+            turn = iter(range(10**9))
+            return await accounting.run(
+                lambda: timeline_service_pb2_grpc.TimelineServiceStub(
+                    channels[next(turn) % len(channels)]
+                ),
+                env.jwt_secret,
+                list(ACCOUNTS),
+                streams,
+                send,
+                lambda: accounting.stored(admin_db),
+                cut_every=CUT_EVERY,
+                settle=settle,
+                resume_with_position=resume_with_position,
+                catch_up_seconds=catch_up_seconds,
+            )
+
+    return run
 
 
 async def test_every_stored_message_reaches_every_stream_of_its_account_through_cuts(
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    timeline_server: GrpcServer,
-    flushing: Flusher,
-    admin_db: MysqlDatabase,
-    env: Env,
+    run: Run,
 ) -> None:
-    outcome = await run(ingest, timeline_server, flushing, admin_db, env, resume_with_position=True)
+    outcome = await run(resume_with_position=True)
     print(outcome)
     assert outcome.cuts >= 100
     assert (outcome.missing, outcome.out_of_order, outcome.resets) == (0, 0, 0)
     assert outcome.delivered >= MESSAGES * STREAMS // len(ACCOUNTS)
 
 
-async def test_resuming_without_the_position_is_caught_missing_messages(
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    timeline_server: GrpcServer,
-    flushing: Flusher,
-    admin_db: MysqlDatabase,
-    env: Env,
-) -> None:
+async def test_resuming_without_the_position_is_caught_missing_messages(run: Run) -> None:
     # Fewer streams, and no waiting for a catch-up that cannot come: the gap is the point.
-    outcome = await run(
-        ingest,
-        timeline_server,
-        flushing,
-        admin_db,
-        env,
-        resume_with_position=False,
-        streams=60,
-        catch_up_seconds=2,
-    )
+    outcome = await run(resume_with_position=False, streams=60, catch_up_seconds=2)
     print(outcome)
     assert outcome.cuts >= 20
     assert outcome.missing > 0
