@@ -38,15 +38,22 @@ async def pending_deliveries(client: redis.Redis, streams: MessageStreams, shard
     return sum(int(r["times_delivered"]) for r in rows)
 
 
-async def test_an_entry_delivered_often_by_takeovers_gets_every_attempt_before_the_dead_letters(
-    flusher: Flusher, redis_client: redis.Redis, streams: MessageStreams, clean: None
-) -> None:
+async def append_from_stranger(client: redis.Redis, streams: MessageStreams, msg_id: str) -> int:
+    """A message of the unregistered STRANGER account, appended to its shard's stream as ingest
+    would; that shard."""
     shard = streams.shard_of(STRANGER, "t1")
     entry = events.MessageStreamEntry(
         account_id=STRANGER,
-        messages=events.MessagesReceived(messages=[message("x", thread="t1")]),
+        messages=events.MessagesReceived(messages=[message(msg_id, thread="t1")]),
     )
-    await redis_client.xadd(streams.stream(shard), as_mapping(entry))
+    await client.xadd(streams.stream(shard), as_mapping(entry))
+    return shard
+
+
+async def test_an_entry_delivered_often_by_takeovers_gets_every_attempt_before_the_dead_letters(
+    flusher: Flusher, redis_client: redis.Redis, streams: MessageStreams, clean: None
+) -> None:
+    shard = await append_from_stranger(redis_client, streams, "x")
     await churned(redis_client, streams, shard, takeovers=6)
     assert await pending_deliveries(redis_client, streams, shard) >= 5
     consumer = flusher.consumers[shard]
@@ -74,12 +81,7 @@ async def test_an_entry_that_lands_after_failing_is_forgotten(
     admin_db: MysqlDatabase,
     clean: None,
 ) -> None:
-    shard = streams.shard_of(STRANGER, "t1")
-    entry = events.MessageStreamEntry(
-        account_id=STRANGER,
-        messages=events.MessagesReceived(messages=[message("late", thread="t1")]),
-    )
-    await redis_client.xadd(streams.stream(shard), as_mapping(entry))
+    shard = await append_from_stranger(redis_client, streams, "late")
     consumer = flusher.consumers[shard]
     await consumer.ensure_group()
     assert await consumer.run_once() == 1  # refused: the account is not registered yet

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +26,6 @@ from tests.conftest import Env
 from tests.helpers import Flusher, at, message, message_backlog, run_flusher
 
 pytestmark = pytest.mark.asyncio
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def count_by_msg_id(db: MysqlDatabase) -> dict[str, int]:

@@ -62,35 +62,32 @@ async def test_health_on_the_plaintext_port(timeline_server: GrpcServer, protose
     assert json.loads(out) == {"status": "SERVING"}
 
 
+async def list_conversations(
+    server: GrpcServer, protoset: Path, token: str, account: int
+) -> tuple[int, str]:
+    """ListConversations of `account`, called by grpcurl as the gateway for `token`'s user."""
+    return await grpcurl(
+        *tls("gateway"),
+        "-protoset",
+        str(protoset),
+        "-H",
+        f"authorization: Bearer {token}",
+        "-d",
+        f'{{"account_id": {account}, "limit": 5}}',
+        f"127.0.0.1:{server.port}",
+        "agora.messaging.v1.TimelineService/ListConversations",
+    )
+
+
 async def test_the_gateway_calls_for_the_user_its_token_names(
     timeline_server: GrpcServer, protoset: Path, env: Env, clean: None
 ) -> None:
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
-    code, out = await grpcurl(
-        *tls("gateway"),
-        "-protoset",
-        str(protoset),
-        "-H",
-        f"authorization: Bearer {token}",
-        "-d",
-        '{"account_id": 1, "limit": 5}',
-        f"127.0.0.1:{timeline_server.port}",
-        "agora.messaging.v1.TimelineService/ListConversations",
-    )
+    code, out = await list_conversations(timeline_server, protoset, token, account=1)
     assert code == 0, out
     assert json.loads(out) == {}  # no conversation yet: every field at its default
 
-    code, out = await grpcurl(
-        *tls("gateway"),
-        "-protoset",
-        str(protoset),
-        "-H",
-        f"authorization: Bearer {token}",
-        "-d",
-        '{"account_id": 2, "limit": 5}',
-        f"127.0.0.1:{timeline_server.port}",
-        "agora.messaging.v1.TimelineService/ListConversations",
-    )
+    code, out = await list_conversations(timeline_server, protoset, token, account=2)
     assert code != 0
     assert "PermissionDenied" in out
 

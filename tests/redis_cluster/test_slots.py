@@ -88,19 +88,28 @@ def test_every_script_has_a_shebang_so_the_cluster_checks_its_keys() -> None:
     assert [n for n, t in scripts.items() if "allow-cross-slot-keys" in t.splitlines()[0]] == []
 
 
+def consumer_keys(streams: MessageStreams | LikeStreams, shard: int) -> list[str]:
+    """The keys a shard's consumer keeps, whichever the stream: the stream itself, its dead
+    letters, its lease and epoch, its failure counts."""
+    stream = streams.stream(shard)
+    return [
+        stream,
+        streams.dead_letters(shard),
+        streams.lease_key(shard),
+        streams.lease_epoch_key(shard),
+        failures_key(stream),
+    ]
+
+
 def test_the_keys_of_one_message_shard_share_one_slot_and_shards_spread() -> None:
     streams = MessageStreams("agora:msg", SHARDS)
     slots = []
     for s in range(SHARDS):
         keys = [
-            streams.stream(s),
+            *consumer_keys(streams, s),
             streams.backlog_key(s),
             streams.backlog_bytes_key(s),
             streams.reserved_key(s),
-            streams.dead_letters(s),
-            streams.lease_key(s),
-            streams.lease_epoch_key(s),
-            failures_key(streams.stream(s)),
         ]
         assert {slot(k) for k in keys} == {slot(keys[0])}, keys
         slots.append(slot(keys[0]))
@@ -114,12 +123,8 @@ def test_a_users_like_keys_share_the_slot_of_the_users_stream_shard() -> None:
         keys = [
             streams.liked_set(user, 3),
             streams.last_ops(user, 3),
-            streams.stream(shard),
             streams.backlog_bytes(shard),
-            streams.dead_letters(shard),
-            streams.lease_key(shard),
-            streams.lease_epoch_key(shard),
-            failures_key(streams.stream(shard)),
+            *consumer_keys(streams, shard),
         ]
         assert {slot(k) for k in keys} == {slot(keys[0])}, keys
     assert slot(streams.dirty(POST)) == slot(streams.dirty(COMMENT))
