@@ -20,6 +20,7 @@ from tests.deploy.k8s_support import (
     SERVICES,
     TLS_ENV,
     TLS_MOUNT,
+    Doc,
     agora_workloads,
     config,
     deployment_named,
@@ -127,9 +128,7 @@ def test_each_service_has_its_own_redis_url(overlay: str) -> None:
         assert admitted == set(REDIS_CLIENTS)
 
 
-@pytest.mark.parametrize("directory", k8s_validate.kustomizations(), ids=str)
-def test_each_workload_reads_only_its_own_secrets(directory: Path) -> None:
-    docs = k8s_validate.render(directory)
+def test_each_workload_reads_only_its_own_secrets(docs: list[Doc]) -> None:
     assert k8s_validate.secret_scope_errors(docs) == []
     for doc in agora_workloads(docs):
         name = k8s_validate.app_name(doc)

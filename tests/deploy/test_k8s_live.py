@@ -30,11 +30,9 @@ GATEWAY_LIVE = (
 )
 
 
-@pytest.mark.parametrize("directory", k8s_validate.kustomizations(), ids=str)
 def test_the_live_feeds_settings_are_shared_and_the_streams_outlive_the_ingress(
-    directory: Path,
+    docs: list[Doc],
 ) -> None:
-    docs = k8s_validate.render(directory)
     assert k8s_validate.required_setting_errors(docs) == []
     assert k8s_validate.live_errors(docs) == []
     # The layout is one setting in the shared ConfigMap, never a Deployment's own.

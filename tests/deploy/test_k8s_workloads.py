@@ -34,6 +34,7 @@ from tests.deploy.k8s_support import (
     TMP_MOUNT,
     TMP_VOLUME,
     WORKLOADS,
+    Doc,
     agora_workloads,
     by_key,
     config,
@@ -48,9 +49,7 @@ from tests.deploy.k8s_support import (
 from tools import k8s_validate
 
 
-@pytest.mark.parametrize("directory", k8s_validate.kustomizations(), ids=str)
-def test_grpc_services_are_probed_on_their_plaintext_health_port(directory: Path) -> None:
-    docs = k8s_validate.render(directory)
+def test_grpc_services_are_probed_on_their_plaintext_health_port(docs: list[Doc]) -> None:
     for name, api in API_PORTS.items():
         [container] = deployment_named(docs, name)["spec"]["template"]["spec"]["containers"]
         health = HEALTH_PORTS[name]
@@ -142,9 +141,7 @@ def test_every_service_deployment_has_the_shared_shape(directory: Path) -> None:
     assert image == IMAGES.get(directory.name, "agora")
 
 
-@pytest.mark.parametrize("directory", k8s_validate.kustomizations(), ids=str)
-def test_each_service_is_scraped_on_its_own_metrics_port(directory: Path) -> None:
-    docs = k8s_validate.render(directory)
+def test_each_service_is_scraped_on_its_own_metrics_port(docs: list[Doc]) -> None:
     # Prometheus (its namespace: a cluster setting) reaches the ports named metrics, nothing else.
     scrape = find(docs, "NetworkPolicy", "allow-prometheus")["spec"]
     [rule] = scrape["ingress"]
@@ -301,9 +298,7 @@ def test_a_deployment_under_an_hpa_has_no_replica_count() -> None:
         ]
 
 
-@pytest.mark.parametrize("directory", k8s_validate.kustomizations(), ids=str)
-def test_config_changes_roll_the_pods(directory: Path) -> None:
-    docs = k8s_validate.render(directory)
+def test_config_changes_roll_the_pods(docs: list[Doc]) -> None:
     assert k8s_validate.config_hash_errors(docs) == []
     generated = {
         (d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("ConfigMap", "Secret")
