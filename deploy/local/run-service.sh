@@ -10,6 +10,11 @@ overrides=$(export -p)
 set -a
 # shellcheck source=/dev/null
 source "$here/stack.env"
+# A second stack's own ports (stack.sh reads the same file).
+if [ -f "$var/stack.env" ]; then
+  # shellcheck source=/dev/null
+  source "$var/stack.env"
+fi
 # `make up REDIS=cluster` (stack.sh keeps the choice in var/redis-mode): the local Redis Cluster.
 if [ "$(cat "$var/redis-mode" 2>/dev/null || true)" = cluster ]; then
   # shellcheck source=/dev/null

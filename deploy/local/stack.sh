@@ -10,6 +10,10 @@
 #                         REDIS=cluster: the services on a local Redis Cluster (3 masters, 1 replica
 #                         each, 127.0.0.1:17001-17006) instead of the single Redis (REDIS=single,
 #                         the default). The choice is kept in var/redis-mode for later commands.
+#                         HA=1: PostgreSQL on two nodes under Patroni (etcd, a synchronous standby)
+#                         and MariaDB on a Galera cluster (two nodes and an arbitrator), HAProxy
+#                         serving their write endpoints on MYSQL_PORT and PG_PORT (HA=0, the
+#                         default: the single servers); kept in var/ha-mode. docs/high-availability.md
 #   stack.sh down         stop everything
 #   stack.sh logs         follow every log
 #   stack.sh run CMD...   run CMD with the stack's variables (and env/test.env) exported
@@ -18,9 +22,10 @@
 #                         test-cluster, then CMD as with run plus env/test-cluster.env (make test)
 #   stack.sh redis-stop | redis-start | services-stop | services-start
 #                         one part of a running stack, for a restore (tools/backup/)
+#   stack.sh ha-status    with HA=1: Patroni's members, the Galera nodes, HAProxy's servers
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 var=${AGORA_VAR:-$root/var}
 venv=$root/.venv
@@ -28,6 +33,12 @@ py=$venv/bin/python
 set -a
 # shellcheck source=stack.env
 source "$here/stack.env"
+# A second stack beside this one (AGORA_VAR elsewhere, e.g. an HA drill while the first keeps
+# running) names its own ports in its state directory.
+if [ -f "$var/stack.env" ]; then
+  # shellcheck source=/dev/null
+  source "$var/stack.env"
+fi
 set +a
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -59,6 +70,16 @@ install_packages() {
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
   # Colour emoji in the web client (Vietnamese chats are full of them).
   [ -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf ] || missing+=(fonts-noto-color-emoji)
+  # `make up HA=1`: Patroni and its store etcd, HAProxy in front, Galera (mariadb-server's provider,
+  # usually there already) with its arbitrator garbd, rsync for Galera's full state transfers.
+  if [ "$(ha_mode)" = 1 ]; then
+    command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+    command -v etcd >/dev/null 2>&1 || missing+=(etcd-server etcd-client)
+    command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+    [ -f /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
+    command -v garbd >/dev/null 2>&1 || missing+=(galera-arbitrator-4)
+    command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+  fi
   [ ${#missing[@]} -eq 0 ] && return 0
   is_root || die "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)"
   log "installing Debian packages: ${missing[*]}"
@@ -141,6 +162,10 @@ init_datastores() {
     chmod 1777 "$var/run"
     open_path_for mysql "$var/mariadb"
     open_path_for postgres "$var/postgres"
+  fi
+  if [ "$(ha_mode)" = 1 ]; then
+    init_ha
+    return 0
   fi
   if [ ! -d "$var/mariadb/data/mysql" ]; then
     log "initialising MariaDB in $var/mariadb/data"
@@ -249,11 +274,265 @@ write_cluster_conf() {
   done
 }
 
+# --- HA=1: PostgreSQL under Patroni, MariaDB on Galera, HAProxy in front (docs/high-availability.md)
+
+# Whether the datastores run on their HA engines: 0 (the single servers, the default) or 1, as the
+# last `up` chose (HA=...). Kept in var/ha-mode, like var/redis-mode.
+ha_mode() {
+  local mode
+  mode=$(cat "$var/ha-mode" 2>/dev/null || true)
+  echo "${mode:-0}"
+}
+
+# The nodes count up from each first port (stack.env): PostgreSQL, Patroni's REST API, MariaDB.
+# Galera's group communication is 10 apart per member (IST +1, SST +2); member 3 is garbd.
+ha_port() { echo $(($1 + $2 - 1)); }
+galera_port() { echo $((HA_GALERA_PORT + 10 * ($1 - 1))); }
+galera_peers() {
+  local n peers=()
+  for n in 1 2 3; do peers+=("127.0.0.1:$(galera_port "$n")"); done
+  (IFS=,; echo "${peers[*]}")
+}
+# Galera's failure detection, the same on the data nodes (galera.cnf) and the arbitrator.
+galera_evs="evs.keepalive_period=PT1S; evs.suspect_timeout=PT3S; evs.inactive_timeout=PT6S"
+
+# A template of deploy/local/ha with its ${name}s filled in from the stack's (exported) variables
+# and the NAME=VALUE arguments; only the braced form is a placeholder.
+render() {
+  local template=$1 out=$2
+  shift 2
+  env "$@" python3 -c '
+import os, re, sys
+text = open(sys.argv[1]).read()
+sys.stdout.write(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ[m.group(1)], text))
+' "$here/ha/$template" >"$out.new"
+  mv "$out.new" "$out"
+}
+
+init_ha() {
+  local n
+  mkdir -p "$var/ha/etcd" "$var/ha/garbd"
+  chmod 755 "$var/ha"
+  chmod 700 "$var/ha/etcd"
+  for n in 1 2; do
+    mkdir -p "$var/ha/pg-$n" "$var/ha/galera-$n"
+    chmod 700 "$var/ha/pg-$n"
+    if is_root; then
+      chown postgres:postgres "$var/ha/pg-$n"
+      chown mysql:mysql "$var/ha/galera-$n"
+      open_path_for postgres "$var/ha/pg-$n"
+      open_path_for mysql "$var/ha/galera-$n"
+    fi
+    # Patroni initialises PostgreSQL itself (the first node: initdb, the other: a base backup).
+    # Both Galera nodes get system tables; the second one's are replaced by its first state
+    # transfer.
+    if [ ! -d "$var/ha/galera-$n/data/mysql" ]; then
+      log "initialising MariaDB (Galera node $n) in $var/ha/galera-$n/data"
+      local as_user=()
+      is_root && as_user=(--user=mysql)
+      mariadb-install-db --no-defaults "${as_user[@]}" --datadir="$var/ha/galera-$n/data" \
+        --auth-root-authentication-method=socket --skip-test-db >"$var/log/galera-$n-install.log" 2>&1 \
+        || { cat "$var/log/galera-$n-install.log" >&2; die "mariadb-install-db failed"; }
+    fi
+  done
+}
+
+write_ha_configs() {
+  local n pg_servers="" mysql_servers="" port_sockets="" backup
+  for n in 1 2; do
+    render patroni.yml "$var/ha/patroni-$n.yml" var="$var" here="$here" node="$n" \
+      node_dir="$var/ha/pg-$n" pg_port="$(ha_port "$HA_PG_PORT" "$n")" \
+      patroni_port="$(ha_port "$HA_PATRONI_PORT" "$n")" pg_bin="$(pg_bin)" \
+      pg_superuser="$(pg_superuser)"
+    chmod 600 "$var/ha/patroni-$n.yml"
+    render galera.cnf "$var/ha/galera-$n.cnf" var="$var" here="$here" node="$n" \
+      node_dir="$var/ha/galera-$n" mysql_port="$(ha_port "$HA_MYSQL_PORT" "$n")" \
+      galera_port="$(galera_port "$n")" ist_port=$(($(galera_port "$n") + 1)) \
+      sst_port=$(($(galera_port "$n") + 2)) galera_peers="$(galera_peers)"
+    if is_root; then chown postgres:postgres "$var/ha/patroni-$n.yml"; fi
+    pg_servers+="    server pg-$n 127.0.0.1:$(ha_port "$HA_PG_PORT" "$n") check port $(ha_port "$HA_PATRONI_PORT" "$n")"$'\n'
+    backup=""
+    [ "$n" = 1 ] || backup=" backup"
+    mysql_servers+="    server galera-$n 127.0.0.1:$(ha_port "$HA_MYSQL_PORT" "$n") check$backup"$'\n'
+    port_sockets+=" $(ha_port "$HA_MYSQL_PORT" "$n")=$var/run/galera-$n.sock"
+  done
+  render galera-check.sh "$var/ha/galera-check.sh" admin_user="$(admin_user)" \
+    port_sockets="${port_sockets# }"
+  chmod 755 "$var/ha/galera-check.sh"
+  render haproxy.cfg "$var/ha/haproxy.cfg" var="$var" pg_servers="${pg_servers%$'\n'}" \
+    mysql_servers="${mysql_servers%$'\n'}"
+}
+
+# The HA group's programs, appended to supervisord.conf. A data node (Patroni with its PostgreSQL,
+# a Galera node) is not restarted when it dies: it is a machine lost until it is started again
+# (`supervisorctl start ha:<node>`, or the next `make up`), which is what a failover drill needs.
+write_ha_programs() {
+  local mysql_user=$1 pg_user=$2 n first peer
+  write_ha_configs
+  cat <<EOF
+
+[group:ha]
+programs=etcd,patroni-1,patroni-2,galera-1,galera-2,garbd,haproxy
+
+[program:etcd]
+command=$(command -v etcd || echo /usr/bin/etcd) --name agora-local --data-dir $var/ha/etcd
+  --listen-client-urls http://127.0.0.1:$HA_ETCD_PORT --advertise-client-urls http://127.0.0.1:$HA_ETCD_PORT
+  --listen-peer-urls http://127.0.0.1:$((HA_ETCD_PORT + 1))
+  --initial-advertise-peer-urls http://127.0.0.1:$((HA_ETCD_PORT + 1))
+  --initial-cluster agora-local=http://127.0.0.1:$((HA_ETCD_PORT + 1))
+priority=8
+autostart=false
+autorestart=true
+redirect_stderr=true
+stdout_logfile=$var/log/etcd.log
+EOF
+  for n in 1 2; do
+    cat <<EOF
+
+[program:patroni-$n]
+command=$(command -v patroni || echo /usr/bin/patroni) $var/ha/patroni-$n.yml
+$pg_user
+priority=9
+autostart=false
+autorestart=false
+stopsignal=TERM
+stopwaitsecs=120
+redirect_stderr=true
+stdout_logfile=$var/log/patroni-$n.log
+EOF
+  done
+  for n in 1 2; do
+    first=0
+    [ "$n" = 1 ] && first=1
+    peer=$var/run/galera-$((3 - n)).sock
+    # galera-1 stops last (supervisord stops higher priorities first), so after `make down` it is
+    # the node that may start the cluster again (safe_to_bootstrap).
+    cat <<EOF
+
+[program:galera-$n]
+command=$here/ha/galera-node.sh $var/ha/galera-$n.cnf $var/ha/galera-$n/data $first $peer
+$mysql_user
+priority=$((8 + n))
+autostart=false
+autorestart=false
+stopsignal=TERM
+stopwaitsecs=120
+redirect_stderr=true
+stdout_logfile=$var/log/galera-$n.log
+EOF
+  done
+  cat <<EOF
+
+[program:garbd]
+command=$(command -v garbd || echo /usr/bin/garbd) --address gcomm://$(galera_peers) --group agora-local
+  --name garbd --options "gmcast.listen_addr=tcp://127.0.0.1:$(galera_port 3); $galera_evs"
+directory=$var/ha/garbd
+priority=11
+autostart=false
+autorestart=true
+startretries=20
+redirect_stderr=true
+stdout_logfile=$var/log/garbd.log
+
+[program:haproxy]
+command=$(command -v haproxy || echo /usr/sbin/haproxy) -db -f $var/ha/haproxy.cfg
+priority=12
+autostart=false
+autorestart=true
+redirect_stderr=true
+stdout_logfile=$var/log/haproxy.log
+EOF
+}
+
+etcd_ready() { curl -sf "http://127.0.0.1:$HA_ETCD_PORT/health" | grep -q '"health":"true"'; }
+
+# A Galera node's status variable, asked on its unix socket.
+galera_status() {
+  mariadb --no-defaults --connect-timeout=2 --socket="$var/run/galera-$1.sock" -u "$(admin_user)" \
+    -N -B -e "SHOW GLOBAL STATUS LIKE '$2'" 2>/dev/null | cut -f2
+}
+galera_primary() {
+  [ "$(galera_status 1 wsrep_ready)" = ON ] || [ "$(galera_status 2 wsrep_ready)" = ON ]
+}
+# Whole: both data nodes Synced, and the arbitrator in (three members), so that losing any one
+# leaves a majority.
+galera_whole() {
+  local n
+  for n in 1 2; do
+    [ "$(galera_status "$n" wsrep_local_state)" = 4 ] || return 1
+    [ "$(galera_status "$n" wsrep_cluster_size)" = 3 ] || return 1
+  done
+}
+
+# A server of HAProxy's proxy ($1: postgres, mariadb) that is UP, from its status page (CSV).
+haproxy_serving() {
+  curl -sf "http://127.0.0.1:$HA_HAPROXY_STATS_PORT/;csv" \
+    | awk -F, -v proxy="$1" '$1 == proxy && $2 != "FRONTEND" && $2 != "BACKEND" && $18 == "UP" { up = 1 } END { exit !up }'
+}
+pg_leader_ready() { "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; }
+# Patroni's REST API answers 200 on /sync on the synchronous standby only.
+pg_sync_standby() {
+  local n
+  for n in 1 2; do
+    curl -sf -o /dev/null "http://127.0.0.1:$(ha_port "$HA_PATRONI_PORT" "$n")/sync" && return 0
+  done
+  return 1
+}
+
+# wait_for, giving up as soon as a data node has exited (they are not restarted: see above).
+wait_for_ha() {
+  local what=$1 seconds=$2 i name
+  shift 2
+  for i in $(seq $((seconds * 5))); do
+    "$@" >/dev/null 2>&1 && return 0
+    if [ $((i % 5)) = 0 ]; then
+      for name in patroni-1 patroni-2 galera-1 galera-2; do
+        if supervisorctl status "ha:$name" | grep -qE 'EXITED|FATAL|BACKOFF'; then
+          die "waiting for $what: ha:$name has exited (see $var/log/$name.log)"
+        fi
+      done
+    fi
+    sleep 0.2
+  done
+  die "$what is not ready after ${seconds}s (make logs)"
+}
+
+ha_start() {
+  supervisorctl start ha:etcd >/dev/null || true
+  wait_for "etcd" 60 etcd_ready
+  supervisorctl start ha:galera-1 ha:galera-2 ha:patroni-1 ha:patroni-2 ha:haproxy >/dev/null || true
+  wait_for_ha "MariaDB Galera (a node in the primary component)" 120 galera_primary
+  supervisorctl start ha:garbd >/dev/null || true
+  wait_for_ha "MariaDB Galera (both nodes Synced, the arbitrator in)" 300 galera_whole
+  wait_for_ha "MariaDB's write endpoint (HAProxy :$MYSQL_PORT)" 30 haproxy_serving mariadb
+  wait_for_ha "PostgreSQL's leader (HAProxy :$PG_PORT)" 120 pg_leader_ready
+  wait_for_ha "PostgreSQL's synchronous standby" 300 pg_sync_standby
+}
+
+ha_status() {
+  require_supervisord
+  [ "$(ha_mode)" = 1 ] || die "the stack runs the single servers (make up HA=1 for the HA ones)"
+  echo "PostgreSQL (Patroni):"
+  patronictl -c "$var/ha/patroni-1.yml" list
+  echo "MariaDB (Galera):"
+  local n
+  for n in 1 2; do
+    printf '  galera-%s :%s  %s, cluster size %s, ready %s\n' "$n" "$(ha_port "$HA_MYSQL_PORT" "$n")" \
+      "$(galera_status "$n" wsrep_local_state_comment || true)" \
+      "$(galera_status "$n" wsrep_cluster_size || true)" "$(galera_status "$n" wsrep_ready || true)"
+  done
+  echo "HAProxy (postgres :$PG_PORT, mariadb :$MYSQL_PORT):"
+  curl -sf "http://127.0.0.1:$HA_HAPROXY_STATS_PORT/;csv" \
+    | awk -F, '($1 == "postgres" || $1 == "mariadb") && $2 != "FRONTEND" && $2 != "BACKEND" { printf "  %-8s %-9s %s\n", $1, $2, $18 }'
+}
+
 write_supervisor_conf() {
   write_redis_acl
   write_pgbouncer_conf
-  local mysql_user="" pg_user=""
+  local mysql_user="" pg_user="" datastore_programs=mariadb,postgres,redis,pgbouncer
   if is_root; then mysql_user="user=mysql"; pg_user="user=postgres"; fi
+  # HA=1: PostgreSQL and MariaDB are the HA group's (write_ha_programs); their ports are HAProxy's.
+  if [ "$(ha_mode)" = 1 ]; then datastore_programs=redis,pgbouncer; fi
   cat >"$var/supervisord.conf" <<EOF
 ; Generated by deploy/local/stack.sh; edit the script, not this file.
 [unix_http_server]
@@ -273,10 +552,15 @@ supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 serverurl=unix://$var/run/supervisor.sock
 
 [group:datastores]
-programs=mariadb,postgres,redis,pgbouncer
+programs=$datastore_programs
 
 [group:services]
 programs=ingest,timeline,likes,flusher,gateway
+EOF
+  if [ "$(ha_mode)" = 1 ]; then
+    write_ha_programs "$mysql_user" "$pg_user" >>"$var/supervisord.conf"
+  else
+    cat >>"$var/supervisord.conf" <<EOF
 
 [program:mariadb]
 command=/usr/sbin/mariadbd --defaults-file=$here/mariadb.cnf --datadir=$var/mariadb/data
@@ -301,6 +585,9 @@ stopsignal=INT
 stopwaitsecs=120
 redirect_stderr=true
 stdout_logfile=$var/log/postgres.log
+EOF
+  fi
+  cat >>"$var/supervisord.conf" <<EOF
 
 [program:pgbouncer]
 command=$(command -v pgbouncer || echo /usr/sbin/pgbouncer) $var/pgbouncer/pgbouncer.ini
@@ -476,9 +763,24 @@ test_cluster() {
 # Administration goes through the unix sockets with OS-user authentication: no admin password.
 admin_user() { if is_root; then echo root; else id -un; fi; }
 pg_superuser() { if is_root; then echo postgres; else id -un; fi; }
-mysql_root() { mariadb --no-defaults --socket="$var/run/mysqld.sock" -u "$(admin_user)" "$@"; }
+# HA=1: MariaDB's administration goes to a Galera node in the primary component (what it changes
+# replicates), PostgreSQL's to whichever Patroni node is the primary (libpq tries both sockets).
+mysql_socket() {
+  if [ "$(ha_mode)" != 1 ]; then echo "$var/run/mysqld.sock"; return 0; fi
+  local n
+  for n in 1 2; do
+    if [ "$(galera_status "$n" wsrep_ready)" = ON ]; then echo "$var/run/galera-$n.sock"; return 0; fi
+  done
+  echo "$var/run/galera-1.sock"
+}
+mysql_root() { mariadb --no-defaults --socket="$(mysql_socket)" -u "$(admin_user)" "$@"; }
 psql_admin() {
   local cmd=(psql -h "$var/run" -p "$PG_PORT" -U "$(pg_superuser)" -v ON_ERROR_STOP=1 -q "$@")
+  if [ "$(ha_mode)" = 1 ]; then
+    cmd=(env PGTARGETSESSIONATTRS=read-write psql -h "$var/run,$var/run"
+         -p "$(ha_port "$HA_PG_PORT" 1),$(ha_port "$HA_PG_PORT" 2)" -U "$(pg_superuser)"
+         -v ON_ERROR_STOP=1 -q "$@")
+  fi
   if is_root; then runuser -u postgres -- "${cmd[@]}"; else "${cmd[@]}"; fi
 }
 
@@ -533,12 +835,20 @@ EOF
 
 datastores() {
   setup
+  start_datastores
+}
+
+start_datastores() {
   certs
   init_datastores
   start_supervisord
   supervisorctl start datastores:* >/dev/null || true
-  wait_for "MariaDB" 60 mysql_root -e "SELECT 1"
-  wait_for "PostgreSQL" 60 "$(pg_bin)/pg_isready" -q -h "$var/run" -p "$PG_PORT"
+  if [ "$(ha_mode)" = 1 ]; then
+    ha_start
+  else
+    wait_for "MariaDB" 60 mysql_root -e "SELECT 1"
+    wait_for "PostgreSQL" 60 "$(pg_bin)/pg_isready" -q -h "$var/run" -p "$PG_PORT"
+  fi
   wait_for "PgBouncer" 30 "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$PGBOUNCER_PORT"
   # PING answers LOADING (exit 0) while a large AOF is replayed; only PONG means ready.
   wait_for "Redis" 120 redis_ready
@@ -592,13 +902,18 @@ jwt_secret() {
 }
 
 up() {
-  local mode=${REDIS:-single}
+  local mode=${REDIS:-single} ha=${HA:-0}
   case "$mode" in
     single | cluster) ;;
     *) die "REDIS=$mode: expected single (the default) or cluster" ;;
   esac
+  case "$ha" in
+    0 | 1) ;;
+    *) die "HA=$ha: expected 0 (the default: the single servers) or 1" ;;
+  esac
   mkdir -p "$var"
   echo "$mode" >"$var/redis-mode"
+  echo "$ha" >"$var/ha-mode"
   datastores
   migrate agora
   jwt_secret
@@ -620,7 +935,7 @@ up() {
     || { supervisorctl status || true; die "services are not healthy (make logs)"; }
   log "loading demo data"
   run "$py" -m tools.demo_data
-  local token redis_line
+  local token redis_line sql_lines
   token=$(run "$py" -m tools.jwt_token --sub 7 --accounts 1,2)
   if [ "$mode" = cluster ]; then
     redis_line="cluster 127.0.0.1:$REDIS_CLUSTER_PORT-$(cluster_ports "$REDIS_CLUSTER_PORT" | tail -n 1): $REDIS_CLUSTER_MASTERS masters, $REDIS_CLUSTER_REPLICAS replica each, AOF fsync always;
@@ -628,11 +943,21 @@ up() {
   else
     redis_line="single 127.0.0.1:$REDIS_PORT, AOF fsync always   (a cluster: make up REDIS=cluster)"
   fi
+  if [ "$ha" = 1 ]; then
+    sql_lines="  postgres  127.0.0.1:$PG_PORT (PgBouncer :$PGBOUNCER_PORT): HAProxy to the Patroni leader of
+            :$(ha_port "$HA_PG_PORT" 1) :$(ha_port "$HA_PG_PORT" 2), synchronous standby; etcd :$HA_ETCD_PORT
+  mariadb   127.0.0.1:$MYSQL_PORT: HAProxy to one Galera node of :$(ha_port "$HA_MYSQL_PORT" 1) :$(ha_port "$HA_MYSQL_PORT" 2) + garbd
+            status: deploy/local/stack.sh ha-status, http://127.0.0.1:$HA_HAPROXY_STATS_PORT/"
+  else
+    sql_lines="  postgres  127.0.0.1:$PG_PORT (PgBouncer :$PGBOUNCER_PORT)   mariadb 127.0.0.1:$MYSQL_PORT
+            (HA engines: make up HA=1)"
+  fi
   cat <<EOF
 
 agora is up.
   gateway   http://127.0.0.1:$GATEWAY_PORT   (OpenAPI: http://127.0.0.1:$GATEWAY_PORT/docs)
   redis     $redis_line
+$sql_lines
   gRPC      ingest :$INGEST_PORT (forum writes :$INGEST_FORUM_PORT)  timeline :$TIMELINE_PORT  likes :$LIKES_PORT
             mTLS: CA var/tls/ca.pem, client certificates var/tls/{gateway,listener}.pem/.key
   health    plaintext gRPC :$INGEST_HEALTH_PORT :$TIMELINE_HEALTH_PORT :$LIKES_HEALTH_PORT, flusher :$FLUSHER_PORT
@@ -653,6 +978,7 @@ down() {
     supervisorctl stop services:* tracesink >/dev/null 2>&1 || true
     supervisorctl stop 'redis-cluster:*' 'redis-cluster-test:*' >/dev/null 2>&1 || true
     supervisorctl stop datastores:* >/dev/null 2>&1 || true
+    supervisorctl stop 'ha:*' >/dev/null 2>&1 || true
     supervisorctl shutdown >/dev/null
   else
     log "nothing is running"
@@ -713,6 +1039,9 @@ run_with() {
     source "$f"
   done
   AGORA_REDIS_MODE=$(redis_mode)
+  # 1 with `make up HA=1`: the SQL datastores are the HA ones (their addresses do not change).
+  export AGORA_HA
+  AGORA_HA=$(ha_mode)
   if [ "$AGORA_REDIS_MODE" = cluster ]; then
     export REDIS_CLUSTER_URL=redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_CLUSTER_PORT/0
   else
@@ -721,6 +1050,9 @@ run_with() {
   set +a
   (cd "$root" && "$@")
 }
+
+# Sourced (a check of write_supervisor_conf, say): the functions only.
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
 
 cmd=${1:-}
 shift || true
@@ -738,5 +1070,6 @@ case "$cmd" in
   redis-start) redis_start ;;
   services-stop) services_stop ;;
   services-start) services_start ;;
-  *) die "usage: stack.sh setup|datastores|migrate DB|[REDIS=cluster] up|down|logs|run CMD...|test-cluster|run-cluster CMD...|redis-stop|redis-start|services-stop|services-start" ;;
+  ha-status) ha_status ;;
+  *) die "usage: stack.sh setup|datastores|migrate DB|[REDIS=cluster] [HA=1] up|down|logs|run CMD...|test-cluster|run-cluster CMD...|redis-stop|redis-start|services-stop|services-start|ha-status" ;;
 esac
