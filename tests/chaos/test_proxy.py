@@ -58,8 +58,19 @@ async def proxy(echo: Echo) -> AsyncIterator[Proxy]:
     await p.close()
 
 
-async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def connect(port: int) -> Connection:
     return await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2)
+
+
+@pytest_asyncio.fixture
+async def old(proxy: Proxy) -> Connection:
+    """A connection through the proxy that carried traffic before the fault."""
+    connection = await connect(proxy.port)
+    assert await echoes(*connection, b"before")
+    return connection
 
 
 async def echoes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, text: bytes) -> bool:
@@ -83,10 +94,8 @@ async def test_forward_relays_both_ways(proxy: Proxy) -> None:
 
 
 async def test_blackhole_silences_open_and_new_connections_without_closing(
-    proxy: Proxy, echo: Echo
+    proxy: Proxy, echo: Echo, old: Connection
 ) -> None:
-    old = await connect(proxy.port)
-    assert await echoes(*old, b"before")
     proxy.blackhole()
     assert not await echoes(*old, b"during")
     # A new connection is accepted, then nothing: no reply, no close, no upstream connection.
@@ -120,10 +129,8 @@ async def test_a_close_crosses_only_once_the_partition_healed(proxy: Proxy, echo
 
 
 async def test_refuse_resets_open_and_new_connections_until_forward(
-    proxy: Proxy, echo: Echo
+    proxy: Proxy, echo: Echo, old: Connection
 ) -> None:
-    old = await connect(proxy.port)
-    assert await echoes(*old, b"before")
     proxy.refuse()
     for reader, writer in (old, await connect(proxy.port)):
         writer.write(b"anyone?")

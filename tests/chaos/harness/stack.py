@@ -625,28 +625,35 @@ def _text(value: object) -> str:
 
 
 async def _fence_epochs() -> dict[str, int]:
-    """The epoch of every fencing row (services/flusher/fencing.py), MySQL's and PostgreSQL's."""
-    e = os.environ
+    """The epoch of every fencing row (services/flusher/fencing.py), MySQL's and PostgreSQL's;
+    a database that does not answer has none."""
     epochs: dict[str, int] = {}
-    with contextlib.suppress(Exception):
-        db = await MysqlDatabase.connect(
-            f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@127.0.0.1:{e['MYSQL_PORT']}"
-            "/agora_test"
-        )
-        try:
-            epochs |= {str(r[0]): int(r[1]) for r in await db.fetchall(_FENCES)}
-        finally:
-            await db.close()
-    with contextlib.suppress(Exception):
-        conn = await asyncpg.connect(
-            f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}@127.0.0.1:{e['PG_PORT']}"
-            "/agora_test"
-        )
-        try:
-            epochs |= {str(r[0]): int(r[1]) for r in await conn.fetch(_FENCES)}
-        finally:
-            await conn.close()
+    for rows in (_mysql_fences, _postgres_fences):
+        with contextlib.suppress(Exception):
+            epochs |= {str(stream): int(epoch) for stream, epoch in await rows()}
     return epochs
+
+
+async def _mysql_fences() -> list[tuple[Any, ...]]:
+    e = os.environ
+    db = await MysqlDatabase.connect(
+        f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@127.0.0.1:{e['MYSQL_PORT']}/agora_test"
+    )
+    try:
+        return list(await db.fetchall(_FENCES))
+    finally:
+        await db.close()
+
+
+async def _postgres_fences() -> list[tuple[Any, ...]]:
+    e = os.environ
+    conn = await asyncpg.connect(
+        f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}@127.0.0.1:{e['PG_PORT']}/agora_test"
+    )
+    try:
+        return [tuple(r) for r in await conn.fetch(_FENCES)]
+    finally:
+        await conn.close()
 
 
 _FENCES = "SELECT stream, epoch FROM stream_fences"
