@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.deploy.k8s_support import REDIS_CLUSTER, REDIS_CLUSTER_NODES
-from tests.waiting import until_sync
+from tools.waiting import until_sync
 
 NODES = REDIS_CLUSTER_NODES  # as many local nodes as the component runs
 

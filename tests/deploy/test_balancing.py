@@ -25,10 +25,10 @@ from services.runtime.grpc_client import open_channel
 from tests.conftest import Env
 from tests.deploy.grpc_metrics import requests_served
 from tests.helpers import ROOT
-from tests.waiting import until
 from tools import callers, certs
 from tools.ports import free_port
 from tools.wait_healthy import wait
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 NAME = "timeline.agora.test"

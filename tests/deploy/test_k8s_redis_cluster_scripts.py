@@ -24,8 +24,8 @@ from tests.deploy.redis_cluster_nodes import (
     require,
     write_shims,
 )
-from tests.waiting import until_sync
 from tools.redis_cluster import free_port
+from tools.waiting import until_sync
 
 
 def test_start_points_nodes_conf_at_the_peers_current_addresses(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ from agora.forum.v1 import like_service_pb2_grpc
 from tests.conftest import Env
 from tests.deploy.grpc_metrics import requests_served
 from tests.helpers import ROOT, SHARDS
-from tests.waiting import until
 from tools import callers
 from tools.ports import free_port
 from tools.wait_healthy import wait
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 LIKED_MAP = "/agora.forum.v1.LikeService/LikedMap"

@@ -23,7 +23,7 @@ from services.runtime.mysql import MysqlDatabase
 from tests.conftest import Env
 from tests.helpers import ACCOUNTS, Flusher, as_gateway, at, message
 from tests.live import accounting
-from tests.waiting import until
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 STREAMS = 200

@@ -30,8 +30,8 @@ from services.streams.leases import ShardLeases
 from services.streams.messages import MessageStreams
 from services.streams.supervisor import ShardSupervisor
 from tests.helpers import message
-from tests.waiting import until
 from tools.redis_cluster import LocalCluster, Node
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 # Long enough that a loaded machine (2 cores, the whole suite) answers well within a renewal.

@@ -21,7 +21,6 @@ from playwright.async_api import Browser, Page, Route, expect
 from services.gateway.app import create_app
 from tests.conftest import Env
 from tests.helpers import mint_token
-from tests.waiting import until
 from tests.web.support import (
     AUD,
     ISS,
@@ -34,6 +33,7 @@ from tests.web.support import (
 )
 from tools.jwt_token import mint
 from tools.ports import free_port
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 

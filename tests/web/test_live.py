@@ -19,8 +19,8 @@ from playwright.async_api import Browser, Page, Request, expect
 
 from tests.conftest import Env
 from tests.helpers import mint_token
-from tests.waiting import until
 from tests.web.support import bearer, conversation, sign_in, watched_page
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 
