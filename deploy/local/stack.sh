@@ -367,7 +367,7 @@ write_ha_configs() {
 # a Galera node) is not restarted when it dies: it is a machine lost until it is started again
 # (`supervisorctl start ha:<node>`, or the next `make up`), which is what a failover drill needs.
 write_ha_programs() {
-  local mysql_user=$1 pg_user=$2 n first peer
+  local mysql_user=$1 pg_user=$2 n first other
   write_ha_configs
   cat <<EOF
 
@@ -404,13 +404,12 @@ EOF
   for n in 1 2; do
     first=0
     [ "$n" = 1 ] && first=1
-    peer=$var/run/galera-$((3 - n)).sock
-    # galera-1 stops last (supervisord stops higher priorities first), so after `make down` it is
-    # the node that may start the cluster again (safe_to_bootstrap).
+    other=$((3 - n))
     cat <<EOF
 
 [program:galera-$n]
-command=$here/ha/galera-node.sh $var/ha/galera-$n.cnf $var/ha/galera-$n/data $first $peer
+command=$here/ha/galera-node.sh $var/ha/galera-$n.cnf $var/ha/galera-$n/data $first
+  $var/run/galera-$other.sock $var/ha/galera-$other/data
 $mysql_user
 priority=$((8 + n))
 autostart=false
@@ -507,6 +506,19 @@ ha_start() {
   wait_for_ha "MariaDB's write endpoint (HAProxy :$MYSQL_PORT)" 30 haproxy_serving mariadb
   wait_for_ha "PostgreSQL's leader (HAProxy :$PG_PORT)" 120 pg_leader_ready
   wait_for_ha "PostgreSQL's synchronous standby" 300 pg_sync_standby
+}
+
+# One program at a time (supervisorctl stop waits for each; a group's stop signals all at once):
+# the Galera node that stops last is the one that may start the cluster again (safe_to_bootstrap),
+# and a Patroni standby that stops before its leader is not promoted on the way out.
+ha_stop() {
+  local name first=patroni-1 second=patroni-2
+  if curl -sf -o /dev/null "http://127.0.0.1:$HA_PATRONI_PORT/primary"; then
+    first=patroni-2 second=patroni-1
+  fi
+  for name in haproxy garbd galera-2 galera-1 "$first" "$second" etcd; do
+    supervisorctl stop "ha:$name" >/dev/null 2>&1 || true
+  done
 }
 
 ha_status() {
@@ -978,7 +990,7 @@ down() {
     supervisorctl stop services:* tracesink >/dev/null 2>&1 || true
     supervisorctl stop 'redis-cluster:*' 'redis-cluster-test:*' >/dev/null 2>&1 || true
     supervisorctl stop datastores:* >/dev/null 2>&1 || true
-    supervisorctl stop 'ha:*' >/dev/null 2>&1 || true
+    ha_stop
     supervisorctl shutdown >/dev/null
   else
     log "nothing is running"
