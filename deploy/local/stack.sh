@@ -232,6 +232,12 @@ ignore_startup_parameters = extra_float_digits
 logfile =
 pidfile =
 EOF
+  # HA=1: a failover moves PG_PORT to another server, and PgBouncer waits server_login_retry (15 s
+  # by default) after a failed login before it tries again; the clients wait for the new leader
+  # instead (query_wait_timeout), not for that pause.
+  if [ "$(ha_mode)" = 1 ]; then
+    echo "server_login_retry = 1" >>"$var/pgbouncer/pgbouncer.ini"
+  fi
   if is_root; then chown -R postgres:postgres "$var/pgbouncer"; fi
 }
 
