@@ -28,7 +28,14 @@ if [ -f "$var/otel.env" ]; then
   source "$var/otel.env"
 fi
 OTEL_SERVICE_NAME=${OTEL_SERVICE_NAME:-$name}
-set +a
 eval "$overrides"
+# ... except a second stack's ports: supervisord hands every service the environment it was
+# started in, the first stack's ports included, and a service on the first stack's port can
+# share it (SO_REUSEPORT) instead of failing.
+if [ -f "$var/stack.env" ]; then
+  # shellcheck source=/dev/null
+  source "$var/stack.env"
+fi
+set +a
 cd "$root"
 exec "$root/.venv/bin/python" -m "services.$name"
