@@ -7,6 +7,9 @@ ACCOUNTS ?= 1
 TRACES ?= 0
 # The Redis the services use: single (the default) or cluster (3 masters + 3 replicas, local).
 REDIS ?= single
+# The SQL datastores: 0, the single MariaDB and PostgreSQL (the default), or 1, their HA engines
+# (Patroni + etcd, Galera + garbd, HAProxy on the same ports; docs/high-availability.md).
+HA ?= 0
 # make test's second run, on the test Redis Cluster: the suites that touch Redis streams, and
 # tests/redis_cluster; only the directories that exist (pytest stops at a missing path).
 PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/live tests/messaging tests/redis_cluster
@@ -40,6 +43,8 @@ help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
 	@echo "                 REDIS=cluster: on a local Redis Cluster, 3 masters + 3 replicas on"
 	@echo "                 127.0.0.1:17001-17006 (default REDIS=single: one Redis on :16379)"
+	@echo "                 HA=1: PostgreSQL under Patroni with a synchronous standby, MariaDB on"
+	@echo "                 Galera (2 nodes + garbd), HAProxy on :13306/:15432 (combines with REDIS)"
 	@echo "make down        stop everything (make up TRACES=1 also runs a local trace sink)"
 	@echo "make traces      the N most recent traces as waterfalls (N=5, TRACE=<id>)"
 	@echo "make logs        follow every log"
@@ -62,7 +67,7 @@ protos:
 	@$(STACK) setup
 
 up:
-	@TRACES=$(TRACES) REDIS=$(REDIS) $(STACK) up
+	@TRACES=$(TRACES) REDIS=$(REDIS) HA=$(HA) $(STACK) up
 
 down:
 	@$(STACK) down
