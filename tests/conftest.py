@@ -3,17 +3,15 @@
 Every test gets empty tables and an empty Redis database. The services run in this process, built
 by the same `build(settings)` their `main()` serves, so one InMemorySpanExporter sees every span.
 They serve mTLS with the local CA's certificates (var/tls) and check forwarded user tokens as in
-production; the stubs call as the gateway does, for the user each request names.
+production; the stubs call as the gateway does, for the user each request names. The settings
+and the serving they use are tests/stack.py's, for the tests that start a service of their own.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import asyncpg
@@ -34,30 +32,32 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.flusher.config import FlusherSettings
-from services.gateway.app import create_app
-from services.gateway.config import GatewaySettings
 from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
-from services.likes import server as likes_service
-from services.likes.config import LikesMode, LikesSettings
+from services.likes.config import LikesMode
 from services.runtime import postgres, telemetry
 from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
-from services.runtime.service import Service
 from services.streams.messages import MessageStreams, MessageStreamSettings
-from services.timeline import server as timeline_service
-from services.timeline.config import TimelineSettings
 from tests.helpers import (
     ACCOUNTS,
     SHARDS,
     Downstream,
     Flusher,
-    as_service,
     gateway_stub,
     mint_token,
 )
-from tools import callers
+from tests.stack import (
+    ON_CLUSTER,
+    Env,
+    gateway_settings,
+    ingest_settings_for,
+    serving,
+    serving_gateway,
+    serving_likes,
+    serving_timeline,
+)
 from tools.forum_data import load_lab
 
 TABLES = [
@@ -81,16 +81,6 @@ PG_TABLES = ", ".join(
         "live_outbox",
     ]
 )
-
-
-# `make test` runs the stream, likes and messaging tests a second time on a Redis Cluster
-# (TEST_REDIS_CLUSTER=1, deploy/local/env/test-cluster.env). Every settings object a test builds
-# reads REDIS_CLUSTER from the environment, as the services do, and acknowledges writes after
-# WAIT 1 (each master has a replica).
-ON_CLUSTER = os.environ.get("TEST_REDIS_CLUSTER", "") == "1"
-if ON_CLUSTER:
-    os.environ["REDIS_CLUSTER"] = "true"
-    os.environ["REDIS_WAIT_REPLICAS"] = "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -117,28 +107,6 @@ def _env(name: str) -> str:
     if not value:
         pytest.exit(f"{name} is not set: run the tests with `make test`", returncode=2)
     return value
-
-
-@dataclass(frozen=True)
-class Env:
-    redis_url: str
-    # Each service's own Redis user (ACL-limited, as the local stack runs them).
-    redis_ingest_url: str
-    redis_likes_url: str
-    redis_flusher_url: str
-    redis_gateway_url: str
-    redis_timeline_url: str
-    mysql_admin_url: str
-    mysql_flusher_url: str
-    mysql_timeline_url: str
-    mysql_ingest_url: str
-    pg_admin_url: str
-    pg_ingest_url: str
-    pg_timeline_url: str
-    pg_likes_url: str
-    pg_flusher_url: str
-    pg_likes_writer_url: str
-    jwt_secret: str
 
 
 @pytest.fixture(scope="session")
@@ -243,20 +211,6 @@ def streams() -> MessageStreams:
     return MessageStreams(MessageStreamSettings().message_stream_prefix, SHARDS)
 
 
-def ingest_settings_for(env: Env, **overrides: Any) -> IngestSettings:
-    """The ingest service's settings for the test datastores (its forum listener on a port of
-    its own); `overrides` on top."""
-    values: dict[str, Any] = {
-        "redis_url": env.redis_ingest_url,
-        "postgres_url": env.pg_ingest_url,
-        "mysql_url": env.mysql_ingest_url,
-        "message_stream_shards": SHARDS,
-        "grpc_forum_port": 0,
-        **as_service("ingest", env.jwt_secret),
-    }
-    return IngestSettings(**{**values, **overrides})
-
-
 @pytest.fixture(scope="session")
 def ingest_settings(env: Env) -> IngestSettings:
     return ingest_settings_for(env)
@@ -276,46 +230,11 @@ def flusher_settings(env: Env) -> FlusherSettings:
     )
 
 
-@asynccontextmanager
-async def serving(service: Service, *, background: bool = False) -> AsyncIterator[GrpcServer]:
-    """A built service's gRPC server, started (with `background`, its background jobs too, as
-    the process runs them); stopped and closed afterwards."""
-    await service.server.start()
-    stop = asyncio.Event()
-    jobs = [asyncio.create_task(job(stop)) for job in service.background] if background else []
-    try:
-        yield service.server
-    finally:
-        stop.set()
-        await asyncio.gather(*jobs, return_exceptions=True)
-        await service.server.stop()
-        await service.close()
-
-
 @pytest_asyncio.fixture(scope="session")
 async def ingest_server(
     spans: InMemorySpanExporter, ingest_settings: IngestSettings
 ) -> AsyncIterator[GrpcServer]:
     async with serving(await ingest_service.build(ingest_settings)) as server:
-        yield server
-
-
-def timeline_settings(env: Env, **overrides: Any) -> TimelineSettings:
-    """The timeline service's settings for the test datastores; `overrides` on top."""
-    return TimelineSettings(
-        mysql_url=env.mysql_timeline_url,
-        postgres_url=env.pg_timeline_url,
-        redis_url=env.redis_timeline_url,
-        **{**as_service("timeline", env.jwt_secret), **overrides},
-    )
-
-
-@asynccontextmanager
-async def serving_timeline(env: Env, **overrides: Any) -> AsyncIterator[GrpcServer]:
-    """A timeline service of its own with these settings overridden, serving."""
-    settings = timeline_settings(env, **overrides)
-    # Its background job is the live feeds' hub: the watches need it.
-    async with serving(await timeline_service.build(settings), background=True) as server:
         yield server
 
 
@@ -383,29 +302,6 @@ def downstream(
     return Downstream(flusher, admin_db, redis_client, streams)
 
 
-def likes_settings(env: Env, mode: LikesMode = "buffered", **overrides: Any) -> LikesSettings:
-    """The likes service's settings in `mode` for the test datastores, as a deployment gives
-    them (Redis, where a sync pod publishes its counts too; the writer's URL for the modes that
-    write to PostgreSQL); `overrides` on top."""
-    values: dict[str, Any] = {
-        "likes_mode": mode,
-        "postgres_url": env.pg_likes_url,
-        "redis_url": env.redis_likes_url,
-        "like_stream_shards": SHARDS,
-        **as_service("likes", env.jwt_secret),
-    }
-    if mode != "buffered":
-        values["postgres_write_url"] = env.pg_likes_writer_url
-    return LikesSettings(**{**values, **overrides})
-
-
-@asynccontextmanager
-async def serving_likes(env: Env, mode: LikesMode, **overrides: Any) -> AsyncIterator[GrpcServer]:
-    """A likes service of its own in `mode` (see likes_settings), serving."""
-    async with serving(await likes_service.build(likes_settings(env, mode, **overrides))) as server:
-        yield server
-
-
 def likes_server_fixture(
     mode: LikesMode,
     doc: str = "",
@@ -427,27 +323,6 @@ sync_likes_server = likes_server_fixture("sync", "The likes service in sync mode
 counterless_server = likes_server_fixture("counterless", "The likes service in counterless mode.")
 
 
-def gateway_settings(
-    env: Env,
-    ingest_server: GrpcServer,
-    timeline_server: GrpcServer,
-    likes_server: GrpcServer,
-    **overrides: Any,
-) -> GatewaySettings:
-    """The gateway's settings for the test servers, as a deployment gives them; `overrides` on
-    top."""
-    return GatewaySettings(
-        jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
-        ingest_addr=f"127.0.0.1:{ingest_server.port}",
-        ingest_forum_addr=f"127.0.0.1:{ingest_server.ports[1]}",
-        timeline_addr=f"127.0.0.1:{timeline_server.port}",
-        likes_addr=f"127.0.0.1:{likes_server.port}",
-        redis_url=env.redis_gateway_url,
-        **callers.tls_files("gateway"),
-        **overrides,
-    )
-
-
 @pytest_asyncio.fixture(scope="session")
 async def gateway(
     env: Env,
@@ -459,16 +334,6 @@ async def gateway(
     settings = gateway_settings(env, ingest_server, timeline_server, likes_server)
     async with serving_gateway(settings) as client:
         yield client
-
-
-@asynccontextmanager
-async def serving_gateway(settings: GatewaySettings) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client on a gateway app of these settings, started as uvicorn starts it."""
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-            yield client
 
 
 @pytest.fixture

@@ -32,14 +32,12 @@ import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.forum.v1 import like_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2 as pb
-from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.flusher.config import FlusherSettings
 from services.flusher.likes import builder as like_builder
 from services.flusher.likes.repository import LikeRepository
 from services.flusher.messages import builder as message_builder
 from services.flusher.messages.repository import MessageRepository
-from services.ingest import server as ingest_service
 from services.likes import server as likes_service
 from services.runtime import postgres
 from services.runtime.mysql import MysqlDatabase
@@ -47,7 +45,6 @@ from services.streams.consumer import ShardConsumer
 from services.streams.entries import Entry
 from services.streams.likes import LikeStreams, LikeStreamSettings
 from services.streams.messages import GROUP, MessageStreams, MessageStreamSettings, decode
-from tests.conftest import Env, ingest_settings_for, likes_settings, serving
 from tests.helpers import (
     ROOT,
     SHARDS,
@@ -57,6 +54,7 @@ from tests.helpers import (
     message_backlog,
     run_flusher,
 )
+from tests.stack import Env, likes_settings, producers, serving
 from tools import backup as tool
 from tools import redis_server
 from tools.ports import free_port
@@ -211,23 +209,6 @@ class Targets:
     def redis_flusher_url(self) -> str:
         """The private Redis has no per-service users: the flusher connects as its admin."""
         return self.redis_url
-
-
-@asynccontextmanager
-async def producers(env: Env, url: str) -> AsyncIterator[tuple[Any, Any]]:
-    """The real ingest and likes services on the private Redis (PostgreSQL: agora_test)."""
-    ingest_settings = ingest_settings_for(env, redis_url=url)
-    likes_config = likes_settings(env, redis_url=url)
-    async with (
-        serving(await ingest_service.build(ingest_settings)) as ingest_server,
-        serving(await likes_service.build(likes_config)) as likes_server,
-        as_gateway(ingest_server.port, env.jwt_secret) as ingest_channel,
-        as_gateway(likes_server.port, env.jwt_secret) as likes_channel,
-    ):
-        yield (
-            ingest_service_pb2_grpc.IngestServiceStub(ingest_channel),
-            like_service_pb2_grpc.LikeServiceStub(likes_channel),
-        )
 
 
 @dataclass

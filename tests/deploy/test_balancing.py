@@ -22,9 +22,9 @@ from dnslib import QTYPE, RR, A
 from dnslib.server import BaseResolver, DNSServer
 
 from services.runtime.grpc_client import open_channel
-from tests.conftest import Env
 from tests.deploy.grpc_metrics import requests_served
 from tests.helpers import ROOT
+from tests.stack import Env
 from tools import callers, certs
 from tools.ports import free_port
 from tools.wait_healthy import wait

@@ -11,7 +11,7 @@ import pymysql
 import pytest
 
 from services.runtime.mysql import MysqlDatabase
-from tests.conftest import Env
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 

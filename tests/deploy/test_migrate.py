@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import Env
 from tests.helpers import ROOT
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 

@@ -28,8 +28,8 @@ from services.runtime.redis_client import DurableScripts
 from services.runtime.stream_ids import ORIGIN, Position
 from services.streams import live
 from services.streams.live import Entries, FeedReader, LiveFeeds, LivePublisher, LiveSettings, Reset
-from tests.conftest import Env
 from tests.helpers import ROOT
+from tests.stack import Env
 from tools import redis_server
 
 pytestmark = pytest.mark.asyncio

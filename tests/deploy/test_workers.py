@@ -17,9 +17,9 @@ import pytest
 from agora.forum.v1 import like_service_pb2 as pb
 from agora.forum.v1 import like_service_pb2_grpc
 
-from tests.conftest import Env
 from tests.deploy.grpc_metrics import requests_served
 from tests.helpers import ROOT, SHARDS
+from tests.stack import Env
 from tools import callers
 from tools.ports import free_port
 from tools.wait_healthy import wait

@@ -22,8 +22,8 @@ from services.streams.entries import (
     as_mapping,
 )
 from services.streams.messages import GROUP, MessageStreams
-from tests.conftest import Env
 from tests.helpers import Flusher, at, message, message_backlog, run_flusher
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 

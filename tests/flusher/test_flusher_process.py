@@ -12,8 +12,8 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.conftest import Env
 from tests.helpers import ROOT, SHARDS
+from tests.stack import Env
 from tools.ports import free_port
 from tools.wait_healthy import wait
 

@@ -14,23 +14,18 @@ import grpc
 import pytest
 import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2 as like_pb
-from agora.forum.v1 import like_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2 as pb
-from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.flusher.config import FlusherSettings
-from services.ingest import server as ingest_service
-from services.likes import server as likes_service
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
-from tests.conftest import Env, ingest_settings_for, likes_settings, serving
 from tests.helpers import (
     Flusher,
-    as_gateway,
     message,
     message_backlog,
 )
+from tests.stack import Env, producers
 from tools import redis_server
 
 # Starts a Redis of its own with a tiny maxmemory.
@@ -59,22 +54,14 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
     flusher_db: MysqlDatabase,
     pg_flusher: asyncpg.Pool,
     pg_admin: asyncpg.Pool,
+    streams: MessageStreams,
     clean: None,
 ) -> None:
     async with redis_server.running(
         "--maxmemory-policy", "noeviction", "--appendonly", "yes"
     ) as url:
         client = redis.Redis.from_url(url)
-        ingest_settings = ingest_settings_for(env, redis_url=url)
-        likes_config = likes_settings(env, redis_url=url)
-        async with (
-            serving(await ingest_service.build(ingest_settings)) as ingest_server,
-            serving(await likes_service.build(likes_config)) as likes_server,
-            as_gateway(ingest_server.port, env.jwt_secret) as ingest_channel,
-            as_gateway(likes_server.port, env.jwt_secret) as likes_channel,
-        ):
-            ingest = ingest_service_pb2_grpc.IngestServiceStub(ingest_channel)
-            likes = like_service_pb2_grpc.LikeServiceStub(likes_channel)
+        async with producers(env, url) as (ingest, likes):
             acknowledged = []
             for batch in range(20):
                 ids = [f"b{batch}-{i}" for i in range(50)]
@@ -123,7 +110,6 @@ async def test_a_full_redis_refuses_producers_whole_and_the_flusher_still_drains
             # The refused toggle left no trace in Redis either (refused whole, up front).
             layout = Flusher(flusher_settings, client, flusher_db, pg_flusher)
             assert all([await client.xlen(c.stream) == 0 for c in layout.like_consumers])
-            streams = MessageStreams.from_settings(ingest_settings)
             assert await message_backlog(client, streams) == 0
             assert (
                 await counters_sum(

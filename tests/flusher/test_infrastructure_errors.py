@@ -28,8 +28,8 @@ from services.streams.entries import FIELD_EVENT, Entry, as_mapping
 from services.streams.likes import LikeStreams
 from services.streams.messages import GROUP, MessageStreamEntry, MessageStreams
 from services.streams.monitor import StreamMonitor
-from tests.conftest import Env
 from tests.helpers import SHARDS, Flusher, dead_letter_count, message, message_backlog
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 

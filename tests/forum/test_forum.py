@@ -16,8 +16,8 @@ from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.timeline import forum_repository as q
-from tests.conftest import Env
 from tests.helpers import mint_token, postgres_statements
+from tests.stack import Env
 from tools.forum_data import Volume, load_volume
 
 pytestmark = pytest.mark.asyncio

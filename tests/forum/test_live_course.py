@@ -43,10 +43,10 @@ from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSetting
 from services.streams.live import LiveFeeds, LiveSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.conftest import Env, likes_settings, serving
 from tests.gateway import sse_client as sse
 from tests.helpers import ROOT, SHARDS, Flusher, as_gateway, as_service, mint_token, run_flusher
 from tests.live.watching import started, take
+from tests.stack import Env, likes_settings, serving
 from tools import callers
 from tools.ports import free_port
 from tools.wait_healthy import wait

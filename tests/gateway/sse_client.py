@@ -21,7 +21,7 @@ from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
 from services.gateway.server import GatewayServer
 from services.runtime.grpc_server import GrpcServer
-from tests.conftest import Env, gateway_settings
+from tests.stack import Env, gateway_settings
 
 STREAMS_PER_USER = 3
 

@@ -33,8 +33,8 @@ from services.likes.config import LikesSettings
 from services.runtime.tokens import TokenVerifier
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.conftest import Env, serving
 from tests.helpers import SHARDS, as_service, mint_token
+from tests.stack import Env, serving
 from tools import callers
 from tools.jwt_token import mint
 

@@ -15,9 +15,9 @@ import pytest
 import pytest_asyncio
 
 from tests.chaos.harness.stack import ChaosStack
-from tests.conftest import Env
 from tests.gateway.raw_http import Answer, body, closed_by_server, exchange, head, read_answer
 from tests.helpers import mint_token
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 MB = 1_000_000

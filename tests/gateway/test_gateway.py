@@ -13,8 +13,8 @@ import pytest
 from services.domain.ids import MAX_ROW_ID
 from services.gateway.convert import BadValue, parse_instant
 from services.runtime.mysql import MysqlDatabase
-from tests.conftest import Env
 from tests.helpers import Flusher, mint_token
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 MESSAGES = "/api/zalo-accounts/1/messages"

@@ -30,8 +30,8 @@ from services.runtime.grpc_errors import field_violations
 from services.runtime.mysql import MysqlDatabase
 from tests.chaos.harness.run import prepare
 from tests.chaos.harness.stack import ROOT, ChaosStack
-from tests.conftest import Env
 from tests.helpers import as_gateway, as_listener, at, message, mint_token
+from tests.stack import Env
 from tools import callers, certs
 
 pytestmark = pytest.mark.asyncio

@@ -18,9 +18,9 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from services.runtime.grpc_server import GrpcServer
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.conftest import Env, gateway_settings, serving
 from tests.gateway import sse_client as sse
 from tests.helpers import Flusher, as_service, at, message, mint_token
+from tests.stack import Env, gateway_settings, serving
 
 pytestmark = pytest.mark.asyncio
 

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from services.runtime.grpc_server import GrpcServer
 from services.streams.likes import LikeStreams
-from tests.conftest import Env
 from tests.helpers import Flusher, as_gateway, dead_letter_count
 from tests.properties import PROPERTY
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 COURSE = 42

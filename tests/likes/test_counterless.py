@@ -25,8 +25,8 @@ from services.likes.config import LikesSettings
 from services.likes.counterless_store import DirtyMarks
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from tests.conftest import Env, likes_settings, serving
 from tests.helpers import SHARDS, Flusher, as_gateway, as_service, enrol
+from tests.stack import Env, likes_settings, serving
 from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio

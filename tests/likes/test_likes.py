@@ -30,7 +30,6 @@ from services.streams.likes import (
     LikeStreamSettings,
     TargetKind,
 )
-from tests.conftest import Env
 from tests.helpers import (
     ROOT,
     SHARDS,
@@ -40,6 +39,7 @@ from tests.helpers import (
     mint_token,
     run_flusher,
 )
+from tests.stack import Env
 from tools import callers, redis_server
 from tools.dead_letters import DeadLetter, list_dead, replay
 

@@ -29,8 +29,8 @@ from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from tests.conftest import ON_CLUSTER, Env, likes_settings, serving
 from tests.helpers import SHARDS, Flusher, as_gateway, dead_letter_count
+from tests.stack import ON_CLUSTER, Env, likes_settings, serving
 
 pytestmark = pytest.mark.asyncio
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)

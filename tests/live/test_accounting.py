@@ -20,9 +20,9 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2, timeline_se
 
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
-from tests.conftest import Env
 from tests.helpers import ACCOUNTS, Flusher, as_gateway, at, message
 from tests.live import accounting
+from tests.stack import Env
 from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio

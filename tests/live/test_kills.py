@@ -20,9 +20,9 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
 from services.runtime.mysql import MysqlDatabase
 from tests.chaos.harness.stack import ChaosStack
-from tests.conftest import Env
 from tests.helpers import ACCOUNTS, at, message, mint_token
 from tests.live import accounting
+from tests.stack import Env
 from tools import callers
 
 pytestmark = pytest.mark.asyncio

@@ -32,9 +32,9 @@ from services.ingest.config import IngestSettings
 from services.ingest.validation import MAX_JSON_DEPTH, MAX_MESSAGE_BYTES, check_json
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
-from tests.conftest import Env
 from tests.helpers import Flusher, dead_letter_count, mint_token
 from tests.properties import PROPERTY, any_char, text
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 _ACCOUNTS = itertools.count(1_000_000)

@@ -27,8 +27,8 @@ from services.ingest.server import build
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
-from tests.conftest import Env, gateway_settings, serving, serving_gateway
 from tests.helpers import SHARDS, T0, Flusher, as_listener, message, mint_token
+from tests.stack import Env, gateway_settings, serving, serving_gateway
 
 pytestmark = pytest.mark.asyncio
 

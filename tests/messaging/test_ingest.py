@@ -11,8 +11,8 @@ from services.ingest.config import IngestSettings
 from services.ingest.server import build
 from services.runtime.grpc_errors import field_violations
 from services.runtime.mysql import MysqlDatabase
-from tests.conftest import serving
 from tests.helpers import Downstream, Flusher, as_listener, at, message
+from tests.stack import serving
 
 pytestmark = pytest.mark.asyncio
 

@@ -18,9 +18,9 @@ from services.runtime.stream_ids import Position
 from services.streams.live import LiveFeeds, LiveSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
-from tests.conftest import Env, serving
 from tests.helpers import Flusher, as_gateway, as_service, at, message
 from tests.live.watching import started, take
+from tests.stack import Env, serving
 from tools import callers
 from tools.jwt_token import mint
 

@@ -31,8 +31,8 @@ from services.streams.likes import LikeStreams
 from services.streams.messages import MessageStreams
 from services.streams.replay import Replayer
 from tests.chaos.harness.proxy import Proxy
-from tests.conftest import Env, serving
 from tests.helpers import Flusher, as_listener, at, dead_letter_count, message, outcome
+from tests.stack import Env, serving
 
 pytestmark = pytest.mark.asyncio
 UNKNOWN = FieldViolation("account_id", "no Zalo account has this id")

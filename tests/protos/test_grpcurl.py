@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from services.runtime.grpc_server import GrpcServer
-from tests.conftest import Env
 from tests.helpers import mint_token
+from tests.stack import Env
 from tools import callers, protos
 
 pytestmark = pytest.mark.asyncio

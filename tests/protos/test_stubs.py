@@ -18,8 +18,8 @@ from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.runtime.grpc_server import GrpcServer
-from tests.conftest import Env
 from tests.helpers import ROOT, Flusher, message, mint_token
+from tests.stack import Env
 from tools import callers, protos
 
 PROTOS_VERSION = (ROOT / "protos" / "VERSION").read_text().strip()

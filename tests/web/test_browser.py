@@ -19,8 +19,8 @@ import uvicorn
 from playwright.async_api import Browser, Page, Route, expect
 
 from services.gateway.app import create_app
-from tests.conftest import Env
 from tests.helpers import mint_token
+from tests.stack import Env
 from tests.web.support import (
     AUD,
     ISS,

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, Request, expect
 
-from tests.conftest import Env
 from tests.helpers import mint_token
+from tests.stack import Env
 from tests.web.support import bearer, conversation, sign_in, watched_page
 from tools.waiting import until
 
