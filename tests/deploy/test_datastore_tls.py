@@ -15,9 +15,15 @@ import pytest
 from pymysql.err import OperationalError
 
 from services.runtime.mysql import MysqlDatabase, MysqlTarget
-from tests.conftest import Env
-from tests.deploy.test_readiness import SERVING, TIMELINE, eventually, service_process
+from tests.deploy.process_support import (
+    SERVING,
+    TIMELINE,
+    eventually,
+    service_process,
+    timeline_datastores,
+)
 from tests.helpers import ROOT
+from tests.stack import Env
 from tools import callers, certs
 
 
@@ -68,14 +74,8 @@ async def test_services_reach_a_mysql_that_requires_tls_verifying_it(
         assert str(await one(with_ca(env.mysql_timeline_url, ca))).startswith("TLSv1")
         with pytest.raises(OperationalError):
             await one(with_ca(env.mysql_timeline_url, tmp_path / "ca.pem"))
-        async with service_process(
-            "timeline",
-            {
-                "MYSQL_URL": with_ca(env.mysql_timeline_url, ca),
-                "POSTGRES_URL": env.pg_timeline_url,
-                "REDIS_URL": env.redis_timeline_url,
-            },
-        ) as port:
+        mysql_url = with_ca(env.mysql_timeline_url, ca)
+        async with service_process("timeline", timeline_datastores(env, mysql_url)) as port:
             await eventually(port, {TIMELINE: SERVING})
 
 
