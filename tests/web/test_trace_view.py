@@ -22,13 +22,14 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import FloatRect, Locator, Page, async_playwright, expect
 
-from tests.observability.test_trace_sink import (
+from tests.observability.trace_support import (
     GET_ROUTE,
     INGEST_RPC,
     POST_ROUTE,
     export_sample,
 )
 from tools.ports import free_port
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -63,17 +64,19 @@ async def sink(tmp_path: Path) -> AsyncIterator[Sink]:
     view = f"http://127.0.0.1:{http_port}"
     try:
         async with httpx.AsyncClient(base_url=view) as http:
-            for _ in range(100):
+
+            async def answered_or_exited() -> bool:  # an exit is reported below, with its output
                 if process.returncode is not None:
-                    break
-                try:
-                    if (await http.get("/api/traces")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail("the trace sink's view did not answer in 10 s")
+                    return True
+                return (await http.get("/api/traces")).status_code == 200
+
+            await until(
+                "the trace sink's view to answer",
+                answered_or_exited,
+                10,
+                every=0.1,
+                ignoring=(httpx.TransportError,),
+            )
         if process.returncode is not None:
             assert process.stdout is not None
             output = (await process.stdout.read()).decode()
