@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import asyncpg
 import grpc
-import pytest
 import redis.asyncio as redis
 from agora.messaging.v1 import message_pb2
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -37,6 +36,7 @@ from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
 from tools import callers
 from tools.jwt_token import mint
+from tools.waiting import until
 
 ACCOUNTS = (1, 2, 3)
 SHARDS = 4  # stream shards in tests (both message and like streams)
@@ -194,14 +194,12 @@ async def run_flusher(
         client = redis_client.connect(
             env.redis_url, cluster=os.environ.get("REDIS_CLUSTER") == "true"
         )
+
+        async def drained() -> bool:
+            return sum([await client.xlen(s) for s in until_drained]) == 0
+
         try:
-            for _ in range(300):
-                lengths = [await client.xlen(s) for s in until_drained]
-                if sum(lengths) == 0:
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail("the restarted flusher did not drain the streams")
+            await until("the restarted flusher to drain the streams", drained, 30, every=0.1)
         finally:
             await client.aclose()
         proc.send_signal(signal.SIGTERM)

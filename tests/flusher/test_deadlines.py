@@ -22,8 +22,9 @@ from services.runtime import errors, postgres, redis_client
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
 from tests.chaos.harness.proxy import Proxy
-from tests.conftest import Env
 from tests.helpers import message
+from tests.stack import Env
+from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 DEADLINE = 1.0
@@ -128,10 +129,11 @@ async def test_a_shard_behind_a_blackholed_mysql_stalls_then_drains(
             assert consumer.stats.transient_failures >= 1  # it gave up on calls, not hung
             assert consumer.alive_within(DEADLINE * 2)  # and kept showing progress
             proxy.forward(reset=True)
-            for _ in range(100):
-                if await redis_client.xlen(consumer.stream) == 0:
-                    break
-                await asyncio.sleep(0.1)
+
+            async def drained() -> bool:
+                return await redis_client.xlen(consumer.stream) == 0
+
+            await until("the shard to drain once MariaDB is reachable", drained, 10, every=0.1)
         finally:
             stop.set()
             await asyncio.wait_for(task, 10)
