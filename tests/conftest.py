@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
+from typing import Any
 
 import asyncpg
 import grpc
@@ -34,7 +34,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.flusher.config import FlusherSettings
 from services.ingest import server as ingest_service
 from services.ingest.config import IngestSettings
-from services.likes.config import LikesMode
 from services.runtime import postgres, telemetry
 from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
@@ -53,9 +52,9 @@ from tests.stack import (
     Env,
     gateway_settings,
     ingest_settings_for,
+    likes_server_fixture,
     serving,
     serving_gateway,
-    serving_likes,
     serving_timeline,
 )
 from tools.forum_data import load_lab
@@ -300,22 +299,6 @@ def downstream(
 ) -> Downstream:
     """The streams, the flusher and MariaDB, on empty tables."""
     return Downstream(flusher, admin_db, redis_client, streams)
-
-
-def likes_server_fixture(
-    mode: LikesMode,
-    doc: str = "",
-    scope: Literal["session", "module"] = "session",
-    **overrides: Any,
-) -> Any:
-    """A fixture: the likes service in `mode` (see likes_settings), serving for the `scope`."""
-
-    async def fixture(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-        async with serving_likes(env, mode, **overrides) as server:
-            yield server
-
-    fixture.__doc__ = doc or None
-    return pytest_asyncio.fixture(scope=scope)(fixture)
 
 
 likes_server = likes_server_fixture("buffered", "The likes service in buffered mode (the default).")

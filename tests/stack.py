@@ -9,11 +9,13 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
+import pytest_asyncio
 from agora.forum.v1 import like_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2_grpc
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.gateway.app import create_app
 from services.gateway.config import GatewaySettings
@@ -130,6 +132,22 @@ async def serving_likes(env: Env, mode: LikesMode, **overrides: Any) -> AsyncIte
     """A likes service of its own in `mode` (see likes_settings), serving."""
     async with serving(await likes_service.build(likes_settings(env, mode, **overrides))) as server:
         yield server
+
+
+def likes_server_fixture(
+    mode: LikesMode,
+    doc: str = "",
+    scope: Literal["session", "module"] = "session",
+    **overrides: Any,
+) -> Any:
+    """A fixture: the likes service in `mode` (see likes_settings), serving for the `scope`."""
+
+    async def fixture(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
+        async with serving_likes(env, mode, **overrides) as server:
+            yield server
+
+    fixture.__doc__ = doc or None
+    return pytest_asyncio.fixture(scope=scope)(fixture)
 
 
 def gateway_settings(

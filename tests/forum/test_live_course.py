@@ -35,18 +35,23 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from services.flusher.config import FlusherSettings
 from services.flusher.maintenance import builder as maintenance
-from services.likes import server as likes_service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.redis_client import DurableScripts
 from services.runtime.stream_ids import Position
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from services.streams.live import LiveFeeds, LiveSettings
-from services.timeline import server as timeline_service
-from services.timeline.config import TimelineSettings
 from tests.gateway import sse_client as sse
-from tests.helpers import ROOT, SHARDS, Flusher, as_gateway, as_service, mint_token, run_flusher
+from tests.helpers import (
+    ROOT,
+    SHARDS,
+    Flusher,
+    as_gateway,
+    gateway_stub,
+    mint_token,
+    run_flusher,
+)
 from tests.live.watching import started, take
-from tests.stack import Env, likes_settings, serving
+from tests.stack import Env, likes_server_fixture, serving_timeline
 from tools import callers
 from tools.ports import free_port
 from tools.wait_healthy import wait
@@ -84,32 +89,18 @@ async def writes(ingest_server: GrpcServer, env: Env, fresh: None) -> AsyncItera
         yield WriteStub(channel)
 
 
-@pytest_asyncio.fixture(scope="module")
-async def live_sync_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    """A sync-mode likes pod with Redis, as every deployment runs it: it publishes its counts."""
-    settings = likes_settings(env, "sync")
-    async with serving(await likes_service.build(settings)) as server:
-        yield server
-
-
-@pytest_asyncio.fixture(scope="module")
-async def counterless_server(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
-    settings = likes_settings(env, "counterless")
-    async with serving(await likes_service.build(settings)) as server:
-        yield server
+live_sync_server = likes_server_fixture(
+    "sync",
+    "A sync-mode likes pod with Redis, as every deployment runs it: it publishes its counts.",
+    scope="module",
+)
+counterless_server = likes_server_fixture("counterless", scope="module")
 
 
 @pytest_asyncio.fixture(scope="module")
 async def rechecking_timeline(spans: InMemorySpanExporter, env: Env) -> AsyncIterator[GrpcServer]:
     """timeline asking every second whether each watcher may still watch."""
-    settings = TimelineSettings(
-        mysql_url=env.mysql_timeline_url,
-        postgres_url=env.pg_timeline_url,
-        redis_url=env.redis_timeline_url,
-        live_recheck_seconds=1,
-        **as_service("timeline", env.jwt_secret),
-    )
-    async with serving(await timeline_service.build(settings), background=True) as server:
+    async with serving_timeline(env, live_recheck_seconds=1) as server:
         yield server
 
 
@@ -136,6 +127,11 @@ async def outbox_rows(pg: asyncpg.Pool) -> int:
 
 def target(kind: TargetKind, target_id: int) -> like_pb.Target:
     return like_pb.Target(kind=kind, id=target_id)
+
+
+def like_count(event: read_pb.WatchCourseResponse) -> tuple[like_pb.Target, int, int]:
+    """A like-count event's target, its count and the post it is shown under."""
+    return event.likes.target, event.likes.like_count, event.likes.post_id
 
 
 async def set_like(stub: LikeStub, user: int, kind: TargetKind, target_id: int) -> bool:
@@ -245,8 +241,7 @@ async def test_buffered_likes_of_many_users_in_one_flush_make_one_event_with_the
 ) -> None:
     stream = open_watch(reads, env)
     await started(stream)
-    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
-        likes = LikeStub(channel)
+    async with gateway_stub(likes_server.port, env.jwt_secret, LikeStub) as likes:
         changed = await asyncio.gather(*(set_like(likes, u, POST, 1) for u in one_shard_users))
         assert all(changed)
         assert await set_like(likes, one_shard_users[0], COMMENT, 2)
@@ -254,17 +249,9 @@ async def test_buffered_likes_of_many_users_in_one_flush_make_one_event_with_the
 
     post, comment = sorted(await take(stream, 2), key=lambda r: r.likes.target.kind)
     assert post.WhichOneof("item") == "likes"
-    assert (post.likes.target, post.likes.like_count, post.likes.post_id) == (
-        target(POST, 1),
-        len(one_shard_users),
-        1,
-    )
+    assert like_count(post) == (target(POST, 1), len(one_shard_users), 1)
     # A comment's count says which post it is shown under.
-    assert (comment.likes.target, comment.likes.like_count, comment.likes.post_id) == (
-        target(COMMENT, 2),
-        1,
-        1,
-    )
+    assert like_count(comment) == (target(COMMENT, 2), 1, 1)
     assert await feed_length(redis_client) == 2  # one per target for the whole batch
     stream.cancel()
 
@@ -279,8 +266,7 @@ async def test_a_flusher_killed_before_publishing_publishes_the_count_on_redeliv
 ) -> None:
     stream = open_watch(reads, env)
     await started(stream)
-    async with as_gateway(likes_server.port, env.jwt_secret) as channel:
-        likes = LikeStub(channel)
+    async with gateway_stub(likes_server.port, env.jwt_secret, LikeStub) as likes:
         await asyncio.gather(*(set_like(likes, u, POST, 2) for u in one_shard_users))
     # The batch commits, then the process is killed before its counts are published.
     assert await run_flusher(env, fault_point="before_publish", name="pod-a") < 0
@@ -301,22 +287,13 @@ async def test_a_sync_like_gives_its_count_and_the_recount_gives_it_again(
 ) -> None:
     stream = open_watch(reads, env)
     await started(stream)
-    async with as_gateway(live_sync_server.port, env.jwt_secret) as channel:
-        likes = LikeStub(channel)
+    async with gateway_stub(live_sync_server.port, env.jwt_secret, LikeStub) as likes:
         assert await set_like(likes, 8, POST, 2)
         [post] = await take(stream, 1)
-        assert (post.likes.target, post.likes.like_count, post.likes.post_id) == (
-            target(POST, 2),
-            2,  # user 7's and user 8's
-            2,
-        )
+        assert like_count(post) == (target(POST, 2), 2, 2)  # user 7's like and user 8's
         assert await set_like(likes, 9, COMMENT, 1)
         [comment] = await take(stream, 1)
-        assert (comment.likes.target, comment.likes.like_count, comment.likes.post_id) == (
-            target(COMMENT, 1),
-            1,
-            1,
-        )
+        assert like_count(comment) == (target(COMMENT, 1), 1, 1)
         assert not await set_like(likes, 9, COMMENT, 1)  # already so: nothing to publish
     # Each was marked before its statement: had the pod died after its COMMIT, this recount
     # would have published it.
@@ -336,18 +313,13 @@ async def test_a_counterless_like_gives_its_count_after_the_recount(
 ) -> None:
     stream = open_watch(reads, env)
     await started(stream)
-    async with as_gateway(counterless_server.port, env.jwt_secret) as channel:
-        likes = LikeStub(channel)
+    async with gateway_stub(counterless_server.port, env.jwt_secret, LikeStub) as likes:
         assert await set_like(likes, 8, POST, 1)
         assert await set_like(likes, 9, POST, 1)
     assert await feed_length(redis_client) == 0  # not counted yet
     await flusher.reconciler().recount_dirty()
     [count] = await take(stream, 1)
-    assert (count.likes.target, count.likes.like_count, count.likes.post_id) == (
-        target(POST, 1),
-        2,
-        1,
-    )
+    assert like_count(count) == (target(POST, 1), 2, 1)
     stream.cancel()
 
 
