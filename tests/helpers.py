@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 import grpc
+import httpx
 import redis.asyncio as redis
 from agora.messaging.v1 import message_pb2
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -86,6 +87,14 @@ async def outcome(call: Awaitable[object]) -> grpc.StatusCode:
     except grpc.aio.AioRpcError as exc:
         return exc.code()
     return grpc.StatusCode.OK
+
+
+def batch_reply(response: httpx.Response) -> tuple[int, list[tuple[int, str]]]:
+    """The gateway's 200 reply to a batch of items: how many it accepted, and the index and the
+    field of each item it rejected."""
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    return data["accepted"], [(r["index"], r["field"]) for r in data["rejected"]]
 
 
 def message(

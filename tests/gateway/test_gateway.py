@@ -13,7 +13,7 @@ import pytest
 from services.domain.ids import MAX_ROW_ID
 from services.gateway.convert import BadValue, parse_instant
 from services.runtime.mysql import MysqlDatabase
-from tests.helpers import Flusher, mint_token
+from tests.helpers import Flusher, batch_reply, mint_token
 from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
@@ -127,15 +127,9 @@ async def test_http_batch_ingest_accepts_valid_items_and_reports_the_rest(
         {**good, "msg_id": "h6", "sent_at": "2099-01-01T00:00:00Z"},
     ]
     response = await gateway.post(MESSAGES, json={"messages": items}, headers=bearer(token))
-    assert response.status_code == 200, response.text
-    data = response.json()["data"]
-    assert data["accepted"] == 2
-    assert [(r["index"], r["field"]) for r in data["rejected"]] == [
-        (1, "direction"),
-        (3, "message"),
-        (4, "attachments"),
-        (5, "sent_at"),
-    ]
+    accepted, rejected = batch_reply(response)
+    assert accepted == 2
+    assert rejected == [(1, "direction"), (3, "message"), (4, "attachments"), (5, "sent_at")]
     await flusher.drain()
     rows = await admin_db.fetchall(
         "SELECT msg_id, attachments, quote_payload, sent_at FROM zalo_messages ORDER BY msg_id"
