@@ -22,7 +22,7 @@ from services.streams.entries import (
     as_mapping,
 )
 from services.streams.messages import GROUP, MessageStreams
-from tests.helpers import Flusher, at, message, message_backlog, run_flusher
+from tests.helpers import Downstream, Flusher, at, message, message_backlog, run_flusher
 from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
@@ -55,13 +55,16 @@ async def test_redelivery_and_self_listen_echo_store_one_row(
     assert rows == [(1, "dup-1", "in", "c1"), (1, "other", "in", None), (2, "dup-1", "out", "c1")]
 
 
+async def pending(down: Downstream) -> int:
+    """Entries read by some consumer and not acknowledged, over every shard's stream."""
+    streams = down.streams.all_streams()
+    return sum([(await down.redis.xpending(s, GROUP))["pending"] for s in streams])
+
+
 async def test_poison_entry_is_dead_lettered_while_the_rest_of_its_batch_lands(
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
-    admin_db: MysqlDatabase,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub, downstream: Downstream
 ) -> None:
+    streams, client = downstream.streams, downstream.redis
     shard = streams.shard_of(1, "t1")
     await ingest.IngestMessages(
         pb.IngestMessagesRequest(account_id=1, messages=[message("before", sent_at=at(1))])
@@ -70,51 +73,45 @@ async def test_poison_entry_is_dead_lettered_while_the_rest_of_its_batch_lands(
     stranger = events.MessageStreamEntry(
         account_id=999, messages=events.MessagesReceived(messages=[message("x", thread="t1")])
     )
-    await redis_client.xadd(streams.stream(shard), as_mapping(stranger))
-    await redis_client.xadd(
+    await client.xadd(streams.stream(shard), as_mapping(stranger))
+    await client.xadd(
         streams.stream(shard), {FIELD_UNITS: 1, FIELD_EVENT: b"not a protobuf \xff\xff"}
     )
-    await redis_client.incrby(streams.backlog_key(shard), 2)
+    await client.incrby(streams.backlog_key(shard), 2)
     await ingest.IngestMessages(
         pb.IngestMessagesRequest(account_id=1, messages=[message("after", sent_at=at(2))])
     )
 
-    await flusher.drain()
+    await downstream.drain()
 
-    assert set(await count_by_msg_id(admin_db)) == {"before", "after"}
-    dead: Any = await redis_client.xrange(streams.dead_letters(shard))
+    assert set(await count_by_msg_id(downstream.db)) == {"before", "after"}
+    dead: Any = await client.xrange(streams.dead_letters(shard))
     assert len(dead) == 2
     errors = sorted(fields[FIELD_ERROR].decode() for _, fields in dead)
     assert "foreign key" in errors[0].lower() or "foreign key" in errors[1].lower()
     assert any("not a valid agora.events.v1.MessageStreamEntry" in e for e in errors)
     assert all(int(fields[FIELD_DELIVERIES]) >= 5 for _, fields in dead)
     # Nothing is left pending or counted in the backlog.
-    assert (await redis_client.xpending(streams.stream(shard), GROUP))["pending"] == 0
-    assert await message_backlog(redis_client, streams) == 0
+    assert (await client.xpending(streams.stream(shard), GROUP))["pending"] == 0
+    assert await downstream.backlog() == 0
 
 
 async def test_entries_of_a_dead_consumer_are_claimed(
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
-    admin_db: MysqlDatabase,
+    ingest: ingest_service_pb2_grpc.IngestServiceStub, downstream: Downstream
 ) -> None:
     batch = [message(f"m{i}", thread=f"t{i}") for i in range(20)]
     await ingest.IngestMessages(pb.IngestMessagesRequest(account_id=1, messages=batch))
     # Another consumer reads everything and dies before applying it.
-    for stream in streams.all_streams():
+    for stream in downstream.streams.all_streams():
         with contextlib.suppress(redis.ResponseError):
-            await redis_client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-        await redis_client.xreadgroup(GROUP, "crashed-pod", {stream: ">"}, count=100)
-    pending = [(await redis_client.xpending(s, GROUP))["pending"] for s in streams.all_streams()]
-    assert sum(pending) > 0
+            await downstream.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        await downstream.redis.xreadgroup(GROUP, "crashed-pod", {stream: ">"}, count=100)
+    assert await pending(downstream) > 0
 
-    await flusher.drain()
+    await downstream.drain()
 
-    assert len(await count_by_msg_id(admin_db)) == 20
-    pending = [(await redis_client.xpending(s, GROUP))["pending"] for s in streams.all_streams()]
-    assert sum(pending) == 0
+    assert len(await count_by_msg_id(downstream.db)) == 20
+    assert await pending(downstream) == 0
 
 
 async def test_killed_between_commit_and_ack_then_restarted_loses_and_duplicates_nothing(
