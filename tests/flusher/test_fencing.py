@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -53,21 +54,32 @@ LAYOUT = LikeStreams("forum", SHARDS)
 SHARD = LAYOUT.shard_of(USER)
 
 
-def consumer(
-    settings: FlusherSettings, client: redis.Redis, pg: asyncpg.Pool, name: str, epoch: int
-) -> ShardConsumer[LikeEvent]:
-    named = settings.model_copy(update={"flusher_consumer_name": name})
-    return like_role.consumer(named, client, LikeRepository(pg), SHARD, epoch)
+@dataclass(frozen=True)
+class Pods:
+    """Flusher replicas contending for the user's like shard, writing to PostgreSQL."""
+
+    settings: FlusherSettings
+    client: redis.Redis
+    pg: asyncpg.Pool
+
+    def consumer(self, name: str, epoch: int, **overrides: Any) -> ShardConsumer[LikeEvent]:
+        """The consumer of pod `name` at `epoch` (settings `overrides` on top)."""
+        named = self.settings.model_copy(update={"flusher_consumer_name": name, **overrides})
+        return like_role.consumer(named, self.client, LikeRepository(self.pg), SHARD, epoch)
+
+    async def leased(self, name: str) -> ShardConsumer[LikeEvent]:
+        """The consumer `name` gets once it takes the shard's lease (its epoch)."""
+        leases = ShardLeases(self.client, LAYOUT, member=name, ttl_ms=LEASE_MS)
+        epoch = await leases.acquire(SHARD)
+        assert epoch is not None, f"{name} could not take the lease"
+        return self.consumer(name, epoch)
 
 
-async def leased(
-    settings: FlusherSettings, client: redis.Redis, pg: asyncpg.Pool, name: str
-) -> ShardConsumer[LikeEvent]:
-    """The consumer `name` gets once it takes the user's shard's lease (its epoch)."""
-    leases = ShardLeases(client, LAYOUT, member=name, ttl_ms=LEASE_MS)
-    epoch = await leases.acquire(SHARD)
-    assert epoch is not None, f"{name} could not take the lease"
-    return consumer(settings, client, pg, name, epoch)
+@pytest.fixture
+def pods(
+    settings: FlusherSettings, redis_client: redis.Redis, pg_flusher: asyncpg.Pool, clean: None
+) -> Pods:
+    return Pods(settings, redis_client, pg_flusher)
 
 
 async def toggle(stub: like_service_pb2_grpc.LikeServiceStub, like: bool) -> None:
@@ -82,38 +94,53 @@ async def liked_in_db(pg: asyncpg.Pool) -> bool:
     return row is not None
 
 
-async def stale_batch(a: ShardConsumer[LikeEvent]) -> list[Entry]:
-    """What A has read and not committed when it stalls."""
+async def stale_batch(
+    a: ShardConsumer[LikeEvent], likes: like_service_pb2_grpc.LikeServiceStub
+) -> list[Entry]:
+    """The user's like, which A reads and has not committed when it stalls."""
+    await toggle(likes, True)
     await a.take_over(asyncio.Event())
     entries = await a.read(">", block=False)
     assert len(entries) == 1
     return entries
 
 
-async def test_a_consumer_fenced_off_by_a_takeover_cannot_commit_its_stale_batch(
-    settings: FlusherSettings,
-    likes: like_service_pb2_grpc.LikeServiceStub,
-    redis_client: redis.Redis,
-    pg_flusher: asyncpg.Pool,
-    pg_admin: asyncpg.Pool,
-    clean: None,
-) -> None:
-    a = await leased(settings, redis_client, pg_flusher, "pod-a")
-    await toggle(likes, True)
-    entries = await stale_batch(a)
-    # A stalls past its lease; B takes the shard over with a newer epoch.
+async def stalled_past_its_lease(
+    pods: Pods, likes: like_service_pb2_grpc.LikeServiceStub
+) -> tuple[ShardConsumer[LikeEvent], list[Entry]]:
+    """Pod A with the shard's lease, and the batch it read before it stalled past that lease."""
+    a = await pods.leased("pod-a")
+    entries = await stale_batch(a, likes)
     await asyncio.sleep(LEASE_MS / 1000 + 0.2)
-    b = await leased(settings, redis_client, pg_flusher, "pod-b")
+    return a, entries
+
+
+async def apply_late(a: ShardConsumer[LikeEvent], entries: list[Entry]) -> None:
+    """A wakes up and applies the batch it read before the stall."""
+    await a.apply_with_retry(entries, [a.handler.decode(e) for e in entries], asyncio.Event())
+
+
+async def like_then_unlike(
+    b: ShardConsumer[LikeEvent], likes: like_service_pb2_grpc.LikeServiceStub, pg: asyncpg.Pool
+) -> None:
+    """B takes the shard over and applies the like A read, then the user's newer unlike."""
     await b.take_over(asyncio.Event())  # claims A's entry, now idle longer than a lease
     assert await b.run_once() == 1
-    assert await liked_in_db(pg_admin)
+    assert await liked_in_db(pg)
     await toggle(likes, False)  # the user changes their mind
     assert await b.run_once() == 1
-    assert not await liked_in_db(pg_admin)
+    assert not await liked_in_db(pg)
 
-    # A wakes up and applies the batch it read before the stall.
+
+async def test_a_consumer_fenced_off_by_a_takeover_cannot_commit_its_stale_batch(
+    pods: Pods, likes: like_service_pb2_grpc.LikeServiceStub, pg_admin: asyncpg.Pool
+) -> None:
+    a, entries = await stalled_past_its_lease(pods, likes)
+    b = await pods.leased("pod-b")  # B takes the shard over with a newer epoch
+    await like_then_unlike(b, likes, pg_admin)
+
     with pytest.raises(Fenced):
-        await a.apply_with_retry(entries, [a.handler.decode(e) for e in entries], asyncio.Event())
+        await apply_late(a, entries)
     # Nor can it take new entries meant for B.
     await toggle(likes, True)
     with pytest.raises(Fenced):
@@ -126,21 +153,14 @@ async def test_a_consumer_fenced_off_by_a_takeover_cannot_commit_its_stale_batch
 
 
 async def test_without_fencing_the_stale_batch_lands_and_reorders_the_likes(
-    settings: FlusherSettings,
-    likes: like_service_pb2_grpc.LikeServiceStub,
-    redis_client: redis.Redis,
-    pg_flusher: asyncpg.Pool,
-    pg_admin: asyncpg.Pool,
-    clean: None,
+    pods: Pods, likes: like_service_pb2_grpc.LikeServiceStub, pg_admin: asyncpg.Pool
 ) -> None:
     """The negative control: the same story with fencing off ends in the wrong state, so the
     test above fails if fencing does not work."""
-    unfenced = settings.model_copy(update={"flusher_fencing": False})
-    a = consumer(unfenced, redis_client, pg_flusher, "pod-a", epoch=1)
-    await toggle(likes, True)
-    entries = await stale_batch(a)
+    a = pods.consumer("pod-a", epoch=1, flusher_fencing=False)
+    entries = await stale_batch(a, likes)
     await asyncio.sleep(LEASE_MS / 1000 + 0.2)
-    b = consumer(unfenced, redis_client, pg_flusher, "pod-b", epoch=2)
+    b = pods.consumer("pod-b", epoch=2, flusher_fencing=False)
     await b.take_over(asyncio.Event())
     while await b.run_once():
         pass
@@ -149,32 +169,27 @@ async def test_without_fencing_the_stale_batch_lands_and_reorders_the_likes(
         pass
     assert not await liked_in_db(pg_admin)
 
-    await a.apply_with_retry(entries, [a.handler.decode(e) for e in entries], asyncio.Event())
+    await apply_late(a, entries)
 
     assert await liked_in_db(pg_admin)  # the database now says liked; Redis says unliked
 
 
 async def test_a_takeover_waits_until_the_previous_owners_entries_outlive_its_lease(
-    settings: FlusherSettings,
-    likes: like_service_pb2_grpc.LikeServiceStub,
-    redis_client: redis.Redis,
-    pg_flusher: asyncpg.Pool,
-    clean: None,
+    pods: Pods, likes: like_service_pb2_grpc.LikeServiceStub
 ) -> None:
-    a = await leased(settings, redis_client, pg_flusher, "pod-a")
-    await toggle(likes, True)
-    await stale_batch(a)
+    a = await pods.leased("pod-a")
+    await stale_batch(a, likes)
     # B gets the lease at once (A's lease was lost in a failover, say): A's entries were read
     # just now, and A may still be applying them.
-    await redis_client.delete(LAYOUT.lease_key(SHARD))
-    b = await leased(settings, redis_client, pg_flusher, "pod-b")
+    await pods.client.delete(LAYOUT.lease_key(SHARD))
+    b = await pods.leased("pod-b")
 
     started = time.monotonic()
     await b.take_over(asyncio.Event())
 
     waited = time.monotonic() - started
     assert waited >= LEASE_MS / 1000 * 0.8, "claimed entries a live owner may still apply"
-    pending = await redis_client.xpending(a.stream, like_role.consumer_config(settings).group)
+    pending = await pods.client.xpending(a.stream, like_role.consumer_config(pods.settings).group)
     assert [c["name"] for c in pending["consumers"]] == [b"pod-b"]
 
 
@@ -226,32 +241,20 @@ async def lose_the_last_lease(client: redis.Redis, layout: ShardedLayout, shard:
 
 
 async def test_two_takeovers_at_the_same_lease_epoch_leave_only_the_newer_one_able_to_commit(
-    settings: FlusherSettings,
-    likes: like_service_pb2_grpc.LikeServiceStub,
-    redis_client: redis.Redis,
-    pg_flusher: asyncpg.Pool,
-    pg_admin: asyncpg.Pool,
-    clean: None,
+    pods: Pods, likes: like_service_pb2_grpc.LikeServiceStub, pg_admin: asyncpg.Pool
 ) -> None:
-    a = await leased(settings, redis_client, pg_flusher, "pod-a")
-    await toggle(likes, True)
-    entries = await stale_batch(a)
-    # A stalls past its lease, and a failover loses its acquisition.
-    await asyncio.sleep(LEASE_MS / 1000 + 0.2)
-    await lose_the_last_lease(redis_client, LAYOUT, SHARD)
-    b = await leased(settings, redis_client, pg_flusher, "pod-b")
+    a, entries = await stalled_past_its_lease(pods, likes)
+    # A failover loses A's acquisition.
+    await lose_the_last_lease(pods.client, LAYOUT, SHARD)
+    b = await pods.leased("pod-b")
     assert a.fence is not None
     assert b.fence is not None
     # The lease counter handed B the epoch A took the shard over with.
     assert b.fence.epoch <= a.fence.epoch
-    await b.take_over(asyncio.Event())
-    assert await b.run_once() == 1
-    await toggle(likes, False)
-    assert await b.run_once() == 1
-    assert not await liked_in_db(pg_admin)
+    await like_then_unlike(b, likes, pg_admin)
 
     with pytest.raises(Fenced):
-        await a.apply_with_retry(entries, [a.handler.decode(e) for e in entries], asyncio.Event())
+        await apply_late(a, entries)
 
     assert not await liked_in_db(pg_admin), "a consumer at a reused epoch committed a stale like"
     await toggle(likes, True)
