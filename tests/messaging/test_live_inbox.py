@@ -4,6 +4,7 @@ COMMIT, resumable from the last position received, a reset instead of a gap (doc
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TypeAlias
 
 import grpc
@@ -16,23 +17,20 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import Position
 from services.streams.live import LiveFeeds, LiveSettings
-from services.timeline import server as timeline_service
-from services.timeline.config import TimelineSettings
-from tests.helpers import Flusher, as_gateway, as_service, at, message
+from tests.helpers import Flusher, at, gateway_stub, message
 from tests.live.watching import started, take
-from tests.stack import Env, serving
+from tests.stack import Env, serving_timeline
 from tools import callers
 from tools.jwt_token import mint
 
 pytestmark = pytest.mark.asyncio
 FEEDS = LiveFeeds.from_settings(LiveSettings())
 Stream: TypeAlias = grpc.aio.UnaryStreamCall
+TimelineStub: TypeAlias = timeline_service_pb2_grpc.TimelineServiceStub
 
 
 @pytest.fixture
-def watch(
-    timeline: timeline_service_pb2_grpc.TimelineServiceStub, clean: None
-) -> timeline_service_pb2_grpc.TimelineServiceStub:
+def watch(timeline: TimelineStub, clean: None) -> TimelineStub:
     """TimelineService as the gateway calls it, on clean datastores; each watch passes its user's
     token itself."""
     return timeline
@@ -43,7 +41,7 @@ def token(env: Env, accounts: list[int], ttl: int = 600, user: int = 7) -> list[
 
 
 def open_watch(
-    stub: timeline_service_pb2_grpc.TimelineServiceStub,
+    stub: TimelineStub,
     env: Env,
     account: int = 1,
     after: str = "",
@@ -57,30 +55,36 @@ def open_watch(
     )
 
 
-async def ingest_and_flush(
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    *msgs: tuple[str, str],
-    account: int = 1,
-) -> None:
-    await ingest.IngestMessages(
-        ingest_pb.IngestMessagesRequest(
-            account_id=account,
-            messages=[message(m, thread=t, sent_at=at(i)) for i, (m, t) in enumerate(msgs)],
+@dataclass(frozen=True)
+class Inbox:
+    """Where the watched accounts' messages come from: ingest, then the flusher, whose commit
+    publishes them on each account's feed."""
+
+    ingest: ingest_service_pb2_grpc.IngestServiceStub
+    flusher: Flusher
+
+    async def receive(self, *msgs: tuple[str, str], account: int = 1) -> None:
+        """Messages (msg_id, thread) of `account`, ingested and flushed."""
+        await self.ingest.IngestMessages(
+            ingest_pb.IngestMessagesRequest(
+                account_id=account,
+                messages=[message(m, thread=t, sent_at=at(i)) for i, (m, t) in enumerate(msgs)],
+            )
         )
-    )
-    await flusher.drain()
+        await self.flusher.drain()
+
+
+@pytest.fixture
+def inbox(ingest: ingest_service_pb2_grpc.IngestServiceStub, flusher: Flusher) -> Inbox:
+    return Inbox(ingest, flusher)
 
 
 async def test_a_stored_message_and_its_conversation_reach_the_watcher_after_the_commit(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub,
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    env: Env,
+    watch: TimelineStub, inbox: Inbox, env: Env
 ) -> None:
     stream = open_watch(watch, env)
     await started(stream)
-    await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+    await inbox.receive(("m1", "t1"))
 
     sent, state = await take(stream, 2)
     assert sent.WhichOneof("item") == "message"
@@ -94,8 +98,8 @@ async def test_a_stored_message_and_its_conversation_reach_the_watcher_after_the
     assert "traceparent" in sent.trace_context  # the flusher's batch, linked to ingest
 
     read = ingest_pb.MarkReadRequest(account_id=1, conversation_key="t1")
-    await ingest.MarkRead(read)
-    await flusher.drain()
+    await inbox.ingest.MarkRead(read)
+    await inbox.flusher.drain()
     [marked] = await take(stream, 1)
     assert marked.conversation.unread_count == 0
     assert marked.conversation.HasField("last_read_at")
@@ -103,18 +107,15 @@ async def test_a_stored_message_and_its_conversation_reach_the_watcher_after_the
 
 
 async def test_a_watch_resumed_after_its_last_position_misses_nothing_and_repeats_nothing(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub,
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    env: Env,
+    watch: TimelineStub, inbox: Inbox, env: Env
 ) -> None:
     first = open_watch(watch, env)
     await started(first)
-    await ingest_and_flush(ingest, flusher, ("m1", "t1"), ("m2", "t2"))
+    await inbox.receive(("m1", "t1"), ("m2", "t2"))
     seen = await take(first, 4)  # two messages, two conversations
     first.cancel()
     # Away: three more messages commit meanwhile.
-    await ingest_and_flush(ingest, flusher, ("m3", "t1"), ("m4", "t1"), ("m5", "t2"))
+    await inbox.receive(("m3", "t1"), ("m4", "t1"), ("m5", "t2"))
 
     resumed = open_watch(watch, env, after=seen[1].position)
     got = await take(resumed, 2 + 5)  # the rest of the first batches, then the second ones
@@ -128,23 +129,22 @@ async def test_a_watch_resumed_after_its_last_position_misses_nothing_and_repeat
     # Every message once, in order per conversation (conversations on other shards interleave).
     assert by_thread == {"t1": ["m1", "m3", "m4"], "t2": ["m2", "m5"]}
     # Live again: a message after the resume comes through the same stream.
-    await ingest_and_flush(ingest, flusher, ("m6", "t2"))
+    await inbox.receive(("m6", "t2"))
     [live, _state] = await take(resumed, 2)
     assert live.message.msg_id == "m6"
     resumed.cancel()
 
 
 async def test_a_watch_sees_only_its_own_account(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub,
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
+    watch: TimelineStub,
+    inbox: Inbox,
     env: Env,
     redis_client: redis.Redis,
 ) -> None:
     stream = open_watch(watch, env, account=1)
     await started(stream)
-    await ingest_and_flush(ingest, flusher, ("other", "t1"), account=2)
-    await ingest_and_flush(ingest, flusher, ("mine", "t1"), account=1)
+    await inbox.receive(("other", "t1"), account=2)
+    await inbox.receive(("mine", "t1"), account=1)
     [sent, _state] = await take(stream, 2)
     assert sent.message.msg_id == "mine"
     assert sent.message.zalo_account_id == 1
@@ -153,10 +153,7 @@ async def test_a_watch_sees_only_its_own_account(
 
 
 async def test_a_position_older_than_the_feed_keeps_gets_a_reset_then_the_live_events(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub,
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    env: Env,
+    watch: TimelineStub, inbox: Inbox, env: Env
 ) -> None:
     # Nothing was published for account 1 within the retention: a position from 1970 may have
     # missed anything, so the watcher must refetch.
@@ -164,28 +161,23 @@ async def test_a_position_older_than_the_feed_keeps_gets_a_reset_then_the_live_e
     [reset] = await take(stream, 1)
     assert reset.WhichOneof("item") == "reset"
     assert "retention" in reset.reset.reason
-    await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+    await inbox.receive(("m1", "t1"))
     [sent, _state] = await take(stream, 2)
     assert sent.message.msg_id == "m1"
     stream.cancel()
 
 
 async def test_a_position_the_feed_never_had_gets_a_reset(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub,
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    env: Env,
+    watch: TimelineStub, inbox: Inbox, env: Env
 ) -> None:
-    await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+    await inbox.receive(("m1", "t1"))
     stream = open_watch(watch, env, after="99999999999999-0")
     [reset] = await take(stream, 1)
     assert reset.WhichOneof("item") == "reset"
     stream.cancel()
 
 
-async def test_a_position_that_is_no_position_is_invalid(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub, env: Env
-) -> None:
+async def test_a_position_that_is_no_position_is_invalid(watch: TimelineStub, env: Env) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await take(open_watch(watch, env, after="yesterday"), 1)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -193,11 +185,10 @@ async def test_a_position_that_is_no_position_is_invalid(
 
 
 async def test_another_accounts_token_is_refused_and_a_bad_token_is_unauthenticated(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub,
+    watch: TimelineStub,
     env: Env,
     timeline_server: GrpcServer,
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
+    inbox: Inbox,
     clean: None,
 ) -> None:
     """A token forwarded is checked as on every call. Forwarding none, the gateway watches for
@@ -206,7 +197,7 @@ async def test_another_accounts_token_is_refused_and_a_bad_token_is_unauthentica
         await take(open_watch(watch, env, account=1, accounts=[2]), 1)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     async with callers.connect(f"127.0.0.1:{timeline_server.port}", "gateway") as bare:
-        stub = timeline_service_pb2_grpc.TimelineServiceStub(bare)
+        stub = TimelineStub(bare)
         with pytest.raises(grpc.aio.AioRpcError) as forged:
             await take(
                 stub.WatchInbox(
@@ -219,14 +210,14 @@ async def test_another_accounts_token_is_refused_and_a_bad_token_is_unauthentica
         assert forged.value.code() == grpc.StatusCode.UNAUTHENTICATED
         own = stub.WatchInbox(pb.WatchInboxRequest(account_id=1), timeout=30)
         await started(own)
-        await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+        await inbox.receive(("m1", "t1"))
         [sent, _state] = await take(own, 2)
         own.cancel()
     assert sent.message.msg_id == "m1"
 
 
 async def test_the_stream_ends_unauthenticated_when_the_token_expires(
-    watch: timeline_service_pb2_grpc.TimelineServiceStub, env: Env
+    watch: TimelineStub, env: Env
 ) -> None:
     stream = open_watch(watch, env, ttl=2)
     with pytest.raises(grpc.aio.AioRpcError) as ended:
@@ -236,17 +227,14 @@ async def test_the_stream_ends_unauthenticated_when_the_token_expires(
 
 
 async def test_an_internal_watcher_may_watch_any_account_and_call_nothing_else(
-    ingest: ingest_service_pb2_grpc.IngestServiceStub,
-    flusher: Flusher,
-    timeline_server: GrpcServer,
-    clean: None,
+    inbox: Inbox, timeline_server: GrpcServer, clean: None
 ) -> None:
     """An auto-reply worker: its own certificate, no end user."""
     async with callers.connect(f"127.0.0.1:{timeline_server.port}", "watcher") as channel:
-        stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
+        stub = TimelineStub(channel)
         stream = stub.WatchInbox(pb.WatchInboxRequest(account_id=1), timeout=30)
         await started(stream)
-        await ingest_and_flush(ingest, flusher, ("m1", "t1"))
+        await inbox.receive(("m1", "t1"))
         [sent, _state] = await take(stream, 2)
         assert sent.message.msg_id == "m1"
         stream.cancel()
@@ -260,18 +248,10 @@ async def test_a_replica_holding_its_bound_of_watches_refuses_the_next_as_unavai
 ) -> None:
     """Past LIVE_MAX_WATCHES a new watch is refused UNAVAILABLE (the caller retries, elsewhere);
     once one ends, the place is free again."""
-    settings = TimelineSettings(
-        mysql_url=env.mysql_timeline_url,
-        postgres_url=env.pg_timeline_url,
-        redis_url=env.redis_timeline_url,
-        live_max_watches=1,
-        **as_service("timeline", env.jwt_secret),
-    )
     async with (
-        serving(await timeline_service.build(settings), background=True) as server,
-        as_gateway(server.port, env.jwt_secret) as channel,
+        serving_timeline(env, live_max_watches=1) as server,
+        gateway_stub(server.port, env.jwt_secret, TimelineStub) as stub,
     ):
-        stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
         first = open_watch(stub, env)
         await started(first)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
