@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -31,8 +30,7 @@ from services.gateway.config import GatewaySettings
 from services.ingest.config import IngestSettings
 from services.ingest.validation import MAX_JSON_DEPTH, MAX_MESSAGE_BYTES, check_json
 from services.runtime.mysql import MysqlDatabase
-from services.streams.messages import MessageStreams
-from tests.helpers import Flusher, dead_letter_count, mint_token
+from tests.helpers import Downstream, mint_token
 from tests.properties import PROPERTY, any_char, text
 from tests.stack import Env
 
@@ -316,15 +314,12 @@ async def assert_stored(
 async def test_every_message_ingest_accepts_is_stored_as_sent(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     ingest_settings: IngestSettings,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
+    downstream: Downstream,
     data: st.DataObject,
 ) -> None:
     batch = data.draw(batches(settings_of(ingest_settings)))
-    account = await new_account(admin_db)
-    dead = await dead_letter_count(redis_client, streams)
+    account = await new_account(downstream.db)
+    dead = await downstream.dead_letters()
 
     reply = await ingest.IngestMessages(
         pb.IngestMessagesRequest(account_id=account, messages=batch)
@@ -333,10 +328,10 @@ async def test_every_message_ingest_accepts_is_stored_as_sent(
     # the stores, which would leave the property vacuous.
     assert [(r.index, r.field, r.reason) for r in reply.rejected] == []
     assert reply.accepted == len(batch)
-    await flusher.drain()
+    await downstream.drain()
 
-    assert await dead_letter_count(redis_client, streams) == dead
-    await assert_stored(admin_db, account, batch)
+    assert await downstream.dead_letters() == dead
+    await assert_stored(downstream.db, account, batch)
 
 
 def gateway_item(m: message_pb2.Message, values: dict[str, object]) -> dict[str, object]:
@@ -364,10 +359,7 @@ async def test_every_message_the_gateway_accepts_is_stored_as_sent(
     gateway: httpx.AsyncClient,
     env: Env,
     ingest_settings: IngestSettings,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
+    downstream: Downstream,
     data: st.DataObject,
 ) -> None:
     # Within the gateway's body bound (GATEWAY_MAX_BODY_BYTES, 1 MiB): fewer, smaller messages
@@ -397,8 +389,8 @@ async def test_every_message_the_gateway_accepts_is_stored_as_sent(
         items.append(gateway_item(m, values))
     body = json.dumps({"messages": items}, ensure_ascii=False).encode()
     assume(len(body) <= gateway_max_body)  # larger bodies are the gateway's 413
-    account = await new_account(admin_db)
-    dead = await dead_letter_count(redis_client, streams)
+    account = await new_account(downstream.db)
+    dead = await downstream.dead_letters()
     token = mint_token(env.jwt_secret, sub=7, accounts=[account])
 
     response = await gateway.post(
@@ -408,10 +400,10 @@ async def test_every_message_the_gateway_accepts_is_stored_as_sent(
     )
     assert response.status_code == 200, response.text
     assert response.json()["data"] == {"accepted": len(batch), "rejected": []}
-    await flusher.drain()
+    await downstream.drain()
 
-    assert await dead_letter_count(redis_client, streams) == dead
-    await assert_stored(admin_db, account, batch)
+    assert await downstream.dead_letters() == dead
+    await assert_stored(downstream.db, account, batch)
 
 
 @PROPERTY
@@ -419,15 +411,12 @@ async def test_every_message_the_gateway_accepts_is_stored_as_sent(
 async def test_every_agent_sent_record_and_read_marker_ingest_accepts_is_stored(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     ingest_settings: IngestSettings,
-    flusher: Flusher,
-    admin_db: MysqlDatabase,
-    redis_client: redis.Redis,
-    streams: MessageStreams,
+    downstream: Downstream,
     data: st.DataObject,
 ) -> None:
     content_max, _, future = settings_of(ingest_settings)
     latest = datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=future - 5)
-    account = await new_account(admin_db)
+    account = await new_account(downstream.db)
     thread = data.draw(ids)
     sent = pb.RecordAgentSentRequest(
         account_id=account,
@@ -449,17 +438,17 @@ async def test_every_agent_sent_record_and_read_marker_ingest_accepts_is_stored(
     read = pb.MarkReadRequest(account_id=account, conversation_key=thread)
     if data.draw(st.booleans()):
         read.read_at.CopyFrom(data.draw(instants(latest)))
-    dead = await dead_letter_count(redis_client, streams)
+    dead = await downstream.dead_letters()
 
     before = datetime.now(UTC).replace(tzinfo=None)
     await ingest.RecordAgentSent(sent)
     await ingest.IngestMessages(pb.IngestMessagesRequest(account_id=account, messages=[first]))
     marked = (await ingest.MarkRead(read)).read_at
     after = datetime.now(UTC).replace(tzinfo=None)
-    await flusher.drain()
+    await downstream.drain()
 
-    assert await dead_letter_count(redis_client, streams) == dead
-    [row] = await admin_db.fetchall(
+    assert await downstream.dead_letters() == dead
+    [row] = await downstream.db.fetchall(
         "SELECT thread_id, cli_msg_id, msg_id, agent_user_id, content, sent_at"
         " FROM zalo_agent_sent_messages WHERE zalo_account_id = %s",
         (account,),
@@ -475,7 +464,7 @@ async def test_every_agent_sent_record_and_read_marker_ingest_accepts_is_stored(
         assert row[5] == stored_time(sent.sent_at)
     else:
         assert before - timedelta(milliseconds=1) <= row[5] <= after
-    [(last_read_at,)] = await admin_db.fetchall(
+    [(last_read_at,)] = await downstream.db.fetchall(
         "SELECT last_read_at FROM zalo_conversations WHERE zalo_account_id = %s", (account,)
     )
     # What MarkRead answered is what was stored: the marker asked for, or now if that is later.
