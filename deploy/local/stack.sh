@@ -345,6 +345,7 @@ init_ha() {
 
 write_ha_configs() {
   local n pg_servers="" mysql_servers="" port_sockets="" backup
+  mkdir -p "$var/ha"
   for n in 1 2; do
     render patroni.yml "$var/ha/patroni-$n.yml" var="$var" here="$here" node="$n" \
       node_dir="$var/ha/pg-$n" pg_port="$(ha_port "$HA_PG_PORT" "$n")" \
@@ -354,7 +355,7 @@ write_ha_configs() {
     render galera.cnf "$var/ha/galera-$n.cnf" var="$var" here="$here" node="$n" \
       node_dir="$var/ha/galera-$n" mysql_port="$(ha_port "$HA_MYSQL_PORT" "$n")" \
       galera_port="$(galera_port "$n")" ist_port=$(($(galera_port "$n") + 1)) \
-      sst_port=$(($(galera_port "$n") + 2)) galera_peers="$(galera_peers)"
+      sst_port=$(($(galera_port "$n") + 2)) galera_peers="$(galera_peers)" galera_evs="$galera_evs"
     if is_root; then chown postgres:postgres "$var/ha/patroni-$n.yml"; fi
     pg_servers+="    server pg-$n 127.0.0.1:$(ha_port "$HA_PG_PORT" "$n") check port $(ha_port "$HA_PATRONI_PORT" "$n")"$'\n'
     backup=""
@@ -505,6 +506,9 @@ wait_for_ha() {
 ha_start() {
   supervisorctl start ha:etcd >/dev/null || true
   wait_for "etcd" 60 etcd_ready
+  # No data node serving (both crashed, say): an arbitrator still running remembers the old cluster
+  # and makes a node that starts it again abort ("conflicting prims"); it joins again below.
+  if ! galera_primary; then supervisorctl stop ha:garbd >/dev/null 2>&1 || true; fi
   supervisorctl start ha:galera-1 ha:galera-2 ha:patroni-1 ha:patroni-2 ha:haproxy >/dev/null || true
   wait_for_ha "MariaDB Galera (a node in the primary component)" 120 galera_primary
   supervisorctl start ha:garbd >/dev/null || true
@@ -996,7 +1000,7 @@ down() {
     supervisorctl stop services:* tracesink >/dev/null 2>&1 || true
     supervisorctl stop 'redis-cluster:*' 'redis-cluster-test:*' >/dev/null 2>&1 || true
     supervisorctl stop datastores:* >/dev/null 2>&1 || true
-    ha_stop
+    if [ "$(ha_mode)" = 1 ]; then ha_stop; fi
     supervisorctl shutdown >/dev/null
   else
     log "nothing is running"
