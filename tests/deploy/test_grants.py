@@ -65,20 +65,14 @@ def _ids(cases: list[tuple[str, str]]) -> list[str]:
     return [f"{url.removesuffix('_url')}: {sql.split(' WHERE')[0]}" for url, sql in cases]
 
 
-async def _mysql(env: Env, url: str, sql: str) -> None:
-    db = await MysqlDatabase.connect(getattr(env, url))
+async def _run_as(env: Env, url: str, sql: str) -> None:
+    """Runs `sql` as the user whose URL `url` names (MariaDB's or PostgreSQL's)."""
+    connect = MysqlDatabase.connect if url.startswith("mysql_") else asyncpg.connect
+    db = await connect(getattr(env, url))
     try:
         await db.execute(sql)
     finally:
         await db.close()
-
-
-async def _postgres(env: Env, url: str, sql: str) -> None:
-    conn = await asyncpg.connect(getattr(env, url))
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 @pytest.mark.parametrize(("url", "sql"), MYSQL_REFUSED, ids=_ids(MYSQL_REFUSED))
@@ -86,13 +80,13 @@ async def test_a_mariadb_user_is_refused_what_its_role_does_not_need(
     env: Env, url: str, sql: str
 ) -> None:
     with pytest.raises(pymysql.err.MySQLError) as refused:
-        await _mysql(env, url, sql)
+        await _run_as(env, url, sql)
     assert refused.value.args[0] in MYSQL_DENIED, refused.value
 
 
 @pytest.mark.parametrize(("url", "sql"), MYSQL_ALLOWED, ids=_ids(MYSQL_ALLOWED))
 async def test_a_mariadb_user_may_do_what_its_role_needs(env: Env, url: str, sql: str) -> None:
-    await _mysql(env, url, sql)
+    await _run_as(env, url, sql)
 
 
 @pytest.mark.parametrize(("url", "sql"), PG_REFUSED, ids=_ids(PG_REFUSED))
@@ -100,9 +94,9 @@ async def test_a_postgres_user_is_refused_what_its_role_does_not_need(
     env: Env, url: str, sql: str
 ) -> None:
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
-        await _postgres(env, url, sql)
+        await _run_as(env, url, sql)
 
 
 @pytest.mark.parametrize(("url", "sql"), PG_ALLOWED, ids=_ids(PG_ALLOWED))
 async def test_a_postgres_user_may_do_what_its_role_needs(env: Env, url: str, sql: str) -> None:
-    await _postgres(env, url, sql)
+    await _run_as(env, url, sql)
