@@ -320,9 +320,11 @@ async def _rollback_quietly(conn: aiomysql.Connection, seconds: float) -> None:
 
 
 # MySQL error numbers after which the same statement may succeed later: lost or refused
-# connections, server shutdown, lock waits and deadlocks.
+# connections, server shutdown, lock waits and deadlocks (a Galera certification conflict is one
+# too), a read-only server (1290, 1836) and a Galera node outside the primary component (1047):
+# during a failover the next connection reaches the node that took over.
 TRANSIENT_ERRORS = frozenset(
-    {1040, 1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 1290, 1836}
+    {1040, 1047, 1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 2014, 2055, 1290, 1836}
 )
 # Errors about the values themselves: duplicates, NULLs, out of range, truncation, bad dates,
 # strings or JSON, CHECK and foreign-key constraints. The same row fails the same way forever.

@@ -51,9 +51,11 @@ async def ping(pool: asyncpg.Pool) -> None:
 
 
 # SQLSTATEs after which the same statement may succeed later: serialization failure, deadlock,
-# the connection/shutdown classes and too many connections.
+# the connection/shutdown classes, too many connections, and a write reaching a primary that was
+# demoted (25006, read-only transaction): during a failover the next connection reaches the
+# standby Patroni promoted.
 TRANSIENT_SQLSTATES = frozenset(
-    {"40001", "40P01", "57P01", "57P02", "57P03", "57014", "53300", "55P03"}
+    {"40001", "40P01", "57P01", "57P02", "57P03", "57014", "53300", "55P03", "25006"}
 )
 
 

@@ -1,0 +1,44 @@
+"""What a client sees while a database fails over is transient: the work is retried (a stream
+shard waits, an RPC answers UNAVAILABLE) and reaches the node that took over, instead of being
+taken for a bug or for bad data."""
+
+from __future__ import annotations
+
+import aiomysql
+import asyncpg
+import pytest
+
+from services.runtime import errors
+from services.runtime.errors import ErrorKind
+from tests.stack import Env
+
+
+@pytest.mark.asyncio
+async def test_a_write_to_a_demoted_postgres_primary_is_transient(env: Env) -> None:
+    # A primary Patroni demoted refuses writes as a read-only transaction does: the real error.
+    conn = await asyncpg.connect(env.pg_ingest_url)
+    try:
+        await conn.execute("SET default_transaction_read_only = on")
+        with pytest.raises(asyncpg.ReadOnlySQLTransactionError) as refused:
+            await conn.execute("UPDATE posts SET title = title WHERE id = 0")
+    finally:
+        await conn.close()
+    assert errors.classify(refused.value) is ErrorKind.TRANSIENT
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (1047, "WSREP has not yet prepared node for application use"),
+        (1213, "Deadlock found when trying to get lock; try restarting transaction"),
+        (1290, "The MariaDB server is running with the --read-only option"),
+    ],
+)
+def test_a_galera_node_outside_the_primary_component_is_transient(code: int, message: str) -> None:
+    assert errors.classify(aiomysql.OperationalError(code, message)) is ErrorKind.TRANSIENT
+
+
+def test_a_bad_value_stays_data_on_either_engine() -> None:
+    # The failover codes must not swallow what retrying can never fix.
+    assert errors.classify(aiomysql.IntegrityError(1062, "Duplicate entry")) is ErrorKind.DATA
+    assert errors.classify(asyncpg.UniqueViolationError("duplicate key")) is ErrorKind.DATA
