@@ -16,11 +16,13 @@ from tests.stack import Env
 @pytest.mark.asyncio
 async def test_a_write_to_a_demoted_postgres_primary_is_transient(env: Env) -> None:
     # A primary Patroni demoted refuses writes as a read-only transaction does: the real error.
+    # The transaction, not the session, is read-only: PgBouncer hands the server connection to
+    # other clients afterwards.
     conn = await asyncpg.connect(env.pg_ingest_url)
     try:
-        await conn.execute("SET default_transaction_read_only = on")
         with pytest.raises(asyncpg.ReadOnlySQLTransactionError) as refused:
-            await conn.execute("UPDATE posts SET title = title WHERE id = 0")
+            async with conn.transaction(readonly=True):
+                await conn.execute("UPDATE posts SET title = title WHERE id = 0")
     finally:
         await conn.close()
     assert errors.classify(refused.value) is ErrorKind.TRANSIENT
