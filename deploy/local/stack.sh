@@ -370,6 +370,25 @@ write_ha_configs() {
     mysql_servers="${mysql_servers%$'\n'}"
 }
 
+# A data node's program (a Patroni with its PostgreSQL, a Galera node): never restarted by
+# supervisord, given two minutes to stop cleanly.
+ha_data_program() {
+  local name=$1 priority=$2 user=$3 command=$4
+  cat <<EOF
+
+[program:$name]
+command=$command
+$user
+priority=$priority
+autostart=false
+autorestart=false
+stopsignal=TERM
+stopwaitsecs=120
+redirect_stderr=true
+stdout_logfile=$var/log/$name.log
+EOF
+}
+
 # The HA group's programs, appended to supervisord.conf. A data node (Patroni with its PostgreSQL,
 # a Galera node) is not restarted when it dies: it is a machine lost until it is started again
 # (`supervisorctl start ha:<node>`, or the next `make up`), which is what a failover drill needs.
@@ -394,38 +413,16 @@ redirect_stderr=true
 stdout_logfile=$var/log/etcd.log
 EOF
   for n in 1 2; do
-    cat <<EOF
-
-[program:patroni-$n]
-command=$(command -v patroni || echo /usr/bin/patroni) $var/ha/patroni-$n.yml
-$pg_user
-priority=9
-autostart=false
-autorestart=false
-stopsignal=TERM
-stopwaitsecs=120
-redirect_stderr=true
-stdout_logfile=$var/log/patroni-$n.log
-EOF
+    ha_data_program "patroni-$n" 9 "$pg_user" \
+      "$(command -v patroni || echo /usr/bin/patroni) $var/ha/patroni-$n.yml"
   done
   for n in 1 2; do
     first=0
     [ "$n" = 1 ] && first=1
     other=$((3 - n))
-    cat <<EOF
-
-[program:galera-$n]
-command=$here/ha/galera-node.sh $var/ha/galera-$n.cnf $var/ha/galera-$n/data $first
-  $var/run/galera-$other.sock $var/ha/galera-$other/data
-$mysql_user
-priority=$((8 + n))
-autostart=false
-autorestart=false
-stopsignal=TERM
-stopwaitsecs=120
-redirect_stderr=true
-stdout_logfile=$var/log/galera-$n.log
-EOF
+    ha_data_program "galera-$n" $((8 + n)) "$mysql_user" \
+      "$here/ha/galera-node.sh $var/ha/galera-$n.cnf $var/ha/galera-$n/data $first
+  $var/run/galera-$other.sock $var/ha/galera-$other/data"
   done
   cat <<EOF
 
