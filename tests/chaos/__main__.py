@@ -1,9 +1,10 @@
 """make chaos: every fault under load, then the negative controls; refreshes docs/reliability.md.
 
-python -m tests.chaos [--quick] [--only NAME ...]
+python -m tests.chaos [--ha] [--quick] [--only NAME ...]
 
---only runs just the named faults or negative controls (the names in the table) and leaves the
-docs alone, like --quick.
+--ha runs the failovers of the SQL datastores' HA engines instead (the stack on `HA=1`:
+`stack.sh run-ha` switches it there and back) and refreshes their own table. --only runs just the
+named faults or negative controls (the names in the table) and leaves the docs alone, like --quick.
 """
 
 from __future__ import annotations
@@ -17,29 +18,43 @@ import traceback
 from pathlib import Path
 
 from tests.chaos.harness.faults import FAULTS, QUICK
-from tests.chaos.harness.run import CONTROLS, QUICK_CONTROLS, Outcome, describe, run_scenario, table
+from tests.chaos.harness.run import (
+    CONTROLS,
+    HA_CONTROLS,
+    QUICK_CONTROLS,
+    Outcome,
+    describe,
+    run_scenario,
+    table,
+)
+from tests.chaos.harness.sql_failover import FAILOVERS, QUICK_FAILOVERS
 
 REPORT = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
-BEGIN, END = "<!-- chaos:begin -->", "<!-- chaos:end -->"
+MARKERS = {False: "chaos", True: "chaos-ha"}
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="the faults make test runs")
     parser.add_argument(
+        "--ha", action="store_true", help="the HA engines' failovers (the stack on HA=1)"
+    )
+    parser.add_argument(
         "--only",
         action="append",
         metavar="NAME",
-        choices=[*FAULTS, *CONTROLS],
+        choices=[*FAULTS, *FAILOVERS, *CONTROLS],
         help="run only this fault or negative control (repeatable); docs are not touched",
     )
     args = parser.parse_args()
     if args.only:
         names = list(args.only)
+    elif args.ha:
+        names = [*QUICK_FAILOVERS] if args.quick else [*FAILOVERS, *HA_CONTROLS]
     elif args.quick:
         names = [*QUICK, *QUICK_CONTROLS]
     else:
-        names = [*FAULTS, *CONTROLS]
+        names = [*FAULTS, *(c for c in CONTROLS if c not in HA_CONTROLS)]
     outcomes: list[Outcome] = []
     broken: list[str] = []
     for name in names:
@@ -66,8 +81,9 @@ async def main() -> None:
         print(f"harness error (no outcome): {name}")
     if not args.only and not args.quick and REPORT.exists() and not broken:
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        body = f"{BEGIN}\nLast run: {stamp}, `make chaos`.\n\n{text}\n{END}"
-        REPORT.write_text(re.sub(f"{BEGIN}.*{END}", body, REPORT.read_text(), flags=re.S))
+        begin, end = (f"<!-- {MARKERS[args.ha]}:{edge} -->" for edge in ("begin", "end"))
+        body = f"{begin}\nLast run: {stamp}, `make chaos`.\n\n{text}\n{end}"
+        REPORT.write_text(re.sub(f"{begin}.*{end}", body, REPORT.read_text(), flags=re.S))
     if failed or undetected or broken:
         sys.exit(1)
 

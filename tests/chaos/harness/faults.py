@@ -33,6 +33,7 @@ from tests.chaos.harness.stack import (
     MESSAGE_STREAMS,
     ChaosStack,
     Service,
+    supervisorctl,
 )
 from tools.redis_cluster import LocalCluster, Node
 from tools.waiting import seconds_until, until
@@ -66,6 +67,8 @@ class Scenario:
     wait_replicas: int = 0
     # The chaos account's closed-loop message senders (0: the scenario sends its own messages).
     message_senders: int = 3
+    # Closed-loop writers of forum comments (PostgreSQL's synchronous write path).
+    forum_writers: int = 0
 
 
 def _errors_since(load: Load, before: Counter[str]) -> Counter[str]:
@@ -112,15 +115,7 @@ async def kill_redis(stack: ChaosStack, load: Load) -> dict[str, float]:
 
 async def _supervised_datastore(name: str, ready: Callable[[], Awaitable[bool]]) -> None:
     """kill -9 a datastore of the local stack; supervisord restarts it (autorestart)."""
-    supervisorctl = [
-        str(ROOT / ".venv/bin/supervisorctl"),
-        "-c",
-        str(ROOT / "var/supervisord.conf"),
-    ]
-    proc = await asyncio.create_subprocess_exec(
-        *supervisorctl, "signal", "KILL", f"datastores:{name}", stdout=asyncio.subprocess.DEVNULL
-    )
-    await proc.wait()
+    await supervisorctl("signal", "KILL", f"datastores:{name}")
     await asyncio.sleep(1)
     await until(f"{name} to come back", ready, 119, every=0.5, ignoring=(Exception,))
 

@@ -1,6 +1,8 @@
 """Steady load of uniquely identified messages and like/unlike sequences, sent the way a real
 client does: a batch or a toggle is retried until it is acknowledged; every attempt and ack is in
-the ledger."""
+the ledger. Optionally forum writes too (comments, each sent once: a comment has no key that would
+make a retry safe, so one whose answer was lost may be stored or not, but an acknowledged one must
+be stored, once)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,12 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import grpc
-from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
+from agora.forum.v1 import (
+    forum_write_service_pb2,
+    forum_write_service_pb2_grpc,
+    like_service_pb2,
+    like_service_pb2_grpc,
+)
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, message_pb2
 
 from tools import callers
@@ -77,6 +84,10 @@ class Ledger:
     # When each message's batch was acknowledged (time.monotonic()), for reports.
     message_acked_at: dict[str, float] = field(default_factory=dict)
     like_ack_times: list[float] = field(default_factory=list)
+    # Forum comments by their unique body: sent, and acknowledged (with when).
+    forum_sent: set[str] = field(default_factory=set)
+    forum_acked: set[str] = field(default_factory=set)
+    forum_ack_times: list[float] = field(default_factory=list)
 
     def like_sending(
         self, user: int, post: int, like: bool
@@ -134,29 +145,38 @@ class Load:
         posts: Sequence[int],
         users: Sequence[int],
         plan: LikePlan | None = None,
+        forum_addr: str | None = None,
     ) -> None:
         self._ingest_addr = ingest_addr
         self._likes_addr = likes_addr
+        self._forum_addr = forum_addr
         self.prefix = prefix
         self._posts = list(posts)
         self._users = list(users)
         self.plan = plan or LikePlan()
         self.ledger = Ledger()
 
-    async def run(self, stop: asyncio.Event, message_senders: int = 3) -> None:
+    async def run(
+        self, stop: asyncio.Event, message_senders: int = 3, forum_writers: int = 0
+    ) -> None:
+        secret = os.environ["TEST_JWT_SECRET"]
         async with (
-            # As a Zalo listener delivers messages, and as the gateway forwards likes.
+            # As a Zalo listener delivers messages, and as the gateway forwards likes and forum
+            # writes.
             callers.connect(self._ingest_addr, "listener") as ingest,
+            callers.connect(self._likes_addr, "gateway", secret=secret) as likes,
             callers.connect(
-                self._likes_addr, "gateway", secret=os.environ["TEST_JWT_SECRET"]
-            ) as likes,
+                self._forum_addr or self._ingest_addr, "gateway", secret=secret
+            ) as forum,
         ):
             ingest_stub = ingest_service_pb2_grpc.IngestServiceStub(ingest)
             like_stub = like_service_pb2_grpc.LikeServiceStub(likes)
+            forum_stub = forum_write_service_pb2_grpc.ForumWriteServiceStub(forum)
             senders = self.plan.senders
             await asyncio.gather(
                 *(self._messages(ingest_stub, k, stop) for k in range(message_senders)),
                 *(self._likes(like_stub, self._users[k::senders], stop) for k in range(senders)),
+                *(self._comments(forum_stub, k, stop) for k in range(forum_writers)),
             )
 
     async def _until_acked(
@@ -238,3 +258,35 @@ class Load:
 
         if await self._until_acked(call, stop, self.ledger.like_ack_times):
             self.ledger.like_acked(history, like, time.monotonic())
+
+    async def _comments(
+        self,
+        stub: forum_write_service_pb2_grpc.ForumWriteServiceStub,
+        writer: int,
+        stop: asyncio.Event,
+    ) -> None:
+        backoff = 0.02
+        for seq in itertools.count():
+            if stop.is_set():
+                return
+            body = f"{self.prefix}-f{writer}-{seq}"
+            request = forum_write_service_pb2.CreateCommentRequest(
+                course_id=CHAOS_COURSE,
+                post_id=self._posts[seq % len(self._posts)],
+                user_id=self._users[(writer * 7919 + seq) % len(self._users)],
+                body=body,
+            )
+            self.ledger.forum_sent.add(body)
+            try:
+                await stub.CreateComment(request, timeout=RPC_TIMEOUT)
+            except grpc.aio.AioRpcError as exc:
+                self.ledger.errors[f"forum {exc.code().name}"] += 1
+                self.ledger.error_samples.setdefault(
+                    f"forum {exc.code().name}", exc.details() or ""
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 0.5)
+                continue
+            backoff = 0.02
+            self.ledger.forum_acked.add(body)
+            self.ledger.forum_ack_times.append(time.monotonic())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from services.streams.likes import POST, member
 from tests.chaos.harness.faults import (
     CLUSTER_FAILOVER,
     FAULTS,
+    Fault,
+    Scenario,
     ensure_grants,
     mysql_admin_url,
     pg_admin_url,
@@ -28,6 +31,7 @@ from tests.chaos.harness.load import (
     PairHistory,
     enrol,
 )
+from tests.chaos.harness.sql_failover import FAILOVERS, PG_LEADER_LOST, lose_pg_leader_async
 from tests.chaos.harness.stack import LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack
 
 USERS = list(range(60_000, 62_000))
@@ -54,11 +58,17 @@ class Outcome:
     likes_unexpected: int  # rows of pairs nobody toggled
     redis_sets_missing: int  # users whose liked SET is gone (SMISMEMBER then answers "no")
     counter_drift: int
+    # Forum comments (a scenario with forum writers): acknowledged, acknowledged but not stored,
+    # stored more than once.
+    forum_acknowledged: int
+    forum_lost: int
+    forum_duplicates: int
     pending: int
     dead_letters: int
     crashed: list[str]
     message_gap_s: float
     like_gap_s: float
+    forum_gap_s: float
     drained_s: float | None
     errors: dict[str, int]
     error_samples: dict[str, str]
@@ -80,6 +90,8 @@ class Outcome:
             (self.likes_redis_mismatch, "Redis like mismatches"),
             (self.likes_unexpected, "unexpected likes"),
             (self.counter_drift, "counters drifted"),
+            (self.forum_lost, "forum writes lost"),
+            (self.forum_duplicates, "forum writes duplicated"),
             (self.pending, "pending"),
             # A batch applied by a flusher that had lost its shard: what fencing refuses.
             (int(self.extra.get("stale_likes_committed", 0)), "stale likes committed"),
@@ -110,6 +122,9 @@ class Control:
     fencing: bool = True
     # REDIS_WAIT_REPLICAS of ingest and likes, instead of the fault's.
     wait_replicas: int | None = None
+    # The fault with its protection taken away inside it (a replication made asynchronous, say),
+    # instead of the fault's own.
+    inject: Fault | None = None
 
 
 CONTROLS: dict[str, Control] = {
@@ -134,7 +149,17 @@ CONTROLS: dict[str, Control] = {
         lambda o: o.lost > 0 or o.likes_reordered > 0 or o.likes_redis_mismatch > 0,
         wait_replicas=0,
     ),
+    # The same machine lost with the standby asynchronous and its replication link cut a few
+    # seconds before: the likes the flusher committed (and took off their stream) and the comments
+    # acknowledged since then were on the lost machine alone.
+    f"{PG_LEADER_LOST} — NEGATIVE CONTROL: asynchronous standby, link cut": Control(
+        PG_LEADER_LOST,
+        lambda o: o.likes_lost > 0 or o.forum_lost > 0,
+        inject=lose_pg_leader_async,
+    ),
 }
+# The controls of the HA engines' failovers (python -m tests.chaos --ha; stack.sh run-ha).
+HA_CONTROLS = (f"{PG_LEADER_LOST} — NEGATIVE CONTROL: asynchronous standby, link cut",)
 # make test's controls (its 20-minute budget); make chaos runs every control: fencing off (make
 # test shows it deterministically: tests/flusher/test_fencing.py) and the cluster failover's
 # without WAIT too.
@@ -280,10 +305,40 @@ async def _likes(
     }
 
 
-async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
-    """Run a fault of FAULTS, or a negative control of CONTROLS, by name."""
+async def _forum(ledger: Ledger, posts: list[int], prefix: str) -> dict[str, int]:
+    """Each acknowledged comment stored once; one never acknowledged stored at most once."""
+    if not ledger.forum_sent:
+        return {"forum_acknowledged": 0, "forum_lost": 0, "forum_duplicates": 0}
+    conn = await asyncpg.connect(pg_admin_url())
+    try:
+        rows = await conn.fetch(
+            "SELECT body, count(*) FROM comments WHERE post_id = ANY($1::bigint[])"
+            " AND body LIKE $2 GROUP BY body",
+            posts,
+            f"{prefix}-f%",
+        )
+    finally:
+        await conn.close()
+    stored = {r[0]: r[1] for r in rows}
+    return {
+        "forum_acknowledged": len(ledger.forum_acked),
+        "forum_lost": len(ledger.forum_acked - stored.keys()),
+        "forum_duplicates": sum(n - 1 for n in stored.values())
+        + len(stored.keys() - ledger.forum_sent),
+    }
+
+
+def scenario_of(name: str) -> Scenario:
     control = CONTROLS.get(name)
-    scenario = FAULTS[control.fault if control else name]
+    base = control.fault if control else name
+    return FAULTS[base] if base in FAULTS else FAILOVERS[base]
+
+
+async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
+    """Run a fault of FAULTS or FAILOVERS, or a negative control of CONTROLS, by name."""
+    control = CONTROLS.get(name)
+    scenario = scenario_of(name)
+    inject = control.inject if control and control.inject else scenario.inject
     posts = await prepare()
     stack = ChaosStack(
         aof=control.aof if control else True,
@@ -311,13 +366,14 @@ async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
             posts,
             USERS,
             scenario.likes,
+            forum_addr=f"127.0.0.1:{stack.services['ingest'].forum_port}",
         )
         stop = asyncio.Event()
-        task = asyncio.create_task(load.run(stop, scenario.message_senders))
+        task = asyncio.create_task(load.run(stop, scenario.message_senders, scenario.forum_writers))
         try:
             await asyncio.sleep(before)
             injected = time.monotonic()
-            extra = await scenario.inject(stack, load)
+            extra = await inject(stack, load)
             await asyncio.sleep(scenario.after)
         finally:
             stop.set()
@@ -328,6 +384,7 @@ async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
             for path, times in (
                 ("messages", load.ledger.message_ack_times),
                 ("likes", load.ledger.like_ack_times),
+                ("forum", load.ledger.forum_ack_times),
             )
         }
         marks.append(time.monotonic())
@@ -344,6 +401,7 @@ async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
             await client.aclose()
         counts = await _messages(load, details, injected)
         counts |= await _likes(load.ledger, posts, stack, details, injected)
+        counts |= await _forum(load.ledger, posts, load.prefix)
         crashed = stack.crashed()
         marks.append(time.monotonic())
     finally:
@@ -363,6 +421,7 @@ async def run_scenario(name: str, *, before: float = 2.0) -> Outcome:
         dead_letters=dead,
         message_gap_s=gaps["messages"],
         like_gap_s=gaps["likes"],
+        forum_gap_s=gaps["forum"],
         drained_s=drained,
         errors=dict(load.ledger.errors),
         error_samples=dict(load.ledger.error_samples),
@@ -409,18 +468,25 @@ def table(outcomes: list[Outcome]) -> str:
     lines = [
         "| fault | msgs sent | acked | stored | lost | dup | unexpected | out of order |"
         " like toggles acked | pairs | liked in PG | lost likes | reordered | Redis mismatch |"
-        " counter drift | pending | dead letters | longest ack gap msgs / likes | drained in |"
-        " verdict |",
-        "|---|" + "---:|" * 18 + "---|",
+        " counter drift | forum writes acked / lost / dup | pending | dead letters |"
+        " longest ack gap msgs / likes / forum | drained in | verdict |",
+        "|---|" + "---:|" * 19 + "---|",
     ]
     for o in outcomes:
         drained = f"{o.drained_s:.1f} s" if o.drained_s is not None else "never"
+        forum = (
+            f"{o.forum_acknowledged:,} / {o.forum_lost} / {o.forum_duplicates}"
+            if o.forum_acknowledged or o.forum_lost or o.forum_duplicates
+            else "–"
+        )
+        forum_gap = "–" if math.isnan(o.forum_gap_s) else f"{o.forum_gap_s:.2f} s"
         lines.append(
             f"| {o.fault} | {o.sent:,} | {o.acknowledged:,} | {o.stored:,} | {o.lost} |"
             f" {o.duplicates} | {o.unexpected} | {o.out_of_order} | {o.likes_acknowledged:,} |"
             f" {o.like_pairs:,} | {o.likes_stored:,} | {o.likes_lost} | {o.likes_reordered} |"
-            f" {o.likes_redis_mismatch} | {o.counter_drift} | {o.pending} | {o.dead_letters} |"
-            f" {o.message_gap_s:.2f} s / {o.like_gap_s:.2f} s | {drained} | {verdict(o)} |"
+            f" {o.likes_redis_mismatch} | {o.counter_drift} | {forum} | {o.pending} |"
+            f" {o.dead_letters} | {o.message_gap_s:.2f} s / {o.like_gap_s:.2f} s / {forum_gap} |"
+            f" {drained} | {verdict(o)} |"
         )
     return "\n".join(lines)
 

@@ -56,6 +56,25 @@ CONSUMED = [(s, messages.GROUP) for s in MESSAGE_STREAMS.all_streams()] + [
 ]
 
 
+def var() -> Path:
+    """The local stack's state directory (where its supervisord runs)."""
+    return Path(os.environ.get("AGORA_VAR") or ROOT / "var")
+
+
+async def supervisorctl(*args: str) -> str:
+    """A command to the local stack's supervisord (its datastores); what it printed."""
+    proc = await asyncio.create_subprocess_exec(
+        str(ROOT / ".venv/bin/supervisorctl"),
+        "-c",
+        str(var() / "supervisord.conf"),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return out.decode()
+
+
 @dataclass
 class Service:
     """One service process: `name` is how the scenario calls it, `module` what runs."""
