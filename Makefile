@@ -24,6 +24,9 @@ PYTEST_CLUSTER_DESELECT := \
   --deselect tests/messaging/test_unconvertible_entries.py::test_an_unconvertible_entry_is_dead_lettered_with_its_reason_and_the_shard_goes_on \
   --deselect tests/messaging/test_accepted_is_stored.py::test_every_message_the_gateway_accepts_is_stored_as_sent
 PYTEST_CLUSTER_ARGS ?= -q $(wildcard $(PYTEST_CLUSTER_PATHS)) $(PYTEST_CLUSTER_DESELECT) --durations=10
+# make test's third run, on the SQL datastores' HA engines (stack.sh run-ha): the suites whose
+# writes a failover must keep (forum, likes, the flusher) and one failover of each engine under load.
+PYTEST_HA_ARGS ?= -q tests/forum tests/likes tests/flusher tests/chaos/test_failover.py --durations=10
 # The slowest tests named at the end of each run: where CI's 20 minutes go.
 PYTEST_ARGS ?= --durations=25
 # schemathesis examples per operation in make test's fuzzing of the gateway (make chaos: 20), and
@@ -50,11 +53,13 @@ help:
 	@echo "make logs        follow every log"
 	@echo "make token       print a dev bearer token (SUB=7 ACCOUNTS=1,2)"
 	@echo "make test        lint, type-check, validate k8s, run every test against real servers,"
-	@echo "                 then PYTEST_CLUSTER_ARGS against a test Redis Cluster (17101-17106)"
+	@echo "                 then PYTEST_CLUSTER_ARGS against a test Redis Cluster (17101-17106), then"
+	@echo "                 PYTEST_HA_ARGS on the HA engines (switched there and back: stack.sh run-ha)"
 	@echo "make bench       benchmarks against the local stack (make up first)"
 	@echo "make stubs       the gRPC stubs as a wheel (packaging/stubs/dist; docs/grpc.md)"
 	@echo "make proto-check buf lint, buf breaking against earlier protos, the VERSION rule"
-	@echo "make chaos       every fault under load + the negative control; updates docs/reliability.md; the full gateway fuzzing"
+	@echo "make chaos       every fault under load + the negative controls, then the HA engines' failovers;"
+	@echo "                 updates docs/reliability.md; the full gateway fuzzing"
 	@echo "make capacity    table sizes, bytes per row, 50M-row projection, growth per day"
 	@echo "make dead-letters  list dead letters; REPLAY=<id> or REPLAY=all puts them back"
 	@echo "make backup      Redis, MariaDB and PostgreSQL into var/backups/<UTC timestamp>/ (online)"
@@ -92,6 +97,7 @@ test: lint proto-check
 	@$(STACK) run env FUZZ_MAX_EXAMPLES=$(FUZZ_MAX_EXAMPLES) FUZZ_SKIP_TAGS=$(FUZZ_SKIP_TAGS) \
 		HYPOTHESIS_MAX_EXAMPLES=$(PROPERTY_MAX_EXAMPLES) $(PY) -m pytest $(PYTEST_ARGS)
 	@$(STACK) run-cluster env HYPOTHESIS_MAX_EXAMPLES=$(CLUSTER_MAX_EXAMPLES) $(PY) -m pytest $(PYTEST_CLUSTER_ARGS)
+	@$(STACK) run-ha env HYPOTHESIS_MAX_EXAMPLES=$(CLUSTER_MAX_EXAMPLES) $(PY) -m pytest $(PYTEST_HA_ARGS)
 
 bench:
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-bench.txt
@@ -110,6 +116,7 @@ chaos: setup
 	@$(STACK) run $(PY) -m pytest -q tests/gateway/test_hostile.py -k fuzzed_from_the_openapi
 	@$(STACK) run $(PY) -m pytest -q tests/messaging/test_accepted_is_stored.py \
 		tests/forum/test_accepted_is_stored.py tests/likes/test_accepted_is_stored.py
+	@$(STACK) run-ha $(PY) -m tests.chaos --ha
 
 traces:
 	@$(PY) -m tools.traces -n $(N) $(if $(TRACE),--trace $(TRACE),)

@@ -20,6 +20,10 @@
 #   stack.sh test-cluster the tests' own Redis Cluster (127.0.0.1:17101-17106), formed and ready
 #   stack.sh run-cluster CMD...
 #                         test-cluster, then CMD as with run plus env/test-cluster.env (make test)
+#   stack.sh run-ha CMD...
+#                         the SQL datastores switched to their HA engines (agora_test migrated), CMD
+#                         as with run, then switched back to the mode the stack was in (make test's
+#                         HA pass, make chaos's failovers)
 #   stack.sh redis-stop | redis-start | services-stop | services-start
 #                         one part of a running stack, for a restore (tools/backup/)
 #   stack.sh ha-status    with HA=1: Patroni's members, the Galera nodes, HAProxy's servers
@@ -1047,6 +1051,30 @@ run_cluster() {
   run_with "$here/env/test.env" "$here/env/test-cluster.env" -- "$@"
 }
 
+# make test's HA pass and make chaos's failovers: the SQL datastores switched to their HA engines
+# (installed and started as `make up HA=1` does, agora_test migrated), CMD run against them with
+# run's environment, then the datastores switched back to the mode the stack was in. CMD's exit
+# status is the command's.
+run_ha() {
+  local was rc=0
+  was=$(ha_mode)
+  switch_sql 1
+  migrate agora_test
+  run "$@" || rc=$?
+  switch_sql "$was"
+  return "$rc"
+}
+
+# The SQL datastores on the single servers (0) or the HA engines (1), remembered like `up`'s HA=.
+# Leaving the HA engines stops their nodes one at a time first (ha_stop), not as a group.
+switch_sql() {
+  local to=$1
+  if [ "$(ha_mode)" = 1 ] && [ "$to" != 1 ] && supervisord_running; then ha_stop; fi
+  mkdir -p "$var"
+  echo "$to" >"$var/ha-mode"
+  datastores
+}
+
 run_with() {
   local files=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do files+=("$1"); shift; done
@@ -1085,10 +1113,11 @@ case "$cmd" in
   run) run "$@" ;;
   test-cluster) test_cluster ;;
   run-cluster) run_cluster "$@" ;;
+  run-ha) run_ha "$@" ;;
   redis-stop) redis_stop ;;
   redis-start) redis_start ;;
   services-stop) services_stop ;;
   services-start) services_start ;;
   ha-status) ha_status ;;
-  *) die "usage: stack.sh setup|datastores|migrate DB|[REDIS=cluster] [HA=1] up|down|logs|run CMD...|test-cluster|run-cluster CMD...|redis-stop|redis-start|services-stop|services-start|ha-status" ;;
+  *) die "usage: stack.sh setup|datastores|migrate DB|[REDIS=cluster] [HA=1] up|down|logs|run CMD...|test-cluster|run-cluster CMD...|run-ha CMD...|redis-stop|redis-start|services-stop|services-start|ha-status" ;;
 esac
