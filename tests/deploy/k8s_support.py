@@ -16,6 +16,7 @@ Doc = dict[str, Any]
 
 DEV = k8s_validate.K8S / "overlays" / "dev"
 REDIS_CLUSTER = k8s_validate.K8S / "components" / "redis-cluster"
+SQL_HA = k8s_validate.K8S / "components" / "sql-ha"
 # The container of every agora workload: the shared shape merges into it by this name.
 CONTAINER = "app"
 
@@ -223,25 +224,30 @@ def rendered_directory(directory: Path) -> list[Doc]:
     return k8s_validate.render(directory)
 
 
-def cluster_variant(root: Path) -> Path:
-    """overlays/dev with the redis-cluster component, as a kustomization of its own under an
+def dev_with(component: Path, root: Path) -> Path:
+    """overlays/dev with an optional component, as a kustomization of its own under an
     `overlays` directory (k8s_validate.validate treats it as deployed: checkov, the connection
     budget)."""
-    directory = root / "overlays" / "dev-redis-cluster"
+    directory = root / "overlays" / f"dev-{component.name}"
     directory.mkdir(parents=True)
     (directory / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
-                # The component's own objects (the Job, its Secret and scripts) need it here.
+                # The component's own objects (a Job, its Secret and scripts) need it here.
                 "namespace": "agora-dev",
                 "resources": [os.path.relpath(DEV, directory)],
-                "components": [os.path.relpath(REDIS_CLUSTER, directory)],
+                "components": [os.path.relpath(component, directory)],
             }
         )
     )
     return directory
+
+
+def cluster_variant(root: Path) -> Path:
+    """overlays/dev with the redis-cluster component."""
+    return dev_with(REDIS_CLUSTER, root)
 
 
 # ---- Redis Cluster: the component's nodes, as they render ----

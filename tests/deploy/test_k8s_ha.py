@@ -20,8 +20,10 @@ import yaml
 
 from tests.deploy.k8s_support import (
     DEV,
+    SQL_HA,
     Doc,
     copy_of_k8s,
+    dev_with,
     env_of,
     find,
     names,
@@ -31,7 +33,6 @@ from tests.deploy.k8s_support import (
 from tools import k8s_validate
 
 PROD = k8s_validate.K8S / "overlays" / "prod"
-SQL_HA = k8s_validate.K8S / "components" / "sql-ha"
 SWITCH = "  # - ../../components/sql-ha\n"
 
 # ---- prod: the managed datastores' replication ----
@@ -116,28 +117,9 @@ def test_dev_declares_nothing_of_the_sort() -> None:
 # ---- dev with components/sql-ha ----
 
 
-def ha_variant(root: Path) -> Path:
-    """overlays/dev with the sql-ha component, as a kustomization of its own under an `overlays`
-    directory (k8s_validate.validate treats it as deployed: checkov, the connection budget)."""
-    directory = root / "overlays" / "dev-sql-ha"
-    directory.mkdir(parents=True)
-    (directory / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "namespace": "agora-dev",
-                "resources": [os.path.relpath(DEV, directory)],
-                "components": [os.path.relpath(SQL_HA, directory)],
-            }
-        )
-    )
-    return directory
-
-
 @pytest.fixture(scope="module")
 def variant(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ha_variant(tmp_path_factory.mktemp("k8s"))
+    return dev_with(SQL_HA, tmp_path_factory.mktemp("k8s"))
 
 
 @pytest.fixture(scope="module")
