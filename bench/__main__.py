@@ -2,8 +2,9 @@
 
   python -m bench [--rows 1000000] [--only timeline,forum] [--skip cluster] [--scaling] ...
 
-Sections: ingest, prune, timeline, forum, likes, gateway, live, cluster (all by default) and,
-opt-in, scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG
+Sections: ingest, prune, timeline, forum, likes, gateway, live, cluster, statements (all by
+default; statements: PostgreSQL's hot statements of the run, from pg_stat_statements) and, opt-in,
+scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG
 plots).
 cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started for the run
 (WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py).
@@ -24,7 +25,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from bench import progress, report
+from bench import pg_statements, progress, report
 from bench.common import Result, Stack
 from bench.sections import (
     Options,
@@ -41,7 +42,17 @@ from bench.sections import (
 from bench.timeline_latency import TimelineRun
 
 RESULTS = Path(__file__).parent / "results"
-SECTIONS = ("ingest", "prune", "timeline", "forum", "likes", "gateway", "live", "cluster")
+SECTIONS = (
+    "ingest",
+    "prune",
+    "timeline",
+    "forum",
+    "likes",
+    "gateway",
+    "live",
+    "cluster",
+    "statements",
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -135,6 +146,9 @@ async def run(args: argparse.Namespace, command: str) -> int:
     results: list[Result] = []
     failures: list[str] = []
     known: dict[int, TimelineRun] = {}
+    counting = "statements" in wanted and await pg_statements.reset(stack)
+    if "statements" in wanted and not counting:
+        failures.append("statements: pg_stat_statements is not installed (stack.sh datastores)")
 
     async def timeline() -> list[Result]:
         rows, measured = await timeline_section(stack, options)
@@ -151,9 +165,11 @@ async def run(args: argparse.Namespace, command: str) -> int:
         ("live", lambda: live_section(stack, options)),
         ("cluster", lambda: cluster_section(stack, options)),
         ("scaling", lambda: scaling_section(stack, options, known, RESULTS)),
+        # Last: what the sections before asked of PostgreSQL.
+        ("statements", lambda: pg_statements.hot_statements(stack)),
     ]
     for name, plan in plans:
-        if name not in wanted:
+        if name not in wanted or (name == "statements" and not counting):
             continue
         try:
             with progress.section(name):

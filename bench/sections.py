@@ -16,6 +16,7 @@ from bench.gateway_http import run_gateway, run_saturation, wrk_available
 from bench.ingest_e2e import run_ingest
 from bench.likes_hot import run_likes
 from bench.live import run_live
+from bench.pgbench_anchors import run_anchors
 from bench.prune import run_prune
 from bench.raw_insert import raw_insert_rate
 from bench.scaling import SizePoint, plot, rows_label, run_scaling
@@ -237,9 +238,11 @@ async def forum_section(stack: Stack, o: Options) -> list[Result]:
 
 
 async def likes_section(stack: Stack, o: Options) -> list[Result]:
+    # The design's own measure of the hot row first, as the anchors of the three modes.
+    with progress.section("likes", "pgbench anchors: hot row vs insert only, 32 clients, 15 s"):
+        results = await run_anchors(stack)
     run = await run_likes(stack, open_seconds=o.likes_open_seconds)
     sync, buffered = run.sync, run.buffered
-    results = []
     for closed in (sync, buffered, run.counterless):
         mode = closed.mode
         exact = "counter exact" if closed.counter_exact else "COUNTER WRONG"

@@ -853,7 +853,32 @@ SELECT 'CREATE DATABASE agora OWNER agora_migrator'
 WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agora') \gexec
 SELECT 'CREATE DATABASE agora_test OWNER agora_migrator'
 WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agora_test') \gexec
+GRANT pg_read_all_stats TO agora_migrator;
 EOF
+  pg_stat_statements
+}
+
+# What each statement costs (postgresql.conf preloads pg_stat_statements; make bench reports the
+# hot statements, read as the migrator). A server started before the setting existed is restarted
+# once to load it.
+pg_stat_statements() {
+  local db
+  for db in agora agora_test; do
+    psql_admin -d "$db" >/dev/null <<'EOF'
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+GRANT EXECUTE ON FUNCTION pg_stat_statements_reset TO agora_migrator;
+EOF
+  done
+  if [ "$(psql_admin -d postgres -Atc "SELECT pending_restart FROM pg_settings WHERE name = 'shared_preload_libraries'")" = t ]; then
+    log "restarting PostgreSQL to load pg_stat_statements"
+    if [ "$(ha_mode)" = 1 ]; then
+      patronictl -c "$var/ha/patroni-1.yml" restart --force agora-local >/dev/null
+      wait_for "PostgreSQL's leader (HAProxy :$PG_PORT)" 120 pg_leader_ready
+    else
+      supervisorctl restart datastores:postgres >/dev/null
+      wait_for "PostgreSQL" 60 "$(pg_bin)/pg_isready" -q -h "$var/run" -p "$PG_PORT"
+    fi
+  fi
 }
 
 datastores() {
