@@ -23,15 +23,19 @@ import asyncio
 import os
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import progress
 from bench.common import Stack
 from services.runtime.mysql import MysqlDatabase
 
 ROOT = Path(__file__).resolve().parents[1]
+SECTION = "inbox"
 CAP = 500
 FIRST_ACCOUNT = 10_000_000
+ACCOUNTS = 100_000
 CHUNK_ROWS = 1_000_000
 ZIPF = 1.25
 # A customer's words, drawn at random (what matters is the length and the UTF-8, not the sense).
@@ -75,51 +79,70 @@ class Plan:
         return cls(sizes, [FIRST_ACCOUNT + o for o in owners])
 
 
-def _write(plan: Plan, directory: Path, first_conversation: int, first_message: int) -> list[Path]:
-    """The accounts, conversations and message files (tab-separated, LOAD DATA's default)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(7)
-    with (directory / "accounts.tsv").open("w") as f:
-        for account in sorted(set(plan.accounts)):
-            f.write(f"{account}\tShop {account}\n")
-    files = [directory / "accounts.tsv", directory / "conversations.tsv"]
-    conv = directory / "conversations.tsv"
-    message_id = first_message
-    chunk = 0
-    rows_in_chunk = 0
-    out = (directory / f"messages-{chunk:03d}.tsv").open("w")
-    files.append(directory / f"messages-{chunk:03d}.tsv")
-    start = 1_788_000_000  # 2026-08-30 UTC, seconds
-    with conv.open("w") as conversations:
-        for n, (size, account) in enumerate(zip(plan.sizes, plan.accounts, strict=True)):
-            conversation = first_conversation + n
-            thread = f"t{conversation}"
-            at = start + rng.randrange(0, 86_400 * 60)
-            lines = []
-            for k in range(size):
-                at += rng.randrange(30, 300)
-                words = rng.randrange(4, 40)
-                content = " ".join(rng.choice(WORDS) for _ in range(words))
-                direction = "out" if k % 3 == 2 else "in"
-                sent = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
-                lines.append(
-                    f"{message_id}\t{account}\t{conversation}\tm{conversation}-{k}\t{thread}\tuser"
-                    f"\t{direction}\tcustomer-{conversation}\tKhách {conversation}\t{content}"
-                    f"\ttext\t{sent}.000\n"
-                )
-                message_id += 1
-            last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
-            conversations.write(f"{conversation}\t{account}\t{thread}\tuser\t{last}.000\n")
-            out.writelines(lines)
-            rows_in_chunk += size
-            if rows_in_chunk >= CHUNK_ROWS:
-                out.close()
-                chunk += 1
-                rows_in_chunk = 0
-                out = (directory / f"messages-{chunk:03d}.tsv").open("w")
-                files.append(directory / f"messages-{chunk:03d}.tsv")
-    out.close()
-    return files
+class Files:
+    """The plan as tab-separated files (LOAD DATA's default), written a chunk at a time so the
+    next chunk is generated while the last one loads."""
+
+    def __init__(
+        self, plan: Plan, directory: Path, first_conversation: int, first_message: int
+    ) -> None:
+        self.plan = plan
+        self.directory = directory
+        self.first_conversation = first_conversation
+        self.first_message = first_message
+        self.bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def accounts(self) -> Path:
+        path = self.directory / "accounts.tsv"
+        with path.open("w") as f:
+            for account in sorted(set(self.plan.accounts)):
+                f.write(f"{account}\tShop {account}\n")
+        return path
+
+    def conversations(self) -> Path:
+        """Written while the message chunks are (each conversation's last message time)."""
+        return self.directory / "conversations.tsv"
+
+    def message_chunks(self) -> Iterator[Path]:
+        rng = random.Random(7)
+        message_id = self.first_message
+        start = 1_788_000_000  # 2026-08-30 UTC, seconds
+        lines: list[str] = []
+        chunk = 0
+        with self.conversations().open("w") as conversations:
+            for n, (size, account) in enumerate(
+                zip(self.plan.sizes, self.plan.accounts, strict=True)
+            ):
+                conversation = self.first_conversation + n
+                thread = f"t{conversation}"
+                at = start + rng.randrange(0, 86_400 * 60)
+                for k in range(size):
+                    at += rng.randrange(30, 300)
+                    content = " ".join(rng.choices(WORDS, k=rng.randrange(4, 40)))
+                    direction = "out" if k % 3 == 2 else "in"
+                    sent = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+                    lines.append(
+                        f"{message_id}\t{account}\t{conversation}\tm{conversation}-{k}\t{thread}"
+                        f"\tuser\t{direction}\tcustomer-{conversation}\tKhách {conversation}"
+                        f"\t{content}\ttext\t{sent}.000\n"
+                    )
+                    message_id += 1
+                last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+                conversations.write(f"{conversation}\t{account}\t{thread}\tuser\t{last}.000\n")
+                if len(lines) >= CHUNK_ROWS:
+                    yield self._chunk(chunk, lines)
+                    chunk += 1
+                    lines = []
+            if lines:
+                yield self._chunk(chunk, lines)
+
+    def _chunk(self, n: int, lines: list[str]) -> Path:
+        path = self.directory / f"messages-{n:03d}.tsv"
+        with path.open("w") as f:
+            f.writelines(lines)
+        self.bytes += path.stat().st_size
+        return path
 
 
 async def _admin(statement: str) -> None:
@@ -158,57 +181,122 @@ async def load(rows: int, accounts: int, directory: Path) -> dict[str, float]:
     plan = Plan.draw(rows, accounts)
     shift = max(0, int(row[2]) + 1 - FIRST_ACCOUNT)
     plan.accounts = [a + shift for a in plan.accounts]
-    t0 = time.perf_counter()
-    files = _write(plan, directory, int(row[0]) + 1, int(row[1]) + 1)
-    written = time.perf_counter() - t0
-    size = sum(f.stat().st_size for f in files)
-    t1 = time.perf_counter()
-    # Foreign keys and uniqueness are the generator's by construction; checked again by the
-    # unique index built at the end.
+    files = Files(plan, directory, int(row[0]) + 1, int(row[1]) + 1)
+    started = time.perf_counter()
+    # Foreign keys and uniqueness hold by construction; the unique index built at the end checks
+    # the latter again.
     session = "SET SESSION foreign_key_checks = 0, unique_checks = 0;"
     await _admin(f"{session} ALTER TABLE zalo_messages {DROP_SECONDARY}")
     try:
         await _admin(
-            f"{session} LOAD DATA LOCAL INFILE '{files[0]}' INTO TABLE zalo_accounts"
+            f"{session} LOAD DATA LOCAL INFILE '{files.accounts()}' INTO TABLE zalo_accounts"
             " (id, display_name)"
         )
-        await _admin(
-            f"{session} LOAD DATA LOCAL INFILE '{files[1]}' INTO TABLE zalo_conversations"
-            " (id, zalo_account_id, thread_id, thread_type, last_message_at)"
-        )
-        for f in files[2:]:
+        chunks = files.message_chunks()
+        # The next chunk is generated (a thread: Python) while this one loads (the server).
+        following = asyncio.create_task(asyncio.to_thread(next, chunks, None))
+        done = 0
+        while (chunk := await following) is not None:
+            following = asyncio.create_task(asyncio.to_thread(next, chunks, None))
             await _admin(
-                f"{session} LOAD DATA LOCAL INFILE '{f}' INTO TABLE zalo_messages"
+                f"{session} LOAD DATA LOCAL INFILE '{chunk}' INTO TABLE zalo_messages"
                 " (id, zalo_account_id, zalo_conversation_id, msg_id, thread_id, thread_type,"
                 " direction, sender_id, sender_name, content, msg_type, sent_at)"
             )
-            f.unlink()
-        loaded = time.perf_counter() - t1
+            chunk.unlink()
+            done += CHUNK_ROWS
+            progress.percent(SECTION, f"loading {rows:,} inbox rows", min(done, rows), rows)
+        await _admin(
+            f"{session} LOAD DATA LOCAL INFILE '{files.conversations()}'"
+            " INTO TABLE zalo_conversations"
+            " (id, zalo_account_id, thread_id, thread_type, last_message_at)"
+        )
+        loaded = time.perf_counter() - started
     finally:
-        t2 = time.perf_counter()
+        indexing = time.perf_counter()
+        progress.say(SECTION, "building the secondary indexes")
         await _admin(f"ALTER TABLE zalo_messages {SECONDARY}, ALGORITHM=INPLACE, LOCK=NONE")
-        indexed = time.perf_counter() - t2
+        indexed = time.perf_counter() - indexing
+    await _admin("ANALYZE TABLE zalo_messages, zalo_conversations")
     return {
         "rows": float(sum(plan.sizes)),
         "conversations": float(len(plan.sizes)),
         "full_conversations": float(sum(1 for s in plan.sizes if s == CAP)),
         "accounts": float(len(set(plan.accounts))),
-        "file_bytes": float(size),
-        "generate_s": round(written, 1),
-        "load_s": round(loaded, 1),
+        "file_bytes": float(files.bytes),
+        "generate_and_load_s": round(loaded, 1),
         "index_s": round(indexed, 1),
-        "rows_per_s_overall": sum(plan.sizes) / (written + loaded + indexed),
+        "rows_per_s_overall": sum(plan.sizes) / (loaded + indexed),
     }
+
+
+def files_dir() -> Path:
+    """Where the generated files go while they load (each removed once loaded)."""
+    return Path(os.environ.get("AGORA_VAR") or ROOT / "var") / "inbox"
+
+
+async def present(db: MysqlDatabase) -> bool:
+    """Whether an inbox load's accounts are in the table."""
+    return (
+        await db.fetchone("SELECT 1 FROM zalo_accounts WHERE id >= %s LIMIT 1", (FIRST_ACCOUNT,))
+        is not None
+    )
+
+
+async def top_up(stack: Stack, total: int) -> dict[str, float]:
+    """Load inbox rows until zalo_messages holds `total` rows (nothing when it already does)."""
+    db = await MysqlDatabase.connect(stack.mysql_admin_url)
+    try:
+        row = await db.fetchone("SELECT COUNT(*) FROM zalo_messages")
+    finally:
+        await db.close()
+    missing = total - int(row[0] if row else 0)
+    if missing <= 0:
+        return {}
+    return await load(
+        missing, ACCOUNTS, Path(os.environ.get("AGORA_VAR") or ROOT / "var") / "inbox"
+    )
+
+
+async def remove(db: MysqlDatabase, step: int = 100) -> int:
+    """Delete every inbox load (its messages, conversations, accounts), a few conversations at a
+    time; the rows deleted."""
+    ids = [
+        int(r[0])
+        for r in await db.fetchall(
+            "SELECT id FROM zalo_conversations WHERE zalo_account_id >= %s ORDER BY id",
+            (FIRST_ACCOUNT,),
+        )
+    ]
+    deleted = 0
+    for start in range(0, len(ids), step):
+        chunk = ids[start : start + step]
+        marks = ", ".join(["%s"] * len(chunk))
+        deleted += await db.execute(
+            f"DELETE FROM zalo_messages WHERE zalo_conversation_id IN ({marks})", chunk
+        )
+        await db.execute(f"DELETE FROM zalo_conversations WHERE id IN ({marks})", chunk)
+        progress.percent(SECTION, "removing the inbox load", start + len(chunk), len(ids))
+    await db.execute("DELETE FROM zalo_accounts WHERE id >= %s", (FIRST_ACCOUNT,))
+    return deleted
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.inbox_load", description=__doc__)
-    parser.add_argument("--rows", type=int, required=True)
-    parser.add_argument("--accounts", type=int, default=100_000)
-    parser.add_argument(
-        "--dir", type=Path, default=Path(os.environ.get("AGORA_VAR") or ROOT / "var") / "inbox"
-    )
+    parser.add_argument("--rows", type=int, help="inbox rows to add")
+    parser.add_argument("--accounts", type=int, default=ACCOUNTS)
+    parser.add_argument("--remove", action="store_true", help="delete every inbox load instead")
+    parser.add_argument("--dir", type=Path, default=files_dir())
     args = parser.parse_args()
+    if args.remove:
+        db = await MysqlDatabase.connect(Stack.from_env().mysql_admin_url)
+        try:
+            print(f"deleted {await remove(db):,} rows")
+        finally:
+            await db.close()
+        return
+    if not args.rows:
+        parser.error("--rows or --remove")
     figures = await load(args.rows, args.accounts, args.dir)
     for key, value in figures.items():
         print(f"{key}: {value:,.1f}")

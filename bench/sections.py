@@ -7,12 +7,13 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import progress
+from bench import inbox_load, progress
 from bench.cluster import SINGLE, run_cluster_bench
 from bench.common import Latency, Result, Stack
 from bench.dataset import ensure_timeline_rows, table_rows
 from bench.forum_latency import run_forum
 from bench.gateway_http import run_gateway, run_saturation, wrk_available
+from bench.inbox_queries import run_inbox_queries
 from bench.ingest_e2e import run_ingest
 from bench.likes_hot import run_likes
 from bench.live import run_live
@@ -24,6 +25,10 @@ from bench.timeline_latency import TimelineRun, run_timeline
 from services.runtime.mysql import MysqlDatabase
 
 TIMELINE_P99_LIMIT_MS = 5.0
+# From this size on (the 50M-row run), the table is the measured account's MEASURED_ROWS plus a
+# realistic inbox loaded in bulk, not the measured account grown a conversation at a time.
+INBOX_FROM_ROWS = 10_000_000
+MEASURED_ROWS = 1_000_000
 SECTION_CLUSTER = "cluster"
 
 
@@ -182,11 +187,23 @@ def _read_results(
 async def timeline_section(stack: Stack, o: Options) -> tuple[list[Result], TimelineRun]:
     admin = await MysqlDatabase.connect(stack.mysql_admin_url)
     try:
-        await ensure_timeline_rows(admin, o.rows)
+        if o.rows >= INBOX_FROM_ROWS:
+            # The measured account's conversations inside a table of the size asked for: the rest
+            # a realistic inbox loaded in bulk (bench/inbox_load.py).
+            await ensure_timeline_rows(admin, MEASURED_ROWS)
+            await inbox_load.top_up(stack, o.rows)
+        else:
+            if await inbox_load.present(admin):
+                progress.say("timeline", f"removing an inbox load: this run asks {o.rows:,} rows")
+                await inbox_load.remove(admin)
+            await ensure_timeline_rows(admin, o.rows)
         total = await table_rows(admin)
     finally:
         await admin.close()
     run = await run_timeline(stack, samples=o.samples, warmup=o.warmup)
+    others = await run_inbox_queries(
+        stack, samples=max(200, o.samples // 2), warmup=o.warmup, rows=total
+    )
     where = f"{total:,} rows, the service's role and TLS"
     results = [
         Result(
@@ -209,7 +226,7 @@ async def timeline_section(stack: Stack, o: Options) -> tuple[list[Result], Time
             where,
             limit_ms=TIMELINE_P99_LIMIT_MS,
         )
-    return results, run
+    return results + others, run
 
 
 async def forum_section(stack: Stack, o: Options) -> list[Result]:
