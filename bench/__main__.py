@@ -35,6 +35,7 @@ from bench.sections import (
     ingest_section,
     likes_section,
     live_section,
+    prepare_data_set,
     prune_section,
     scaling_section,
     timeline_section,
@@ -97,7 +98,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="also the timeline at --scaling-rows and under 16/64/256 callers, with plots",
     )
-    parser.add_argument("--scaling-rows", type=int, default=5_000_000)
+    parser.add_argument(
+        "--scaling-rows",
+        default="5000000",
+        help="the other sizes of the scaling run, comma-separated (beside --rows)",
+    )
     parser.add_argument("--scaling-concurrency", default="16,64,256")
     parser.add_argument(
         "--scaling-seconds", type=float, default=10.0, help="closed-loop run per concurrency"
@@ -130,7 +135,7 @@ async def run(args: argparse.Namespace, command: str) -> int:
         warmup=args.warmup,
         likes_open_seconds=args.likes_open_seconds,
         wrk_seconds=args.wrk_seconds,
-        scaling_rows=args.scaling_rows,
+        scaling_rows=[int(r) for r in args.scaling_rows.split(",")],
         scaling_concurrency=[int(c) for c in args.scaling_concurrency.split(",")],
         scaling_seconds=args.scaling_seconds,
         keep_rows=args.keep_rows,
@@ -168,6 +173,10 @@ async def run(args: argparse.Namespace, command: str) -> int:
         # Last: what the sections before asked of PostgreSQL.
         ("statements", lambda: pg_statements.hot_statements(stack)),
     ]
+    if wanted & {"ingest", "prune", "timeline"}:
+        # The table at its size first: ingest and prune write into it, the timeline reads it.
+        with progress.section("dataset"):
+            await prepare_data_set(stack, options)
     for name, plan in plans:
         if name not in wanted or (name == "statements" and not counting):
             continue

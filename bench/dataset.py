@@ -1,4 +1,5 @@
-"""The timeline data set: BENCH_ACCOUNT with conversations of 500 messages (the live cap).
+"""The timeline data set: BENCH_ACCOUNT with conversations of 500 messages (the live cap), and
+from 10M rows on a realistic inbox around it (bench/inbox_load.py).
 
 Loaded set-based (INSERT … SELECT over a digits cross join), and resized to what a run asks for:
 grown by loading more conversations, shrunk by deleting the newest ones, so every run measures
@@ -10,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench import progress
-from bench.common import BENCH_ACCOUNT
+from bench import inbox_load, progress
+from bench.common import BENCH_ACCOUNT, Stack
 from services.runtime.mysql import MysqlDatabase
 
 PER_CONVERSATION = 500
+# From this size on (the 50M-row run), the table is the measured account's MEASURED_ROWS plus a
+# realistic inbox loaded in bulk, not the measured account grown a conversation at a time.
+INBOX_FROM_ROWS = 10_000_000
+MEASURED_ROWS = 1_000_000
 SECTION = "timeline"
 _DIGITS = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
 _SEQ_500 = (
@@ -119,3 +124,21 @@ async def ensure_timeline_rows(db: MysqlDatabase, rows: int) -> int:
         f" (was {existing * PER_CONVERSATION:,}), took {time.perf_counter() - started:.0f}s",
     )
     return conversations
+
+
+async def size_table(stack: Stack, rows: int) -> int:
+    """zalo_messages at `rows`: the measured account alone below INBOX_FROM_ROWS, its
+    MEASURED_ROWS inside a bulk-loaded inbox from there on; returns the table's size."""
+    admin = await MysqlDatabase.connect(stack.mysql_admin_url)
+    try:
+        if rows >= INBOX_FROM_ROWS:
+            await ensure_timeline_rows(admin, MEASURED_ROWS)
+            await inbox_load.top_up(stack, rows)
+        else:
+            if await inbox_load.present(admin):
+                progress.say(SECTION, f"removing an inbox load: this run asks {rows:,} rows")
+                await inbox_load.remove(admin)
+            await ensure_timeline_rows(admin, rows)
+        return await table_rows(admin)
+    finally:
+        await admin.close()

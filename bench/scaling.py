@@ -1,10 +1,11 @@
 """Timeline scaling (opt-in, `--scaling`): p99 and throughput against the data set size (the
-run's --rows and --scaling-rows, 1M and 5M by default) and against concurrency (16/64/256
-callers on one channel), drawn as PNG plots into bench/results/.
+run's --rows and each of --scaling-rows: 1M and 5M by default, 1M, 5M and 50M with
+`--rows 50000000 --scaling-rows 1000000,5000000`) and against concurrency (16/64/256 callers on
+one channel), drawn as PNG plots into bench/results/.
 
 At each size: the sequential page latencies (bare / echo / gRPC, as the timeline section) and a
 closed-loop run of first pages at each concurrency. The data set is resized in between (loaded
-or deleted, bench/dataset.py) and left at the run's --rows unless --keep-rows.
+or deleted, bench/dataset.py, smallest size first) and left at the run's --rows unless --keep-rows.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from pathlib import Path
 
 from bench import progress
 from bench.common import Stack
-from bench.dataset import ensure_timeline_rows, table_rows
+from bench.dataset import size_table
 from bench.measure import LoadRun
 from bench.timeline_latency import TimelineRun, run_timeline, timeline_load
-from services.runtime.mysql import MysqlDatabase
 
 SECTION = "scaling"
 
@@ -35,15 +35,6 @@ def rows_label(rows: int) -> str:
     return f"{rows / 1e6:g}M"
 
 
-async def _resize(stack: Stack, rows: int) -> int:
-    admin = await MysqlDatabase.connect(stack.mysql_admin_url)
-    try:
-        await ensure_timeline_rows(admin, rows)
-        return await table_rows(admin)
-    finally:
-        await admin.close()
-
-
 async def run_scaling(
     stack: Stack,
     *,
@@ -59,7 +50,7 @@ async def run_scaling(
     points = []
     for rows in sizes:
         with progress.section(SECTION, f"{rows_label(rows)} rows"):
-            total = await _resize(stack, rows)
+            total = await size_table(stack, rows)
             pages = known.get(rows) or await run_timeline(stack, samples=samples, warmup=warmup)
             load = {}
             for c in concurrency:
@@ -72,7 +63,7 @@ async def run_scaling(
             points.append(SizePoint(rows, total, pages, load))
     if restore_rows is not None:
         with progress.section(SECTION, f"restoring the data set to {rows_label(restore_rows)}"):
-            await _resize(stack, restore_rows)
+            await size_table(stack, restore_rows)
     return points
 
 

@@ -7,10 +7,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import inbox_load, progress
+from bench import progress
 from bench.cluster import SINGLE, run_cluster_bench
 from bench.common import Latency, Result, Stack
-from bench.dataset import ensure_timeline_rows, table_rows
+from bench.dataset import size_table, table_rows
 from bench.forum_latency import run_forum
 from bench.gateway_http import run_gateway, run_saturation, wrk_available
 from bench.inbox_queries import run_inbox_queries
@@ -25,10 +25,6 @@ from bench.timeline_latency import TimelineRun, run_timeline
 from services.runtime.mysql import MysqlDatabase
 
 TIMELINE_P99_LIMIT_MS = 5.0
-# From this size on (the 50M-row run), the table is the measured account's MEASURED_ROWS plus a
-# realistic inbox loaded in bulk, not the measured account grown a conversation at a time.
-INBOX_FROM_ROWS = 10_000_000
-MEASURED_ROWS = 1_000_000
 SECTION_CLUSTER = "cluster"
 
 
@@ -44,7 +40,7 @@ class Options:
     warmup: int
     likes_open_seconds: float
     wrk_seconds: float
-    scaling_rows: int
+    scaling_rows: list[int]
     scaling_concurrency: list[int]
     scaling_seconds: float
     keep_rows: bool
@@ -61,6 +57,7 @@ async def ingest_section(stack: Stack, o: Options) -> list[Result]:
     raw1 = await raw_insert_rate(stack.mysql_bench_url, connections=1, rows=raw_rows)
     progress.say("ingest", "raw INSERT baseline, 4 connections")
     raw4 = await raw_insert_rate(stack.mysql_bench_url, connections=4, rows=raw_rows)
+    live_rows = await live_table_rows(stack)
     run = await run_ingest(stack, messages=o.ingest_messages)
     if run.stored != run.messages:
         raise SystemExit(f"ingest lost messages: sent {run.messages}, stored {run.stored}")
@@ -94,12 +91,14 @@ async def ingest_section(stack: Stack, o: Options) -> list[Result]:
             "end to end, committed in MariaDB",
             run.committed_per_s,
             "msg/s",
-            _ratio_note(run.committed_per_s, raw4, "raw 4-conn", ">= 0.50x, >= 10,000 msg/s"),
+            _ratio_note(run.committed_per_s, raw4, "raw 4-conn", ">= 0.50x, >= 10,000 msg/s")
+            + f"; into a live table of {live_rows:,} rows",
         ),
     ]
 
 
 async def prune_section(stack: Stack, o: Options) -> list[Result]:
+    live_rows = await live_table_rows(stack)
     runs = await run_prune(stack, messages=o.prune_messages, rounds=o.prune_rounds)
     offs = [r for r in runs if not r.prune]
     ons = [r for r in runs if r.prune]
@@ -134,7 +133,7 @@ async def prune_section(stack: Stack, o: Options) -> list[Result]:
             cost,
             "fraction",
             f"{cost:.0%}; rounds: {spread}; spread {min(costs):.0%}..{max(costs):.0%}"
-            " (target <= 15%)",
+            f" (target <= 15%); live table of {live_rows:,} rows",
         ),
         Result(
             "prune.rows_per_s_during_ingest",
@@ -184,22 +183,22 @@ def _read_results(
     return out
 
 
-async def timeline_section(stack: Stack, o: Options) -> tuple[list[Result], TimelineRun]:
+async def prepare_data_set(stack: Stack, o: Options) -> int:
+    """The zalo_messages table at --rows; returns its size. Run before ingest and prune, so that
+    they too write into a table of the size asked for, not only the timeline reads."""
+    return await size_table(stack, o.rows)
+
+
+async def live_table_rows(stack: Stack) -> int:
     admin = await MysqlDatabase.connect(stack.mysql_admin_url)
     try:
-        if o.rows >= INBOX_FROM_ROWS:
-            # The measured account's conversations inside a table of the size asked for: the rest
-            # a realistic inbox loaded in bulk (bench/inbox_load.py).
-            await ensure_timeline_rows(admin, MEASURED_ROWS)
-            await inbox_load.top_up(stack, o.rows)
-        else:
-            if await inbox_load.present(admin):
-                progress.say("timeline", f"removing an inbox load: this run asks {o.rows:,} rows")
-                await inbox_load.remove(admin)
-            await ensure_timeline_rows(admin, o.rows)
-        total = await table_rows(admin)
+        return await table_rows(admin)
     finally:
         await admin.close()
+
+
+async def timeline_section(stack: Stack, o: Options) -> tuple[list[Result], TimelineRun]:
+    total = await prepare_data_set(stack, o)
     run = await run_timeline(stack, samples=o.samples, warmup=o.warmup)
     others = await run_inbox_queries(
         stack, samples=max(200, o.samples // 2), warmup=o.warmup, rows=total
@@ -555,7 +554,7 @@ async def gateway_section(stack: Stack, o: Options) -> list[Result]:
 async def scaling_section(
     stack: Stack, o: Options, known: dict[int, TimelineRun], results_dir: Path
 ) -> list[Result]:
-    sizes = sorted({o.rows, o.scaling_rows})
+    sizes = sorted({o.rows, *o.scaling_rows})
     points: list[SizePoint] = await run_scaling(
         stack,
         sizes=sizes,
