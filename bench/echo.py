@@ -8,10 +8,15 @@ A separate process (as the services are) serves pre-built answers and does nothi
   the client pays exactly what it pays for the real page (TLS, HTTP/2, deserializing the same
   bytes), and the server pays framing only;
 - HTTP: one uvicorn server (the gateway's uvicorn, the same Config and event loop) with a bare
-  ASGI app answering the captured JSON bytes of the page whose path prefix matches.
+  ASGI app answering the captured JSON bytes of the page whose path prefix matches;
+- relay (the browser path's echo): the gateway's HTTP stack (FastAPI on the same uvicorn Config)
+  answering every GET with one ListMessages call over an mTLS channel opened as the gateway opens
+  its own, to a gRPC echo of the page, and the gateway's JSON conversion of the reply: what a
+  timeline page route costs with nothing behind it and no auth, tracing or middleware in front.
 
     python -m bench.echo --identity timeline --grpc 50111=/tmp/x/first.bin \\
         --http-port 50112 --http /api/courses/=/tmp/x/feed.json
+    python -m bench.echo --identity gateway --relay-port 50113 --relay-to 127.0.0.1:50111
 
 prints `ready` once everything listens. The bench starts it with `echo_servers(...)`.
 """
@@ -79,14 +84,35 @@ def http_app(routes: list[tuple[str, bytes]]) -> AsgiApp:
     return app
 
 
+async def _uvicorn(app: Any, port: int) -> asyncio.Task[None]:
+    """`app` on the gateway's uvicorn Config, once it listens."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="none",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            raise SystemExit(f"the HTTP server on {port} did not start")
+        await asyncio.sleep(0.02)
+    return task
+
+
 async def serve(
     identity: str,
     grpc_pages: list[tuple[int, bytes]],
     http_port: int,
     routes: list[tuple[str, bytes]],
+    relay: tuple[int, str] | None = None,
 ) -> None:
-    import uvicorn
-
     servers = []
     credentials = material(identity).server_credentials()
     for port, body in grpc_pages:
@@ -95,28 +121,19 @@ async def serve(
         server.add_secure_port(f"127.0.0.1:{port}", credentials)
         await server.start()
         servers.append(server)
-    http: asyncio.Task[None] | None = None
+    https: list[asyncio.Task[None]] = []
     if http_port:
-        config = uvicorn.Config(
-            http_app(routes),
-            host="127.0.0.1",
-            port=http_port,
-            loop="none",
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-        )
-        http_server = uvicorn.Server(config)
-        http = asyncio.create_task(http_server.serve())
-        while not http_server.started:
-            if http.done():
-                raise SystemExit("the HTTP echo did not start")
-            await asyncio.sleep(0.02)
+        https.append(await _uvicorn(http_app(routes), http_port))
+    if relay is not None:
+        from bench.relay import relay_app
+
+        port, target = relay
+        https.append(await _uvicorn(relay_app(target, material(identity)), port))
     print("ready", flush=True)
     try:
         await asyncio.Event().wait()  # until the bench terminates this process
     finally:
-        if http is not None:
+        for http in https:
             http.cancel()
         for server in servers:
             await server.stop(0)
@@ -128,6 +145,7 @@ class EchoAddresses:
 
     grpc: dict[str, str] = field(default_factory=dict)
     http_port: int = 0
+    relay_port: int = 0
 
 
 @contextlib.asynccontextmanager
@@ -136,9 +154,11 @@ async def echo_servers(
     grpc_pages: dict[str, bytes] | None = None,
     http_pages: dict[str, bytes] | None = None,
     identity: str = "timeline",
+    relay_to: str = "",
 ) -> AsyncIterator[EchoAddresses]:
     """Start the echo process: `grpc_pages` name → serialized response (one port each),
-    `http_pages` path prefix → JSON bytes (one port for all)."""
+    `http_pages` path prefix → JSON bytes (one port for all), `relay_to`: a gRPC echo's address
+    the relay calls (relay_port)."""
     addresses = EchoAddresses()
     argv = [sys.executable, "-m", "bench.echo", "--identity", identity]
     with tempfile.TemporaryDirectory(prefix="bench-echo-") as tmp:
@@ -155,6 +175,9 @@ async def echo_servers(
                 path = Path(tmp) / f"http-{i}.json"
                 path.write_bytes(body)
                 argv += ["--http", f"{prefix}={path}"]
+        if relay_to:
+            addresses.relay_port = free_port()
+            argv += ["--relay-port", str(addresses.relay_port), "--relay-to", relay_to]
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=ROOT,
@@ -178,6 +201,8 @@ def main() -> None:
     parser.add_argument("--grpc", action="append", default=[], help="PORT=FILE")
     parser.add_argument("--http-port", type=int, default=0)
     parser.add_argument("--http", action="append", default=[], help="PATH_PREFIX=FILE")
+    parser.add_argument("--relay-port", type=int, default=0)
+    parser.add_argument("--relay-to", default="", help="the gRPC echo the relay calls")
     args = parser.parse_args()
     from services.runtime.process import run
 
@@ -190,7 +215,8 @@ def main() -> None:
         prefix, path = spec.split("=", 1)
         routes.append((prefix, Path(path).read_bytes()))
     with contextlib.suppress(KeyboardInterrupt):
-        run(lambda: serve(args.identity, grpc_pages, args.http_port, routes))
+        relay = (args.relay_port, args.relay_to) if args.relay_port else None
+        run(lambda: serve(args.identity, grpc_pages, args.http_port, routes, relay))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ the timeline page route saturated with wrk.
   against an HTTP echo (bench/echo.py) answering the JSON the gateway returned, with the same
   client (bench/http_client.py);
 - saturation: wrk (Debian package `wrk`) against the timeline page route over random
-  conversations of the data set, at 16 and 64 connections, and /healthz as the ceiling of the
-  gateway's HTTP stack on this machine.
+  conversations of the data set, at 16 and 64 connections, alternating with the same requests
+  against the browser path's echo (the gateway's HTTP stack in front of a gRPC echo of a real
+  page, bench/echo.py), and /healthz as the ceiling of the gateway's HTTP stack on this machine.
 """
 
 from __future__ import annotations
@@ -337,19 +338,39 @@ async def run_wrk(
     )
 
 
+@dataclass(frozen=True)
+class Saturation:
+    route: list[WrkRun]  # the timeline page route, per connection count
+    echo: list[WrkRun]  # the same requests against the browser path's echo (bench/echo.py relay)
+    healthz: WrkRun
+
+
 async def run_saturation(
     stack: Stack, *, connections: tuple[int, ...] = (16, 64), seconds: float = 10.0
-) -> tuple[list[WrkRun], WrkRun]:
-    """The timeline page route at each connection count, then /healthz (the ceiling)."""
+) -> Saturation:
+    """The timeline page route at each connection count; the same requests against the relay
+    echo (the gateway's HTTP stack calling a gRPC echo of a real page: the same shape with
+    nothing behind it); then /healthz (the ceiling of the HTTP stack alone)."""
     chosen = await _timeline_targets(stack)
     headers = Tokens().header(TIMELINE_USER, (BENCH_ACCOUNT,))
     paths = [timeline_path(t) for t in chosen]
-    runs = []
-    for c in connections:
-        runs.append(
-            await run_wrk(stack.gateway_port, paths, headers, connections=c, seconds=seconds)
-        )
+    async with as_gateway(stack.timeline_addr) as channel:
+        stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
+        page = await stub.ListMessages(first_request(chosen[0]), timeout=5)
+    route, echo = [], []
+    async with (
+        echo_servers(grpc_pages={"page": page.SerializeToString()}) as grpc_echo,
+        echo_servers(relay_to=grpc_echo.grpc["page"], identity="gateway") as relay,
+    ):
+        # Alternating, so that both see the same machine.
+        for c in connections:
+            route.append(
+                await run_wrk(stack.gateway_port, paths, headers, connections=c, seconds=seconds)
+            )
+            echo.append(
+                await run_wrk(relay.relay_port, paths, headers, connections=c, seconds=seconds)
+            )
     healthz = await run_wrk(
         stack.gateway_port, ["/healthz"], {}, connections=connections[0], seconds=seconds / 2
     )
-    return runs, healthz
+    return Saturation(route, echo, healthz)

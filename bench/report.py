@@ -105,10 +105,16 @@ def target_checks(results: list[Result]) -> list[TargetCheck]:
                 v, read, f"{read}.grpc_p99_ms", [f"{read}.bare_p99_ms", f"{read}.echo_p99_ms"], 1.2
             )
         )
+    # The timeline pages at every size the scaling run measured (1M, 5M, 50M …).
+    for key in sorted(k for k in v if k.startswith("scaling.") and k.endswith("_page.grpc_p99_ms")):
+        read = key.removesuffix(".grpc_p99_ms")
+        checks.append(
+            _ratio_target(v, read, key, [f"{read}.bare_p99_ms", f"{read}.echo_p99_ms"], 1.2)
+        )
     for key in sorted(k for k in v if k.endswith("_page.grpc_p99_ms")):
-        if key.startswith("scaling.5M") or key.startswith("timeline."):
+        if key.startswith("timeline.") or key.startswith(("scaling.5M.", "scaling.50M.")):
             checks.append(_bound(v, key, key, 5.0, "ms", at_most=True))
-    for route in ("gateway.timeline_page", "gateway.forum_feed"):
+    for route in ("gateway.timeline_page", "gateway.forum_feed", "gateway.like_toggle"):
         checks.append(
             _ratio_target(
                 v,
@@ -125,6 +131,17 @@ def target_checks(results: list[Result]) -> list[TargetCheck]:
     checks += [
         _bound(v, "gateway saturated", "gateway.saturated_pages_per_s", 800, "pages/s", False, n),
         _times(v, "gateway c64 / c16", "gateway.wrk_c64.pages_per_s", WRK_C16, 1.0, False),
+        *(
+            _times(
+                v,
+                f"gateway saturated / its echo, {c} connections",
+                f"gateway.wrk_c{c}.pages_per_s",
+                f"gateway.wrk_c{c}.echo_pages_per_s",
+                0.5,
+                False,
+            )
+            for c in (16, 64)
+        ),
         _times(v, "likes buffered / sync saturated", BUFFERED_SAT, SYNC_SAT, 2.0, False),
         _times(v, "likes open-loop p99 buffered / sync", BUFFERED_OPEN, SYNC_OPEN, 0.1, True),
         _bound(v, "likes PostgreSQL round trips per buffered like", ROUND_TRIPS, 0.05, "", True),

@@ -502,22 +502,33 @@ async def gateway_section(stack: Stack, o: Options) -> list[Result]:
     if not wrk_available():
         progress.say("gateway", "wrk not found (apt-get install wrk): saturation not measured")
         return results
-    runs, healthz = await run_saturation(stack, seconds=o.wrk_seconds)
-    for w in runs:
+    saturation = await run_saturation(stack, seconds=o.wrk_seconds)
+    runs, healthz = saturation.route, saturation.healthz
+    for w, e in zip(runs, saturation.echo, strict=True):
         errors = f"{w.non_2xx} non-2xx, {w.socket_errors} socket errors"
+        c = w.connections
         results += [
             Result(
-                f"gateway.wrk_c{w.connections}.pages_per_s",
+                f"gateway.wrk_c{c}.echo_pages_per_s",
                 "gateway",
-                f"timeline page route, wrk {w.connections} connections",
-                w.ok_per_second,
+                f"browser path's echo (gateway HTTP stack + gRPC echo), wrk {c} connections",
+                e.ok_per_second,
                 "pages/s",
-                f"{w.seconds:.0f} s, {errors}",
+                f"baseline; p99 {e.p99_ms:.1f} ms, {e.non_2xx + e.socket_errors} errors",
             ),
             Result(
-                f"gateway.wrk_c{w.connections}.p99_ms",
+                f"gateway.wrk_c{c}.pages_per_s",
                 "gateway",
-                f"timeline page route, wrk {w.connections} connections, p99",
+                f"timeline page route, wrk {c} connections",
+                w.ok_per_second,
+                "pages/s",
+                f"{w.seconds:.0f} s, {errors}; "
+                + _ratio_note(w.ok_per_second, e.ok_per_second, "the echo", ">= 0.50x"),
+            ),
+            Result(
+                f"gateway.wrk_c{c}.p99_ms",
+                "gateway",
+                f"timeline page route, wrk {c} connections, p99",
                 w.p99_ms,
                 "ms",
                 f"p50 {w.p50_ms:.1f} ms",
