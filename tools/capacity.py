@@ -1,11 +1,13 @@
-"""`make capacity`: table sizes of the live MariaDB, bytes per row, the projected hot-table size
-at 50M rows and growth per day from the snapshots the flusher samples hourly; and the memory the
+"""`make capacity`: table sizes of the live MariaDB, bytes per row and per index, the projected
+hot-table size at 50M rows, growth per day (measured from the snapshots the flusher samples hourly,
+and projected at the design's rate), the buffer pool the hot working set needs; and the memory the
 live feeds take in Redis, measured on scratch keys and projected at 100,000 accounts."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 
 import redis.asyncio as redis
 from agora.events.v1 import live_events_pb2
@@ -34,6 +36,8 @@ async def report() -> str:
         sizes = await capacity.table_sizes(db)
         growth = {s.table: await capacity.growth(db, s, now) for s in sizes}
         await capacity.record_snapshot(db, now)
+        indexes = await index_sizes(db)
+        pool = await buffer_pool(db)
     finally:
         await db.close()
     lines = [
@@ -64,6 +68,9 @@ async def report() -> str:
         lines.append(
             "growth per day: needs snapshots over at least an hour (the flusher samples hourly)"
         )
+    lines += ["", *index_lines(indexes)]
+    archive = next((s for s in sizes if s.table == "zalo_messages_archive"), None)
+    lines += ["", *sizing_lines(SeedRateSizing.of(hot, archive, MESSAGES_PER_DAY), pool)]
     lines.append(
         "Row counts are InnoDB estimates (as SHOW TABLE STATUS); the slow query log is"
         " var/log/mariadb-slow.log (long_query_time 0.3 s)."
@@ -71,10 +78,112 @@ async def report() -> str:
     return "\n".join(lines)
 
 
-# The projection's load: accounts with a feed, messages a day across them (several million),
-# and events per message (the message and its conversation's state).
-LIVE_ACCOUNTS = 100_000
-LIVE_MESSAGES_PER_DAY = 5_000_000
+# The design's load: accounts with an inbox, and messages a day across them (several million).
+ACCOUNTS = 100_000
+MESSAGES_PER_DAY = 5_000_000
+INDEX_SIZES = """
+SELECT index_name, stat_value * @@innodb_page_size
+FROM mysql.innodb_index_stats
+WHERE database_name = DATABASE() AND table_name = 'zalo_messages' AND stat_name = 'size'
+ORDER BY stat_value DESC"""
+
+
+async def index_sizes(db: MysqlDatabase) -> list[tuple[str, int]]:
+    """Each zalo_messages index's size from InnoDB's persistent statistics (refreshed by ANALYZE
+    TABLE and when a tenth of the rows changed)."""
+    rows = await db.fetchall(INDEX_SIZES)
+    return [(str(name), int(size)) for name, size in rows]
+
+
+def index_lines(indexes: list[tuple[str, int]]) -> list[str]:
+    if not indexes:
+        return ["zalo_messages indexes: no statistics yet (ANALYZE TABLE zalo_messages)"]
+    return ["zalo_messages by index (PRIMARY holds the rows):"] + [
+        f"  {name:<46} {human(size):>12}" for name, size in indexes
+    ]
+
+
+@dataclass(frozen=True)
+class BufferPool:
+    size_bytes: int
+    read_requests: int
+    disk_reads: int
+
+    @property
+    def hit_ratio(self) -> float:
+        return 1 - self.disk_reads / self.read_requests if self.read_requests else 1.0
+
+
+async def buffer_pool(db: MysqlDatabase) -> BufferPool:
+    size = await db.fetchone("SELECT @@innodb_buffer_pool_size")
+    status = dict(
+        await db.fetchall(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN"
+            " ('Innodb_buffer_pool_read_requests', 'Innodb_buffer_pool_reads')"
+        )
+    )
+    return BufferPool(
+        size_bytes=int(size[0]) if size else 0,
+        read_requests=int(status.get("Innodb_buffer_pool_read_requests", 0)),
+        disk_reads=int(status.get("Innodb_buffer_pool_reads", 0)),
+    )
+
+
+@dataclass(frozen=True)
+class SeedRateSizing:
+    """What the live table costs at the design's rate, from its measured bytes per row.
+
+    Messages are read newest first, and the clustered key is the insert order, so the rows a
+    timeline reads sit in the newest pages: the hot working set is the last day's rows (data and
+    their index entries), not the table. The live table stops growing at its cap (the prune deletes
+    what ingest adds); from then on the archive, when it is on, grows by what is pruned."""
+
+    messages_per_day: int
+    live_bytes_per_day: float
+    archive_bytes_per_day: float
+    hot_day_bytes: float
+
+    @classmethod
+    def of(
+        cls, live: capacity.TableSize, archive: capacity.TableSize | None, messages_per_day: int
+    ) -> SeedRateSizing:
+        # An empty archive has no bytes per row of its own: its rows are the live rows' data.
+        per_archived = (
+            archive.bytes_per_row
+            if archive is not None and archive.rows >= 1000
+            else (live.data_bytes / live.rows if live.rows else 0.0)
+        )
+        return cls(
+            messages_per_day=messages_per_day,
+            live_bytes_per_day=messages_per_day * live.bytes_per_row,
+            archive_bytes_per_day=messages_per_day * per_archived,
+            hot_day_bytes=messages_per_day * live.bytes_per_row,
+        )
+
+    @property
+    def buffer_pool_bytes(self) -> float:
+        # A quarter on top: InnoDB keeps the old sublist (3/8 of the pool by default) for pages
+        # read once, and the conversations table and the indexes' inner pages live there too.
+        return self.hot_day_bytes * 1.25
+
+
+def sizing_lines(sizing: SeedRateSizing, pool: BufferPool) -> list[str]:
+    return [
+        f"at the design's rate ({sizing.messages_per_day:,} messages/day across"
+        f" {ACCOUNTS:,} accounts):",
+        f"  live table grows {human(sizing.live_bytes_per_day)}/day until the 500-per-conversation"
+        " cap, then stays flat (the prune deletes what ingest adds)",
+        f"  archive (when on) grows {human(sizing.archive_bytes_per_day)}/day from then,"
+        f" {human(sizing.archive_bytes_per_day * 30)} per monthly partition",
+        f"  hot working set (the last day's rows and their index entries):"
+        f" {human(sizing.hot_day_bytes)} → buffer pool >= {human(sizing.buffer_pool_bytes)}",
+        f"  this server: innodb_buffer_pool_size {human(pool.size_bytes)}, hit ratio since start"
+        f" {pool.hit_ratio:.4%} ({pool.disk_reads:,} disk reads of"
+        f" {pool.read_requests:,} page requests)",
+    ]
+
+
+# Events per message on the live feeds: the message and its conversation's state.
 LIVE_EVENTS_PER_MESSAGE = 2
 _SCRATCH = "live:{capacity}:scratch"
 
@@ -126,17 +235,16 @@ async def live_report() -> str:
     per_feed = small - 10 * per_entry
     settings = LiveSettings()
     hours = settings.live_retention_seconds / 3600
-    retained = LIVE_MESSAGES_PER_DAY * LIVE_EVENTS_PER_MESSAGE / 24 * hours
-    total = retained * per_entry + LIVE_ACCOUNTS * per_feed
+    retained = MESSAGES_PER_DAY * LIVE_EVENTS_PER_MESSAGE / 24 * hours
+    total = retained * per_entry + ACCOUNTS * per_feed
     return "\n".join(
         [
-            "",
             f"live feeds: {per_entry:,.0f} B per event ({len(payload)} B payload), about"
             f" {per_feed:,.0f} B per feed key",
-            f"  at {LIVE_ACCOUNTS:,} accounts, {LIVE_MESSAGES_PER_DAY:,} messages/day,"
+            f"  at {ACCOUNTS:,} accounts, {MESSAGES_PER_DAY:,} messages/day,"
             f" {LIVE_EVENTS_PER_MESSAGE} events each, LIVE_RETENTION_SECONDS"
             f"={settings.live_retention_seconds}: {retained:,.0f} events kept →"
-            f" {human(retained * per_entry)} + {human(LIVE_ACCOUNTS * per_feed)} of keys ="
+            f" {human(retained * per_entry)} + {human(ACCOUNTS * per_feed)} of keys ="
             f" {human(total)}",
             f"  (a feed idle for twice the retention expires; LIVE_MAX_EVENTS_PER_FEED"
             f"={settings.live_max_events_per_feed:,} bounds one busy account)",
@@ -146,6 +254,7 @@ async def live_report() -> str:
 
 def main() -> None:
     print(asyncio.run(report()))
+    print()
     print(asyncio.run(live_report()))
 
 

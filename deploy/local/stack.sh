@@ -830,6 +830,8 @@ ALTER USER 'agora_ingest'@'127.0.0.1' IDENTIFIED BY '$MYSQL_INGEST_PASSWORD';
 GRANT ALL PRIVILEGES ON agora.* TO 'agora_migrator'@'127.0.0.1' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON agora_test.* TO 'agora_migrator'@'127.0.0.1' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON agora_bench.* TO 'agora_migrator'@'127.0.0.1';
+-- make capacity reads each index's size from InnoDB's statistics.
+GRANT SELECT ON mysql.innodb_index_stats TO 'agora_migrator'@'127.0.0.1';
 GRANT SELECT, INSERT, UPDATE, DELETE ON agora.* TO 'agora_flusher'@'127.0.0.1';
 GRANT SELECT, INSERT, UPDATE, DELETE ON agora_test.* TO 'agora_flusher'@'127.0.0.1';
 GRANT SELECT ON agora.* TO 'agora_timeline'@'127.0.0.1';

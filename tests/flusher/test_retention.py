@@ -21,6 +21,7 @@ from services.flusher.maintenance.retention import RetentionJobs
 from services.flusher.maintenance.retention_repository import RetentionRepository
 from services.runtime.mysql import MysqlDatabase
 from tests.helpers import Flusher, at, message
+from tools import capacity as capacity_report
 
 pytestmark = pytest.mark.asyncio
 
@@ -353,3 +354,20 @@ async def test_capacity_report_reads_sizes_and_growth_from_snapshots(
     assert {s.table for s in sizes} >= {"zalo_messages", "zalo_messages_archive"}
     recorded = await capacity.record_snapshot(flusher.db, now)
     assert len(recorded) == len(sizes)
+
+
+async def test_capacity_sizes_each_index_and_the_hot_working_set(admin_db: MysqlDatabase) -> None:
+    await admin_db.execute("ANALYZE TABLE zalo_messages")
+    indexes = dict(await capacity_report.index_sizes(admin_db))
+    assert {"PRIMARY", "zalo_msg_conv_timeline_idx"} <= set(indexes)
+    assert all(size >= 16 * 1024 for size in indexes.values())  # at least one page each
+    pool = await capacity_report.buffer_pool(admin_db)
+    assert pool.size_bytes > 0
+    assert pool.read_requests >= pool.disk_reads
+
+    live = capacity.TableSize("zalo_messages", 1_000_000, 260_000_000, 110_000_000, None)
+    sizing = capacity_report.SeedRateSizing.of(live, None, messages_per_day=5_000_000)
+    assert sizing.live_bytes_per_day == pytest.approx(5_000_000 * 370)
+    # An empty archive is sized by the live rows' data alone (it has no indexes of the timeline).
+    assert sizing.archive_bytes_per_day == pytest.approx(5_000_000 * 260)
+    assert sizing.buffer_pool_bytes > sizing.hot_day_bytes
