@@ -116,7 +116,7 @@ class BufferPool:
 
 async def buffer_pool(db: MysqlDatabase) -> BufferPool:
     size = await db.fetchone("SELECT @@innodb_buffer_pool_size")
-    status = dict(
+    status: dict[str, str] = dict(
         await db.fetchall(
             "SHOW GLOBAL STATUS WHERE Variable_name IN"
             " ('Innodb_buffer_pool_read_requests', 'Innodb_buffer_pool_reads')"
