@@ -30,11 +30,15 @@ async def reset(stack: Stack) -> bool:
 async def hot_statements(stack: Stack, top: int = TOP) -> list[Result]:
     conn = await asyncpg.connect(stack.pg_admin_url)
     try:
+        # One row per statement: pg_stat_statements counts per role too, and several services'
+        # roles (and pgbouncer's) run the same statement.
         rows = await conn.fetch(
-            "SELECT s.queryid, s.calls, s.mean_exec_time, s.total_exec_time, s.query"
+            "SELECT s.queryid, sum(s.calls) AS calls, sum(s.total_exec_time) AS total,"
+            " min(s.query) AS query, string_agg(DISTINCT r.rolname, ', ') AS roles"
             " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " JOIN pg_roles r ON r.oid = s.userid"
             " WHERE d.datname = current_database() AND s.query NOT LIKE ALL ($2::text[])"
-            " ORDER BY s.total_exec_time DESC LIMIT $1",
+            " GROUP BY s.queryid ORDER BY total DESC LIMIT $1",
             top,
             NOT_THE_SERVICES,
         )
@@ -46,9 +50,9 @@ async def hot_statements(stack: Stack, top: int = TOP) -> list[Result]:
             f"statements.{r['queryid'] & 0xFFFFFFFF:08x}.mean_ms",
             SECTION,
             " ".join(r["query"].split())[:100],
-            r["mean_exec_time"],
+            r["total"] / int(r["calls"]) if r["calls"] else 0.0,
             "ms",
-            f"{r['calls']:,} calls, {r['total_exec_time'] / 1000:.1f} s in all",
+            f"{int(r['calls']):,} calls, {r['total'] / 1000:.1f} s in all, by {r['roles']}",
         )
         for r in rows
     ]
