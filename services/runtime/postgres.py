@@ -37,7 +37,10 @@ async def connect(
         timeout=min(timeout, 5.0),
         reset=_reset,
         statement_cache_size=statement_cache_size,
-        server_settings={"application_name": name, "timezone": "UTC"},
+        # client_encoding spelled as the server reports it: asyncpg's own 'utf-8' differs from
+        # the server's UTF8 as a string, so PgBouncer (transaction pooling) re-sent a SET on
+        # every transaction; the same encoding under the server's name costs nothing.
+        server_settings={"application_name": name, "timezone": "UTC", "client_encoding": "UTF8"},
     )
     if pool is None:  # only when create_pool is not awaited
         raise RuntimeError("asyncpg.create_pool returned no pool")
