@@ -10,7 +10,6 @@ table has one (bench/inbox_load.py), else the measured account's.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from agora.messaging.v1 import timeline_service_pb2_grpc
 from bench.common import BENCH_ACCOUNT, Latency, Result, Stack, as_gateway
 from bench.inbox_load import FIRST_ACCOUNT
 from bench.measure import interleaved
+from bench.plans import describe, plan
 from services.domain.messaging import NEVER
 from services.runtime.mysql import MysqlDatabase
 from services.timeline.repository import (
@@ -119,29 +119,6 @@ def _rpc_calls(
     }
 
 
-async def plan(db: MysqlDatabase, sql: str, args: tuple[Any, ...]) -> tuple[str, bool, int]:
-    """The index the statement's main table is read by, whether it sorts, and the rows it reads
-    (the optimizer's estimate), from EXPLAIN FORMAT=JSON."""
-    row = await db.fetchone(f"EXPLAIN FORMAT=JSON {sql}", args)
-    text = str(row[0]) if row else "{}"
-    tree = json.loads(text)
-    tables: list[dict[str, Any]] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if "table_name" in node and "key" in node:
-                tables.append(node)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(tree)
-    first = tables[0] if tables else {}
-    return str(first.get("key", "none")), "filesort" in text, int(first.get("rows", 0))
-
-
 async def run_inbox_queries(stack: Stack, *, samples: int, warmup: int, rows: int) -> list[Result]:
     db = await MysqlDatabase.connect(stack.mysql_timeline_url, minsize=1, maxsize=1)
     try:
@@ -179,9 +156,7 @@ async def run_inbox_queries(stack: Stack, *, samples: int, warmup: int, rows: in
     }
     results = []
     for name, latencies in measured.items():
-        key, sorts, read = plans[name]
-        sort = "FILESORT" if sorts else "no filesort"
-        where = f"{rows:,} rows; plan: index {key}, {sort}, ~{read:,} rows read"
+        where = f"{rows:,} rows; {describe(plans[name])}"
         for kind, latency in latencies.items():
             results += [
                 Result(

@@ -222,7 +222,7 @@ async def timeline_section(stack: Stack, o: Options) -> tuple[list[Result], Time
             latency.bare,
             latency.echo,
             latency.grpc,
-            where,
+            f"{where}; {run.plans[page]}",
             limit_ms=TIMELINE_P99_LIMIT_MS,
         )
     return results + others, run

@@ -20,6 +20,7 @@ from agora.messaging.v1 import timeline_service_pb2_grpc
 from bench.common import BENCH_ACCOUNT, Latency, Stack, as_gateway
 from bench.echo import echo_servers
 from bench.measure import LoadRun, closed_loop, interleaved
+from bench.plans import describe, plan
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import to_timestamp
 from services.timeline.repository import FIRST_PAGE, NEXT_PAGE
@@ -47,6 +48,7 @@ class TimelineRun:
     first: PageLatency
     next: PageLatency
     page_bytes: int  # serialized size of the echoed first page
+    plans: dict[str, str]  # "first", "next": each page statement's plan, described
 
 
 async def targets(db: MysqlDatabase, count: int, seed: int = 7) -> list[Target]:
@@ -148,8 +150,19 @@ async def run_timeline(stack: Stack, *, samples: int = 2000, warmup: int = 200) 
                     section=SECTION,
                     label="next page: bare / echo / gRPC",
                 )
+        t = chosen[0]
+        sent_at, msg_id = t.cursor
+        plans = {
+            "first": describe(await plan(db, FIRST_PAGE, (t.conversation_id, PAGE + 1))),
+            "next": describe(
+                await plan(db, NEXT_PAGE, (t.conversation_id, sent_at, sent_at, msg_id, PAGE + 1))
+            ),
+        }
     return TimelineRun(
-        first=PageLatency(**first), next=PageLatency(**after), page_bytes=len(pages["first"])
+        first=PageLatency(**first),
+        next=PageLatency(**after),
+        page_bytes=len(pages["first"]),
+        plans=plans,
     )
 
 
