@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,14 +84,16 @@ def http_app(routes: list[tuple[str, bytes]]) -> AsgiApp:
     return app
 
 
-async def _uvicorn(app: Any, port: int) -> asyncio.Task[None]:
-    """`app` on the gateway's uvicorn Config, once it listens."""
+async def _uvicorn(app: Any, port: int, http: str = "auto") -> asyncio.Task[None]:
+    """`app` on the gateway's uvicorn Config, once it listens (`http`: uvicorn's parser choice,
+    "auto" as the gateway runs it: httptools when installed)."""
     import uvicorn
 
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=port,
+        http=http,
         loop="none",
         lifespan="off",
         log_config=None,
@@ -112,6 +114,7 @@ async def serve(
     http_port: int,
     routes: list[tuple[str, bytes]],
     relay: tuple[int, str] | None = None,
+    http_parser: str = "auto",
 ) -> None:
     servers = []
     credentials = material(identity).server_credentials()
@@ -123,12 +126,12 @@ async def serve(
         servers.append(server)
     https: list[asyncio.Task[None]] = []
     if http_port:
-        https.append(await _uvicorn(http_app(routes), http_port))
+        https.append(await _uvicorn(http_app(routes), http_port, http_parser))
     if relay is not None:
         from bench.relay import relay_app
 
         port, target = relay
-        https.append(await _uvicorn(relay_app(target, material(identity)), port))
+        https.append(await _uvicorn(relay_app(target, material(identity)), port, http_parser))
     print("ready", flush=True)
     try:
         await asyncio.Event().wait()  # until the bench terminates this process
@@ -155,12 +158,16 @@ async def echo_servers(
     http_pages: dict[str, bytes] | None = None,
     identity: str = "timeline",
     relay_to: str = "",
+    http_parser: str = "auto",
+    event_loop: str = "uvloop",
 ) -> AsyncIterator[EchoAddresses]:
     """Start the echo process: `grpc_pages` name → serialized response (one port each),
     `http_pages` path prefix → JSON bytes (one port for all), `relay_to`: a gRPC echo's address
-    the relay calls (relay_port)."""
+    the relay calls (relay_port); `http_parser` and `event_loop` as uvicorn and the services
+    choose them (httptools when installed, uvloop) unless a comparison asks otherwise."""
     addresses = EchoAddresses()
     argv = [sys.executable, "-m", "bench.echo", "--identity", identity]
+    argv += ["--http-parser", http_parser, "--event-loop", event_loop]
     with tempfile.TemporaryDirectory(prefix="bench-echo-") as tmp:
         for i, (name, body) in enumerate((grpc_pages or {}).items()):
             path = Path(tmp) / f"grpc-{i}.bin"
@@ -203,6 +210,8 @@ def main() -> None:
     parser.add_argument("--http", action="append", default=[], help="PATH_PREFIX=FILE")
     parser.add_argument("--relay-port", type=int, default=0)
     parser.add_argument("--relay-to", default="", help="the gRPC echo the relay calls")
+    parser.add_argument("--http-parser", default="auto", choices=("auto", "h11", "httptools"))
+    parser.add_argument("--event-loop", default="uvloop", choices=("uvloop", "asyncio"))
     args = parser.parse_args()
     from services.runtime.process import run
 
@@ -216,7 +225,14 @@ def main() -> None:
         routes.append((prefix, Path(path).read_bytes()))
     with contextlib.suppress(KeyboardInterrupt):
         relay = (args.relay_port, args.relay_to) if args.relay_port else None
-        run(lambda: serve(args.identity, grpc_pages, args.http_port, routes, relay))
+
+        def main() -> Coroutine[Any, Any, None]:
+            return serve(args.identity, grpc_pages, args.http_port, routes, relay, args.http_parser)
+
+        if args.event_loop == "asyncio":
+            asyncio.run(main())
+        else:
+            run(main)
 
 
 if __name__ == "__main__":
