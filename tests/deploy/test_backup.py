@@ -57,6 +57,7 @@ from tests.helpers import (
 from tests.stack import Env, likes_settings, producers, serving
 from tools import backup as tool
 from tools import redis_server
+from tools.backup.redis_data import stream_backlog
 from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
@@ -732,3 +733,22 @@ async def test_negative_control_dumping_the_databases_before_the_snapshot_loses_
         async with restored_consumers(env, server.url, throwaway) as restored_flush:
             await drain(restored_flush)
         assert "m-acknowledged-first" not in await stored_messages(env, throwaway)
+
+
+async def test_the_restore_waits_for_the_flusher_streams_only(tmp_path: Path) -> None:
+    """The live feeds are streams nobody drains (trimmed by age): counting them, a restore waited
+    its whole timeout for a backlog that could never empty."""
+    messages = MessageStreams.from_settings(MessageStreamSettings())
+    likes = LikeStreams.from_settings(LikeStreamSettings())
+    async with private_redis(tmp_path / "redis") as server:
+        client = server.client()
+        try:
+            for _ in range(3):
+                await client.xadd(messages.stream(0), {"e": b"m"})
+            await client.xadd(likes.stream(1), {"e": b"l"})
+            await client.xadd(messages.dead_letters(0), {"e": b"dead"})
+            await client.xadd("live:{a1}:inbox", {"e": b"feed"})
+            await client.xadd("live:{w1}:wake", {"e": b"wake"})
+            assert await stream_backlog(server.url) == 4
+        finally:
+            await client.aclose()

@@ -16,7 +16,8 @@ from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as redis
 
-from services.streams.likes import LikeStreamSettings
+from services.streams.likes import LikeStreams, LikeStreamSettings
+from services.streams.messages import MessageStreams
 from tools import redis_server
 from tools.backup.common import REDIS_FILE, CommandFailed, Config, Out, file_size, iso, run, utc_now
 from tools.waiting import until
@@ -338,13 +339,18 @@ async def drop_liked_sets(url: str) -> int:
     return dropped
 
 
+# The streams the flusher consumes (it deletes each entry once committed). The live feeds are
+# streams too, but nobody drains them: they are trimmed by age and length.
+FLUSHER_STREAM_SUFFIXES = (MessageStreams.STREAM_SUFFIX, LikeStreams.STREAM_SUFFIX)
+
+
 async def stream_backlog(url: str) -> int:
-    """Entries still in the streams (dead-letter streams aside): what the flusher has to apply."""
+    """Entries still in the flusher's streams: what it has to apply."""
     client = redis_client(url)
     try:
         total = 0
         async for key in client.scan_iter(count=1000, _type="stream"):
-            if not _text(key).endswith(":dead"):
+            if _text(key).endswith(FLUSHER_STREAM_SUFFIXES):
                 total += int(await client.xlen(key))
         return total
     finally:
