@@ -129,7 +129,9 @@ async def ensure_timeline_rows(db: MysqlDatabase, rows: int) -> int:
 async def size_table(stack: Stack, rows: int) -> int:
     """zalo_messages at `rows`: the measured account alone below INBOX_FROM_ROWS, its
     MEASURED_ROWS inside a bulk-loaded inbox from there on; returns the table's size."""
-    admin = await MysqlDatabase.connect(stack.mysql_admin_url)
+    # Counting, analyzing or emptying a 50M-row table on a cold buffer pool takes minutes, not
+    # the services' 10 s statement deadline.
+    admin = await MysqlDatabase.connect(stack.mysql_admin_url, timeout=1800)
     try:
         if rows >= INBOX_FROM_ROWS:
             await ensure_timeline_rows(admin, MEASURED_ROWS)
