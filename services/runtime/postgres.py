@@ -64,7 +64,11 @@ TRANSIENT_SQLSTATES = frozenset(
 
 def classify(exc: BaseException) -> errors.ErrorKind | None:
     """How a PostgreSQL failure should be handled (None: not a PostgreSQL error)."""
-    if isinstance(exc, asyncpg.InterfaceError):
+    # InternalClientError: a connection whose server went away mid-statement (PgBouncer answers
+    # with an error, then the link dies) is left half-way through its protocol, and the next
+    # statement on it is refused before anything is sent ("cannot switch to state 11"). Seen in
+    # a PostgreSQL failover; the connection is closed moments later and a retry gets a new one.
+    if isinstance(exc, (asyncpg.InterfaceError, asyncpg.InternalClientError)):
         return errors.ErrorKind.TRANSIENT
     if not isinstance(exc, asyncpg.PostgresError):
         return None

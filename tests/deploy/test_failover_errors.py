@@ -28,6 +28,15 @@ async def test_a_write_to_a_demoted_postgres_primary_is_transient(env: Env) -> N
     assert errors.classify(refused.value) is ErrorKind.TRANSIENT
 
 
+def test_a_connection_left_half_way_by_a_dying_server_is_transient() -> None:
+    # What asyncpg raised to a forum write in a PostgreSQL leader kill: the statement was refused
+    # by the client before it was sent, so a retry on a fresh connection is safe.
+    refused = asyncpg.InternalClientError(
+        "cannot switch to state 11; another operation (2) is in progress"
+    )
+    assert errors.classify(refused) is ErrorKind.TRANSIENT
+
+
 @pytest.mark.parametrize(
     ("code", "message"),
     [
