@@ -10,7 +10,9 @@ cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started
 (WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py).
 
 Progress goes to stderr; at the end the table, the targets (docs/design.md) and a comparison with
-the previous run are printed and written to bench/results/<date>.md and bench/results/latest.json.
+the previous run are printed and written to bench/results/<date>.md and bench/results/latest.json
+(a run of some sections only: bench/results/<date>-only-<sections>.md and .json, so that latest.json
+stays the last complete run).
 """
 
 from __future__ import annotations
@@ -193,9 +195,15 @@ async def run(args: argparse.Namespace, command: str) -> int:
     text = report.markdown(results, command, checks, compared, failures, plots)
     print(text)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{time.strftime('%Y-%m-%d')}.md").write_text(text)
-    report.write_json(RESULTS / "latest.json", results, command, started, failures)
-    progress.say("bench", f"wrote {RESULTS / 'latest.json'} and the markdown table")
+    # latest.json is the last run of every section (what the README's table is read from); a run
+    # of a few sections is kept beside it, named by them, and never replaces it.
+    day = time.strftime("%Y-%m-%d")
+    missing = set(SECTIONS) - wanted
+    stem = f"{day}-only-{'-'.join(n for n in SECTIONS if n in wanted)}" if missing else day
+    json_path = RESULTS / (f"{stem}.json" if missing else "latest.json")
+    (RESULTS / f"{stem}.md").write_text(text)
+    report.write_json(json_path, results, command, started, failures)
+    progress.say("bench", f"wrote {json_path} and {RESULTS / f'{stem}.md'}")
     return 1 if failures else 0
 
 

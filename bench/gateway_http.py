@@ -13,16 +13,19 @@ the timeline page route saturated with wrk.
   conversations of the data set, at 16 and 64 connections, alternating with the same requests
   against the browser path's echo (the gateway's HTTP stack in front of a gRPC echo of a real
   page, bench/echo.py), and /healthz as the ceiling of the gateway's HTTP stack on this machine.
+  Each wrk run also reports the CPU every process spent per page (bench/cpu.py): the route's
+  gateway, timeline and MariaDB, the echo's two processes, and wrk itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import asyncpg
@@ -31,6 +34,7 @@ from agora.forum.v1 import forum_read_service_pb2_grpc, like_service_pb2, like_s
 from agora.messaging.v1 import timeline_service_pb2_grpc
 
 from bench.common import BENCH_ACCOUNT, Latency, Stack, as_gateway
+from bench.cpu import CpuCost, cpu_spent, listening_pids
 from bench.echo import echo_servers
 from bench.forum_latency import PAGE as FEED_PAGE
 from bench.forum_latency import TEACHER_BASE, demo_courses, feed_request
@@ -72,6 +76,7 @@ class WrkRun:
     socket_errors: int
     p50_ms: float
     p99_ms: float
+    cpu: CpuCost | None = None  # what each process spent per request
 
     @property
     def ok_per_second(self) -> float:
@@ -362,14 +367,25 @@ async def run_saturation(
         echo_servers(grpc_pages={"page": page.SerializeToString()}) as grpc_echo,
         echo_servers(relay_to=grpc_echo.grpc["page"], identity="gateway") as relay,
     ):
+        route_processes = {
+            "gateway": listening_pids(stack.gateway_port),
+            "timeline": listening_pids(int(stack.timeline_addr.rpartition(":")[2])),
+            "mariadb": listening_pids(int(os.environ["MYSQL_PORT"])),
+        }
+        echo_processes = {
+            "HTTP relay": listening_pids(relay.relay_port),
+            "gRPC echo": listening_pids(int(grpc_echo.grpc["page"].rpartition(":")[2])),
+        }
+
+        async def measured(port: int, processes: dict[str, frozenset[int]], c: int) -> WrkRun:
+            with cpu_spent(processes) as spent:
+                run = await run_wrk(port, paths, headers, connections=c, seconds=seconds)
+            return replace(run, cpu=spent.per(run.requests))
+
         # Alternating, so that both see the same machine.
         for c in connections:
-            route.append(
-                await run_wrk(stack.gateway_port, paths, headers, connections=c, seconds=seconds)
-            )
-            echo.append(
-                await run_wrk(relay.relay_port, paths, headers, connections=c, seconds=seconds)
-            )
+            route.append(await measured(stack.gateway_port, route_processes, c))
+            echo.append(await measured(relay.relay_port, echo_processes, c))
     healthz = await run_wrk(
         stack.gateway_port, ["/healthz"], {}, connections=connections[0], seconds=seconds / 2
     )

@@ -39,6 +39,7 @@ from bench.common import (
     metric_total,
     scrape,
 )
+from bench.cpu import CpuCost, cpu_spent, listening_pids
 from bench.measure import OpenLoopRun, closed_loop_count, open_loop
 from bench.pg_proxy import counting_proxy
 from bench.procs import service_process
@@ -66,6 +67,7 @@ class ClosedRun:
     errors: int = 0
     flush_lag_p50: float | None = None
     flush_lag_p99: float | None = None
+    cpu: CpuCost | None = None  # per like, every process until it is stored
 
 
 @dataclass(frozen=True)
@@ -304,6 +306,21 @@ async def _open(
     return OpenRun(mode, run, liker.errors, liker.retries, exact)
 
 
+def _processes(likes_addr: str, *, flusher: bool = False) -> dict[str, frozenset[int]]:
+    """What a like passes through: the likes process at `likes_addr`, Redis, PgBouncer and
+    PostgreSQL (its backends), and for a buffered like the flusher that applies it."""
+    port = int(likes_addr.rpartition(":")[2])
+    processes = {
+        "likes": listening_pids(port),
+        "redis": listening_pids(int(os.environ["REDIS_PORT"])),
+        "pgbouncer": listening_pids(int(os.environ["PGBOUNCER_PORT"])),
+        "postgres": listening_pids(int(os.environ["PG_PORT"])),
+    }
+    if flusher:
+        processes["flusher"] = listening_pids(int(os.environ["FLUSHER_PORT"]))
+    return processes
+
+
 async def run_sync(
     admin: asyncpg.Connection,
     users: list[int],
@@ -316,11 +333,12 @@ async def run_sync(
     async with sync_service(concurrency) as addr:
         with progress.section(SECTION, f"sync: closed loop, {len(users):,} likes"):
             xact = await _xact_commits(admin)
-            async with as_gateway(addr) as channel:
-                liker = Liker(channel, [post], users)
-                load = await closed_loop_count(
-                    liker.like, concurrency=concurrency, count=len(users)
-                )
+            with cpu_spent(_processes(addr)) as spent:
+                async with as_gateway(addr) as channel:
+                    liker = Liker(channel, [post], users)
+                    load = await closed_loop_count(
+                        liker.like, concurrency=concurrency, count=len(users)
+                    )
             transactions = await _xact_commits(admin) - xact
         closed = ClosedRun(
             "sync",
@@ -332,6 +350,7 @@ async def run_sync(
             await _exact(admin, post, liker.applied[post]),
             retries=liker.retries,
             errors=liker.errors,
+            cpu=spent.per(len(users)),
         )
         rate = open_fraction * closed.per_second
         with progress.section(SECTION, f"sync: open loop {open_seconds:.0f}s"):
@@ -345,11 +364,13 @@ async def run_buffered(
     [post] = await new_posts(admin, 1)
     before = scrape(int(os.environ["FLUSHER_METRICS_PORT"]))
     xact = await _xact_commits(admin)
-    async with as_gateway(stack.likes_addr) as channel:
-        liker = Liker(channel, [post], users)
-        load = await closed_loop_count(liker.like, concurrency=concurrency, count=len(users))
-    if not await all_exact(admin, liker.applied, within=120.0):
-        raise SystemExit("buffered likes were not all applied within 120 s")
+    # Until every like is in PostgreSQL: the flusher's share is part of a buffered like's cost.
+    with cpu_spent(_processes(stack.likes_addr, flusher=True)) as spent:
+        async with as_gateway(stack.likes_addr) as channel:
+            liker = Liker(channel, [post], users)
+            load = await closed_loop_count(liker.like, concurrency=concurrency, count=len(users))
+        if not await all_exact(admin, liker.applied, within=120.0):
+            raise SystemExit("buffered likes were not all applied within 120 s")
     after = scrape(int(os.environ["FLUSHER_METRICS_PORT"]))
     transactions = await _xact_commits(admin) - xact
     batches = int(
@@ -369,6 +390,7 @@ async def run_buffered(
         errors=liker.errors,
         flush_lag_p50=_quantile(*lag, 0.50),
         flush_lag_p99=_quantile(*lag, 0.99),
+        cpu=spent.per(len(users)),
     )
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import sys
 import time
 import uuid
@@ -44,6 +43,7 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
 from bench import progress
 from bench.common import ROOT, Stack, as_gateway, as_listener, percentile
+from bench.cpu import cpu_seconds
 from bench.likes_hot import HOT_COURSE, STUDENTS, Liker, enrol, new_posts, sync_service
 from bench.measure import closed_loop_count, open_loop
 from services.runtime.mysql import MysqlDatabase
@@ -125,16 +125,6 @@ def _rss(pids: list[int]) -> int:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
-    return total
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
     return total
 
 
@@ -345,9 +335,9 @@ async def _idle(stack: Stack, idle: int) -> tuple[int, float, float, float, floa
 
 async def _cpu_percent(pids: list[int], seconds: float) -> float:
     """CPU the processes use over the next `seconds`, in % of a core."""
-    cpu0, t0 = _cpu_seconds(pids), time.monotonic()
+    cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.monotonic()
     await asyncio.sleep(seconds)
-    return (_cpu_seconds(pids) - cpu0) / (time.monotonic() - t0) * 100
+    return (sum(cpu_seconds(p) for p in pids) - cpu0) / (time.monotonic() - t0) * 100
 
 
 async def _fan_out(stack: Stack, watchers: int) -> tuple[float, float, float]:
@@ -371,7 +361,7 @@ async def _fan_out(stack: Stack, watchers: int) -> tuple[float, float, float]:
         progress.say(SECTION, f"{watchers} watchers of course {HOT_COURSE}, likes at {rate:.0f}/s")
         pids = _pids("gateway") + _pids("timeline")
         async with readers(stack.gateway_port, streams) as opened:
-            cpu0, t0 = _cpu_seconds(pids), time.monotonic()
+            cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.monotonic()
             async with as_gateway(stack.likes_addr) as channel:
                 liker = Liker(channel, [hot], users[:likes])
                 await open_loop(
@@ -382,7 +372,7 @@ async def _fan_out(stack: Stack, watchers: int) -> tuple[float, float, float]:
                     label="likes on the hot post",
                 )
             await asyncio.sleep(5)  # the last flush's events
-            cpu = _cpu_seconds(pids) - cpu0
+            cpu = sum(cpu_seconds(p) for p in pids) - cpu0
             seconds = time.monotonic() - t0
             read = await opened.stop()
         delivered = int(read["kinds"].get("likes", 0))

@@ -3,6 +3,7 @@ that say the target and where the run stands against it."""
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 from bench import progress
 from bench.cluster import SINGLE, run_cluster_bench
 from bench.common import Latency, Result, Stack
+from bench.cpu import cpu_spent, listening_pids
 from bench.dataset import size_table, table_rows
 from bench.forum_latency import run_forum
-from bench.gateway_http import run_gateway, run_saturation, wrk_available
+from bench.gateway_http import WrkRun, run_gateway, run_saturation, wrk_available
 from bench.inbox_queries import run_inbox_queries
 from bench.ingest_e2e import run_ingest
 from bench.likes_hot import run_likes
@@ -56,11 +58,22 @@ async def ingest_section(stack: Stack, o: Options) -> list[Result]:
     progress.say("ingest", "raw INSERT baseline, 1 connection")
     raw1 = await raw_insert_rate(stack.mysql_bench_url, connections=1, rows=raw_rows)
     progress.say("ingest", "raw INSERT baseline, 4 connections")
-    raw4 = await raw_insert_rate(stack.mysql_bench_url, connections=4, rows=raw_rows)
+    mariadb = {"mariadb": listening_pids(int(os.environ["MYSQL_PORT"]))}
+    with cpu_spent(mariadb) as raw_spent:
+        raw4 = await raw_insert_rate(stack.mysql_bench_url, connections=4, rows=raw_rows)
     live_rows = await live_table_rows(stack)
-    run = await run_ingest(stack, messages=o.ingest_messages)
+    pipeline = {
+        "ingest": listening_pids(int(os.environ["INGEST_PORT"])),
+        "redis": listening_pids(int(os.environ["REDIS_PORT"])),
+        "flusher": listening_pids(int(os.environ["FLUSHER_PORT"])),
+        **mariadb,
+    }
+    with cpu_spent(pipeline) as e2e_spent:
+        run = await run_ingest(stack, messages=o.ingest_messages)
     if run.stored != run.messages:
         raise SystemExit(f"ingest lost messages: sent {run.messages}, stored {run.stored}")
+    # Per 1,000 rows: a row costs microseconds.
+    raw_cpu, e2e_cpu = raw_spent.per(raw_rows // 1000), e2e_spent.per(run.messages // 1000)
     return [
         Result(
             "ingest.raw_1conn_rows_per_s",
@@ -93,6 +106,27 @@ async def ingest_section(stack: Stack, o: Options) -> list[Result]:
             "msg/s",
             _ratio_note(run.committed_per_s, raw4, "raw 4-conn", ">= 0.50x, >= 10,000 msg/s")
             + f"; into a live table of {live_rows:,} rows",
+        ),
+        Result(
+            "ingest.raw_4conn_cpu_ms_per_1k_rows",
+            "ingest",
+            "raw 200-row INSERT, 4 connections: CPU per 1,000 rows over every process",
+            raw_cpu.total_ms,
+            "ms",
+            f"{raw_cpu.summary()}; the cores could insert {1000 * raw_cpu.ceiling_per_s():,.0f}"
+            " rows/s",
+        ),
+        Result(
+            "ingest.e2e_cpu_ms_per_1k_msgs",
+            "ingest",
+            "end to end: CPU per 1,000 messages over every process",
+            e2e_cpu.total_ms,
+            "ms",
+            f"{e2e_cpu.summary()}; the cores could carry {1000 * e2e_cpu.ceiling_per_s():,.0f}"
+            f" msg/s, {raw_cpu.total_ms / e2e_cpu.total_ms:.2f}x the raw INSERT's"
+            " (the ratio's ceiling on this machine)"
+            if e2e_cpu.total_ms
+            else "",
         ),
     ]
 
@@ -299,6 +333,24 @@ async def likes_section(stack: Stack, o: Options) -> list[Result]:
                 "ms",
             ),
         ]
+        if closed.cpu is not None and closed.cpu.total_ms and mode != "counterless":
+            vs_sync = (
+                f"; {sync.cpu.total_ms / closed.cpu.total_ms:.2f}x sync's rate at these costs"
+                " (the ratio's ceiling on this machine)"
+                if mode == "buffered" and sync.cpu is not None and sync.cpu.total_ms
+                else ""
+            )
+            results.append(
+                Result(
+                    f"likes.{mode}.cpu_ms_per_like",
+                    "likes",
+                    f"{mode}: CPU per like over every process, until stored",
+                    closed.cpu.total_ms,
+                    "ms",
+                    f"{closed.cpu.summary()}; the cores could take"
+                    f" {closed.cpu.ceiling_per_s():,.0f} likes/s{vs_sync}",
+                )
+            )
     results.append(
         Result(
             "likes.open_loop_rate_per_s",
@@ -525,6 +577,7 @@ async def gateway_section(stack: Stack, o: Options) -> list[Result]:
                 f"{w.seconds:.0f} s, {errors}; "
                 + _ratio_note(w.ok_per_second, e.ok_per_second, "the echo", ">= 0.50x"),
             ),
+            *_cpu_results(c, w, e),
             Result(
                 f"gateway.wrk_c{c}.p99_ms",
                 "gateway",
@@ -560,6 +613,35 @@ async def gateway_section(stack: Stack, o: Options) -> list[Result]:
         ),
     ]
     return results
+
+
+def _cpu_results(c: int, route: WrkRun, echo: WrkRun) -> list[Result]:
+    """The CPU a page costs across every process on each path: on 2 saturated cores, the rate
+    ratio cannot beat the inverse ratio of these (what the machine, not the code, allows)."""
+    if route.cpu is None or echo.cpu is None or not route.cpu.total_ms:
+        return []
+
+    bound = echo.cpu.total_ms / route.cpu.total_ms
+    return [
+        Result(
+            f"gateway.wrk_c{c}.echo_cpu_ms_per_page",
+            "gateway",
+            f"browser path's echo, CPU per page over every process, wrk {c} connections",
+            echo.cpu.total_ms,
+            "ms",
+            f"{echo.cpu.summary()}; the cores could serve {echo.cpu.ceiling_per_s():,.0f} pages/s",
+        ),
+        Result(
+            f"gateway.wrk_c{c}.cpu_ms_per_page",
+            "gateway",
+            f"timeline page route, CPU per page over every process, wrk {c} connections",
+            route.cpu.total_ms,
+            "ms",
+            f"{route.cpu.summary()}; the cores could serve"
+            f" {route.cpu.ceiling_per_s():,.0f} pages/s, {bound:.2f}x the echo's"
+            " (the ratio's ceiling on this machine)",
+        ),
+    ]
 
 
 async def scaling_section(

@@ -72,6 +72,8 @@ install_packages() {
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   # wrk saturates the gateway in `make bench`.
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+  # ss finds the processes behind a port, whose CPU the bench counts per request.
+  [ -x /usr/bin/ss ] || missing+=(iproute2)
   # Colour emoji in the web client (Vietnamese chats are full of them).
   [ -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf ] || missing+=(fonts-noto-color-emoji)
   # `make up HA=1`: Patroni and its store etcd, HAProxy in front, Galera (mariadb-server's provider,
