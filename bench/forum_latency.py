@@ -2,8 +2,9 @@
 page, and the page through the service — interleaved, one sequential client.
 
 Calls are made as one teacher per course over random courses (feed) and random commented posts
-(top-level comments); the bare query runs the statement the service uses on the timeline's
-read-only role, through PgBouncer without a statement cache as the service connects, and — for
+(top-level comments); the bare query runs the statement the service sends (the page with the
+enrolment check folded in, services/timeline/forum_repository.py) on the timeline's read-only
+role, through PgBouncer without a statement cache as the service connects, and — for
 reference — straight to PostgreSQL with asyncpg's prepared-statement cache ("direct"); the echo
 answers a captured real response through the same client channel.
 """
@@ -20,7 +21,7 @@ from agora.forum.v1 import forum_read_service_pb2_grpc
 from bench.common import Latency, Stack, as_gateway
 from bench.echo import echo_servers
 from bench.measure import interleaved
-from services.timeline.forum_repository import COMMENTS_PAGE, FEED_FIRST
+from services.timeline.forum_repository import COMMENTS_PAGE_CHECKED, FEED_FIRST_CHECKED
 
 PAGE = 20
 SECTION = "forum"
@@ -96,11 +97,21 @@ async def run_forum(stack: Stack, *, samples: int = 2000, warmup: int = 200) -> 
                     echo_comments_channel
                 )
 
+                # The parameters in the order ForumReadRepository passes them.
+                def feed_args(i: int) -> tuple[int, int, int]:
+                    course = feed_order[i]
+                    return course, PAGE + 1, TEACHER_BASE + course
+
+                def comments_args(i: int) -> tuple[int, int, int, int, int]:
+                    post = post_order[i]
+                    teacher = TEACHER_BASE + post["course_id"]
+                    return post["id"], 0, PAGE + 1, post["course_id"], teacher
+
                 async def bare_feed(i: int) -> None:
-                    await conn.fetch(FEED_FIRST, feed_order[i], PAGE + 1)
+                    await conn.fetch(FEED_FIRST_CHECKED, *feed_args(i))
 
                 async def direct_feed(i: int) -> None:
-                    await direct.fetch(FEED_FIRST, feed_order[i], PAGE + 1)
+                    await direct.fetch(FEED_FIRST_CHECKED, *feed_args(i))
 
                 async def echo_feed_call(i: int) -> None:
                     await echo_feed.ListPosts(feed_request(feed_order[i]), timeout=5)
@@ -109,10 +120,10 @@ async def run_forum(stack: Stack, *, samples: int = 2000, warmup: int = 200) -> 
                     await stub.ListPosts(feed_request(feed_order[i]), timeout=5)
 
                 async def bare_comments(i: int) -> None:
-                    await conn.fetch(COMMENTS_PAGE, post_order[i]["id"], 0, PAGE + 1)
+                    await conn.fetch(COMMENTS_PAGE_CHECKED, *comments_args(i))
 
                 async def direct_comments(i: int) -> None:
-                    await direct.fetch(COMMENTS_PAGE, post_order[i]["id"], 0, PAGE + 1)
+                    await direct.fetch(COMMENTS_PAGE_CHECKED, *comments_args(i))
 
                 async def echo_comments_call(i: int) -> None:
                     await echo_comments.ListComments(comments_request(post_order[i]), timeout=5)

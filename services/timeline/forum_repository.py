@@ -12,8 +12,9 @@ show, one row per item otherwise. A false gate is a one-time filter: the page's 
 read for a user who is not enrolled. Nothing is cached, so an enrolment or a deletion counts from
 the next request on, exactly as with separate checks.
 
-The page queries alone (FEED_FIRST, COMMENTS_PAGE, …) are the bare baselines the bench runs and the
-EXPLAIN tests check; the checked statements embed exactly their text, with the gate added.
+The page queries alone (FEED_FIRST, COMMENTS_PAGE, …) are what the EXPLAIN tests check; the
+checked statements embed exactly their text, with the gate added, and are the bench's bare
+baselines (the statement the service sends).
 """
 
 from __future__ import annotations
