@@ -79,6 +79,8 @@ async def test_every_route_fuzzed_from_the_openapi_document(
     port = live.services["gateway"].port
     proc = await asyncio.create_subprocess_exec(
         str(ROOT / ".venv/bin/schemathesis"),
+        "--config-file",
+        str(Path(__file__).with_name("schemathesis.toml")),
         "run",
         f"http://127.0.0.1:{port}/openapi.json",
         # Every check: no 5xx, the answers as documented, and the document saying what the server

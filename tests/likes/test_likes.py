@@ -247,10 +247,13 @@ async def test_likes_need_enrolment_and_a_live_target(
         f"{COURSE}/comments/2/like", json={"like": True}, headers=as_user(env, 7)
     )
     assert deleted.status_code == 404
-    bad = await gateway.post(
-        f"{COURSE}/posts/1/like", json={"like": "yes please"}, headers=as_user(env, 7)
-    )
-    assert bad.status_code == 422
+    # Only JSON true and false: 0, 1 and "true" are not taken as a like or an unlike.
+    for value in ("yes please", 0, 1, "true", None):
+        bad = await gateway.post(
+            f"{COURSE}/posts/1/like", json={"like": value}, headers=as_user(env, 7)
+        )
+        assert bad.status_code == 422, (value, bad.text)
+        assert [f["field"] for f in bad.json()["error"]["fields"]] == ["like"]
 
 
 async def test_killed_between_commit_and_ack_the_flusher_counts_nothing_twice(

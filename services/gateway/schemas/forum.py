@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 from pydantic.config import JsonDict
 
 from services.domain.ids import MAX_ROW_ID
@@ -49,6 +49,18 @@ class FeedPagination(Pagination):
 
 class CommentPagination(Pagination):
     next_after_id: int | None
+
+
+class Membership(BaseModel):
+    course_id: int
+    title: str = Field(description="The course's title in the catalogue")
+    role: Literal["student", "teacher"] = Field(description="What the caller is in the course")
+    joined_at: str
+
+
+class CoursesPage(Success):
+    data: list[Membership]
+    pagination: CommentPagination
 
 
 class PostsPage(Success):
@@ -114,7 +126,8 @@ class DeletedResponse(Success):
 
 
 class LikeBody(RequestModel):
-    like: bool = Field(description="true to like, false to unlike")
+    # Strict: JSON true or false only; 0, 1 or "yes" say nothing a caller meant to say.
+    like: StrictBool = Field(description="true to like, false to unlike")
 
 
 class LikeResponse(Success):
