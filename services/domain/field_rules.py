@@ -184,6 +184,7 @@ TIMELINE: RuleTable = {
 FORUM_READ: RuleTable = {
     # Its user_id is required only for an end user's watch: the handler knows whose it is.
     _FORUM_READ + "WatchCourse": (row_ids("course_id"), position),
+    _FORUM_READ + "ListCourses": (row_ids("user_id"), page_limit, row_cursor("after_id", 0)),
     _FORUM_READ + "ListPosts": (
         row_ids("course_id", "user_id"),
         page_limit,

@@ -75,6 +75,20 @@ def _fields(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return fields
 
 
+# course_members.role as the CourseRole enum.
+COURSE_ROLES = {"student": forum_pb2.COURSE_ROLE_STUDENT, "teacher": forum_pb2.COURSE_ROLE_TEACHER}
+
+
+def membership_fields(row: Any) -> dict[str, Any]:
+    """A membership row (course_id, title, role, joined_at) as Membership fields."""
+    return {
+        "course_id": row["course_id"],
+        "title": row["title"],
+        "role": COURSE_ROLES[row["role"]],
+        "joined_at": _timestamp(row["joined_at"]),
+    }
+
+
 def post_from_row(row: Any) -> forum_pb2.Post:
     return forum_pb2.Post(**post_fields(row))
 

@@ -110,6 +110,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.state.token_verifier = verifier
     errors.install(app)
     app.include_router(messaging.router)
+    app.include_router(forum.courses_router)
     app.include_router(forum.router)
     app.include_router(live.router)
     app.state.settings = settings

@@ -210,6 +210,22 @@ def _json_text(value: JsonValue) -> str:
 # Exactly schemas.Post and schemas.Comment (same keys, same order), straight to JSON bytes.
 
 
+# CourseRole as schemas.Membership spells it.
+COURSE_ROLE_NAMES = {
+    forum_pb2.COURSE_ROLE_STUDENT: "student",
+    forum_pb2.COURSE_ROLE_TEACHER: "teacher",
+}
+
+
+def membership_json(m: forum_pb2.Membership) -> dict[str, Any]:
+    return {
+        "course_id": m.course_id,
+        "title": m.title,
+        "role": COURSE_ROLE_NAMES[m.role],
+        "joined_at": time_text(m.joined_at),
+    }
+
+
 def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
     return {
         "id": p.id,

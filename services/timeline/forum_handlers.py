@@ -12,7 +12,13 @@ from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
 from asyncpg import Record
 
-from services.domain.forum import NOT_ENROLLED, comment_fields, post_fields, require_enrolled
+from services.domain.forum import (
+    NOT_ENROLLED,
+    comment_fields,
+    membership_fields,
+    post_fields,
+    require_enrolled,
+)
 from services.domain.ids import check_row_id
 from services.domain.paging import Page
 from services.runtime.grpc_errors import abort, abort_invalid
@@ -61,6 +67,20 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             _COURSE_RESPONSE,
         ):
             yield response
+
+    async def ListCourses(
+        self, request: pb.ListCoursesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListCoursesResponse:
+        after = request.after_id if request.HasField("after_id") else None
+        page = await self._repo.courses(request.user_id, request.limit, after)
+        rows = page.rows
+        if not rows:
+            return pb.ListCoursesResponse(has_more=page.has_more)
+        return pb.ListCoursesResponse(
+            courses=[membership_fields(r) for r in rows],
+            has_more=page.has_more,
+            next_after_id=rows[-1]["course_id"],
+        )
 
     async def ListPosts(
         self, request: pb.ListPostsRequest, context: grpc.aio.ServicerContext

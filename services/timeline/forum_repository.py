@@ -100,6 +100,15 @@ COMMENTS_PAGE_CHECKED = _thread_checked(
 REPLIES_PAGE_CHECKED = _thread_checked(_REPLIES_PAGE, _VISIBLE_ROOT.format(T="$1", C="$4"))
 
 
+# A user's memberships in course order, from course_members_by_user alone but for each page
+# row's title (one primary-key lookup in courses each).
+MY_COURSES = """
+SELECT m.course_id, c.title, m.role, m.joined_at
+FROM course_members m JOIN courses c ON c.id = m.course_id
+WHERE m.user_id = $1 AND m.course_id > $2
+ORDER BY m.course_id LIMIT $3"""
+
+
 @dataclass(frozen=True)
 class Checked:
     """What one checked statement answered: the flags, and the rows when both are true."""
@@ -121,6 +130,11 @@ class ForumReadRepository:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+
+    async def courses(self, user_id: int, limit: int, after_id: int | None) -> Page[Record]:
+        """The courses `user_id` belongs to, after course `after_id`."""
+        rows = await self._pool.fetch(MY_COURSES, user_id, after_id or 0, limit + 1)
+        return Page.of(rows, limit)
 
     async def is_member(self, course_id: int, user_id: int) -> bool:
         return await self._pool.fetchval(IS_MEMBER, course_id, user_id) is not None

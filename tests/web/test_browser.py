@@ -171,7 +171,15 @@ async def test_forum_likes_replies_and_a_course_you_are_not_in(
             # which would take that post away first, are kept out. test_live.py has them.
             await page.route("**/api/courses/*/events", lambda route: route.abort())
             await page.get_by_role("link", name="Course forum").click()
-            await page.get_by_role("link", name="Course 42").click()
+            # The forum lists the courses user 7 belongs to (GET /api/courses): 42 as a student,
+            # not 99, where only the teacher is.
+            mine = page.locator('.my-courses a[data-course="42"]')
+            await expect(mine).to_have_attribute("data-role", "student")
+            await expect(page.locator('.my-courses a[data-course="99"]')).to_have_count(0)
+            await expect(mine).to_contain_text("Cơ sở dữ liệu")
+            await mine.click()
+            await expect(mine).to_have_attribute("aria-current", "page")
+            await expect(page.locator(".forum-body h1")).to_have_text("Cơ sở dữ liệu course 42")
             posts = page.locator(".post")
             await expect(posts).to_have_count(3)
             assert await posts.evaluate_all("els => els.map(e => Number(e.dataset.id))") == [

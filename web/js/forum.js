@@ -1,7 +1,7 @@
 // The course forum: a course's feed, a post with its comments and two-level replies, writing,
 // deleting your own, and likes that answer at once and then settle on the server's state; live
 // from the course's event stream (new posts and comments appear, deleted ones go, counts move).
-import { api, devGateway, explain } from './api.js';
+import { api, explain } from './api.js';
 import { fill, h, plural, timeEl } from './dom.js';
 import { follow, gate, stopFollowing } from './live.js';
 import { go } from './router.js';
@@ -11,21 +11,21 @@ import { busyButton, deleteButton, errorPanel, notify } from './ui.js';
 const POSTS_PER_PAGE = 10;
 const COMMENTS_PER_PAGE = 10;
 const REPLIES_PER_PAGE = 10;
-const RECENT_KEY = 'agora.recent-courses';
+const COURSES_PER_PAGE = 50;
 
 export async function forumView(main, [coursePart, section, postPart]) {
   const course = /^[1-9][0-9]{0,18}$/.test(coursePart ?? '') ? coursePart : null;
   const body = h('div', { class: 'forum-body' });
-  fill(main, h('div', { class: 'forum' }, await coursePicker(course), body));
+  const picker = await coursePicker(course);
+  fill(main, h('div', { class: 'forum' }, picker, body));
   if (!course) {
     stopFollowing();
     fill(body, h('p', { class: 'muted' }, 'Open a course to read its forum.'));
     return;
   }
-  remember(course);
   const shown = section === 'posts' && /^[1-9][0-9]*$/.test(postPart ?? '')
     ? new PostPage(body, course, postPart)
-    : new FeedPage(body, course);
+    : new FeedPage(body, course, picker.titles.get(course));
   // Held while the page reads, applied on top after; a reset reads the page's lists again.
   const live = gate((kind, data) => {
     if (kind === 'reset') live.during(() => shown.reload());
@@ -62,46 +62,66 @@ function fresh(item) {
 // --- the course ---------------------------------------------------------------------------------
 
 async function coursePicker(course) {
-  // No API lists the courses a user is enrolled in: the reader names the course.
-  const dev = await devGateway();
-  const offered = new Map();
-  if (dev) {
-    offered.set('42', 'demo: you are enrolled (users 7, 8, 9)');
-    offered.set('99', 'demo: users 7, 8, 9 are not enrolled');
-  }
-  for (const id of recent()) if (!offered.has(id)) offered.set(id, 'opened recently');
   const input = h('input', {
     id: 'course', type: 'text', inputmode: 'numeric', pattern: '[1-9][0-9]*', required: true,
-    list: 'course-options', value: course ?? '', placeholder: 'e.g. 42', autocomplete: 'off',
+    value: course ?? '', placeholder: 'e.g. 42', autocomplete: 'off',
   });
-  return h('form', { class: 'course-picker', onsubmit: (event) => {
-    event.preventDefault();
-    const id = input.value.trim();
-    if (!/^[1-9][0-9]{0,18}$/.test(id)) {
-      notify('A course id is a positive whole number, e.g. 42.', 'error');
+  const mine = new MyCourses(course);
+  await mine.load();
+  const picker = h('div', { class: 'course-picker' },
+    mine.nav,
+    h('form', { class: 'course-open', onsubmit: (event) => {
+      event.preventDefault();
+      const id = input.value.trim();
+      if (!/^[1-9][0-9]{0,18}$/.test(id)) {
+        notify('A course id is a positive whole number, e.g. 42.', 'error');
+        return;
+      }
+      go(`#/forum/${id}`);
+    } },
+    h('label', { for: 'course' }, 'Course id'),
+    input,
+    h('button', { type: 'submit', class: 'ghost' }, 'Open')));
+  picker.titles = mine.titles;
+  return picker;
+}
+
+/** The courses the signed-in user belongs to (GET /api/courses), a page at a time. */
+class MyCourses {
+  constructor(current) {
+    this.current = current;
+    this.list = h('ul', { class: 'my-courses', 'aria-label': 'Your courses' });
+    this.more = h('span', { class: 'list-more' });
+    this.cursor = null;
+    this.titles = new Map(); // course id -> its title
+    this.nav = h('nav', { class: 'my-courses-nav', 'aria-label': 'Your courses' },
+      h('h2', { class: 'visually-hidden' }, 'Your courses'), this.list, this.more);
+  }
+
+  async load() {
+    let page;
+    try {
+      page = await api('api/courses', { query: { limit: COURSES_PER_PAGE, after_id: this.cursor } });
+    } catch (error) {
+      fill(this.more, h('span', { class: 'muted', role: 'status' }, `Your courses could not be listed: ${explain(error, 'your courses')}`));
       return;
     }
-    go(`#/forum/${id}`);
-  } },
-  h('label', { for: 'course' }, 'Course'),
-  input,
-  h('datalist', { id: 'course-options' }, [...offered].map(([id, label]) => h('option', { value: id, label: `${id} — ${label}` }))),
-  h('button', { type: 'submit' }, 'Open'),
-  dev ? h('span', { class: 'quick' }, [...offered.keys()].slice(0, 4).map((id) => h('a', { href: `#/forum/${id}`, class: 'chip', 'aria-current': id === course ? 'true' : null }, `Course ${id}`))) : null,
-  h('p', { class: 'muted hint' }, 'There is no API listing your courses yet: type a course id.'));
-}
-
-function recent() {
-  try {
-    const list = JSON.parse(localStorage.getItem(RECENT_KEY) ?? '[]');
-    return Array.isArray(list) ? list.filter((id) => /^[1-9][0-9]*$/.test(id)).slice(0, 5) : [];
-  } catch {
-    return [];
+    for (const course of page.data) this.list.append(this.item(course));
+    if (!this.list.children.length) {
+      this.list.append(h('li', { class: 'muted' }, 'You are not in any course yet.'));
+    }
+    this.cursor = page.pagination.has_more ? page.pagination.next_after_id : null;
+    fill(this.more, this.cursor ? busyButton('More courses', () => this.load(), { class: 'ghost' }) : null);
   }
-}
 
-function remember(course) {
-  localStorage.setItem(RECENT_KEY, JSON.stringify([course, ...recent().filter((id) => id !== course)].slice(0, 5)));
+  item(course) {
+    const id = String(course.course_id);
+    if (course.title) this.titles.set(id, course.title);
+    return h('li', {},
+      h('a', { href: `#/forum/${id}`, class: 'chip', 'aria-current': id === this.current ? 'page' : null, dataset: { course: id, role: course.role } },
+        course.title || `Course ${id}`,
+        h('span', { class: `role role-${course.role}` }, course.role)));
+  }
 }
 
 function courseError(error, course) {
@@ -121,9 +141,12 @@ function who(userId) {
 // --- the feed -------------------------------------------------------------------------------------
 
 class FeedPage {
-  constructor(body, course) {
+  constructor(body, course, title) {
     this.body = body;
     this.course = course;
+    this.heading = title
+      ? h('h1', {}, title, ' ', h('span', { class: 'muted course-id' }, `course ${course}`))
+      : h('h1', {}, `Course ${course}`);
     this.list = h('ol', { class: 'feed', 'aria-label': `Posts of course ${course}` });
     this.more = h('div', { class: 'list-more' });
     this.cards = new Map(); // post id -> its card
@@ -131,7 +154,7 @@ class FeedPage {
     this.tally = new CommentTally();
     this.cursor = null;
     const composer = postComposer(course, (post) => this.place(post, true));
-    fill(body, h('h1', {}, `Course ${course}`), composer, this.list, this.more);
+    fill(body, this.heading, composer, this.list, this.more);
   }
 
   async load() {
@@ -139,7 +162,7 @@ class FeedPage {
     try {
       page = await api(`api/courses/${this.course}/posts`, { query: { limit: POSTS_PER_PAGE, before_id: this.cursor } });
     } catch (error) {
-      if (this.cursor == null) fill(this.body, h('h1', {}, `Course ${this.course}`), courseError(error, this.course));
+      if (this.cursor == null) fill(this.body, this.heading, courseError(error, this.course));
       else notify(explain(error, `course ${this.course}`), 'error');
       return;
     }

@@ -1,4 +1,5 @@
-"""Course forum routes: feed, posts, comments, replies, create and delete.
+"""Course forum routes: your courses, and in a course its feed, posts, comments, replies, create
+and delete.
 
 The token's subject is the acting user; the services check enrolment (403) and that the post or
 comment belongs to the course of the URL (404).
@@ -20,7 +21,15 @@ from fastapi import APIRouter
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, Principal
 from services.gateway.clients import Clients, RequestClients
-from services.gateway.convert import JsonBytes, comment_json, ok, optional_value, page, post_json
+from services.gateway.convert import (
+    JsonBytes,
+    comment_json,
+    membership_json,
+    ok,
+    optional_value,
+    page,
+    post_json,
+)
 from services.gateway.errors import ApiError
 from services.gateway.params import CourseId, CursorId, Limit, RowId
 from services.gateway.rate_limit import LikeLimiter, RateLimiter
@@ -30,6 +39,8 @@ log = logging.getLogger(__name__)
 Row = TypeVar("Row", forum_pb2.Post, forum_pb2.Comment)
 
 router = APIRouter(prefix="/api/courses/{course_id}", tags=["forum"])
+# The caller's own courses: the one forum route outside a course.
+courses_router = APIRouter(prefix="/api/courses", tags=["forum"])
 
 _DELETED = {"data": {"deleted": True}}
 
@@ -77,6 +88,27 @@ def _posts(ids: list[int]) -> list[Target]:
 
 def _comments(ids: list[int]) -> list[Target]:
     return [{"kind": like_pb.TARGET_KIND_COMMENT, "id": i} for i in ids]
+
+
+@courses_router.get(
+    "",
+    summary="The courses you belong to, by course id, with your role in each",
+    response_model=schemas.CoursesPage,
+)
+async def list_courses(
+    clients: RequestClients,
+    user: CurrentUser,
+    limit: Limit = 20,
+    after_id: CursorId = None,
+) -> JsonBytes:
+    rpc = read_pb.ListCoursesRequest(user_id=user.user_id, limit=limit, after_id=after_id)
+    reply = await clients.forum_read.ListCourses(rpc, **clients.options)
+    return page(
+        [membership_json(m) for m in reply.courses],
+        limit,
+        reply.has_more,
+        next_after_id=optional_value(reply, "next_after_id"),
+    )
 
 
 @router.get("/posts", summary="The course feed, newest first", response_model=schemas.PostsPage)
