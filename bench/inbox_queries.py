@@ -29,13 +29,12 @@ from services.timeline.repository import (
     COUNT_UNREAD,
     INBOX_FIRST_PAGE,
     LATEST_INCOMING,
+    LATEST_OUTGOING,
     QUOTE_PAYLOAD,
 )
 
 SECTION = "timeline"
 INBOX_PAGE = 20
-# Not an RPC yet: the same shape as the latest incoming, on the outgoing side.
-LATEST_OUTGOING = LATEST_INCOMING.replace("direction = 'in'", "direction = 'out'")
 
 
 @dataclass(frozen=True)
@@ -108,6 +107,10 @@ def _rpc_calls(
             pb.LatestIncomingRequest(account_id=order[i].account, conversation_key=order[i].thread),
             timeout=5,
         ),
+        "latest_out": lambda i: stub.LatestOutgoing(
+            pb.LatestOutgoingRequest(account_id=order[i].account, conversation_key=order[i].thread),
+            timeout=5,
+        ),
         "quote": lambda i: stub.GetQuotePayload(
             pb.GetQuotePayloadRequest(account_id=order[i].account, msg_id=order[i].msg_id),
             timeout=5,
@@ -150,7 +153,7 @@ async def run_inbox_queries(stack: Stack, *, samples: int, warmup: int, rows: in
     labels = {
         "unread": "unread count (CountUnread)",
         "latest_in": "latest incoming (LatestIncoming)",
-        "latest_out": "latest outgoing (no RPC yet: the statement alone)",
+        "latest_out": "latest outgoing (LatestOutgoing)",
         "quote": "quote lookup (GetQuotePayload)",
         "inbox": f"inbox page of {INBOX_PAGE} (ListConversations)",
     }

@@ -23,7 +23,7 @@ from bench.pgbench_anchors import run_anchors
 from bench.prune import run_prune
 from bench.raw_insert import raw_insert_rate
 from bench.scaling import SizePoint, plot, rows_label, run_scaling
-from bench.timeline_latency import TimelineRun, run_timeline
+from bench.timeline_latency import WHOLE, TimelineRun, run_timeline
 from services.runtime.mysql import MysqlDatabase
 
 TIMELINE_P99_LIMIT_MS = 5.0
@@ -259,6 +259,16 @@ async def timeline_section(stack: Stack, o: Options) -> tuple[list[Result], Time
             f"{where}; {run.plans[page]}",
             limit_ms=TIMELINE_P99_LIMIT_MS,
         )
+    results += _read_results(
+        "timeline.page_500",
+        "timeline",
+        f"page of {WHOLE} (the whole live timeline)",
+        run.whole.bare,
+        run.whole.echo,
+        run.whole.grpc,
+        f"{where}; {run.whole_bytes:,} bytes serialized; the page of 50 costs"
+        f" {run.first.grpc.p50:.3g} ms p50 through gRPC, this one {run.whole.grpc.p50:.3g}",
+    )
     return results + others, run
 
 

@@ -26,6 +26,8 @@ from services.runtime.timeutil import to_timestamp
 from services.timeline.repository import FIRST_PAGE, NEXT_PAGE
 
 PAGE = 50
+# A conversation's whole live timeline in one call (the newest 500 are kept).
+WHOLE = 500
 SECTION = "timeline"
 
 
@@ -47,7 +49,9 @@ class PageLatency:
 class TimelineRun:
     first: PageLatency
     next: PageLatency
+    whole: PageLatency  # a first page of WHOLE messages
     page_bytes: int  # serialized size of the echoed first page
+    whole_bytes: int
     plans: dict[str, str]  # "first", "next": each page statement's plan, described
 
 
@@ -69,9 +73,9 @@ async def targets(db: MysqlDatabase, count: int, seed: int = 7) -> list[Target]:
     return found
 
 
-def first_request(t: Target) -> pb.ListMessagesRequest:
+def first_request(t: Target, limit: int = PAGE) -> pb.ListMessagesRequest:
     return pb.ListMessagesRequest(
-        account_id=BENCH_ACCOUNT, conversation_key=t.thread_id, limit=PAGE
+        account_id=BENCH_ACCOUNT, conversation_key=t.thread_id, limit=limit
     )
 
 
@@ -102,17 +106,21 @@ async def run_timeline(stack: Stack, *, samples: int = 2000, warmup: int = 200) 
             # The pages the echo answers: real responses of this data set, captured now.
             first_page = await stub.ListMessages(first_request(chosen[0]), timeout=5)
             next_page = await stub.ListMessages(next_request(chosen[0]), timeout=5)
+            whole_page = await stub.ListMessages(first_request(chosen[0], WHOLE), timeout=5)
             pages = {
                 "first": first_page.SerializeToString(),
                 "next": next_page.SerializeToString(),
+                "whole": whole_page.SerializeToString(),
             }
             async with (
                 echo_servers(grpc_pages=pages, identity="timeline") as echo,
                 as_gateway(echo.grpc["first"]) as echo_first_channel,
                 as_gateway(echo.grpc["next"]) as echo_next_channel,
+                as_gateway(echo.grpc["whole"]) as echo_whole_channel,
             ):
                 echo_first = timeline_service_pb2_grpc.TimelineServiceStub(echo_first_channel)
                 echo_next = timeline_service_pb2_grpc.TimelineServiceStub(echo_next_channel)
+                echo_whole = timeline_service_pb2_grpc.TimelineServiceStub(echo_whole_channel)
 
                 async def bare_first(i: int) -> None:
                     await db.fetchall(FIRST_PAGE, (order[i].conversation_id, PAGE + 1))
@@ -150,6 +158,24 @@ async def run_timeline(stack: Stack, *, samples: int = 2000, warmup: int = 200) 
                     section=SECTION,
                     label="next page: bare / echo / gRPC",
                 )
+
+                async def bare_whole(i: int) -> None:
+                    await db.fetchall(FIRST_PAGE, (order[i].conversation_id, WHOLE + 1))
+
+                async def echo_whole_call(i: int) -> None:
+                    await echo_whole.ListMessages(first_request(order[i], WHOLE), timeout=5)
+
+                async def grpc_whole(i: int) -> None:
+                    await stub.ListMessages(first_request(order[i], WHOLE), timeout=5)
+
+                # Ten times the rows a call: a quarter of the samples keeps the section's time.
+                whole = await interleaved(
+                    {"bare": bare_whole, "echo": echo_whole_call, "grpc": grpc_whole},
+                    samples=max(100, samples // 4),
+                    warmup=max(20, warmup // 4),
+                    section=SECTION,
+                    label=f"page of {WHOLE}: bare / echo / gRPC",
+                )
         t = chosen[0]
         sent_at, msg_id = t.cursor
         plans = {
@@ -161,7 +187,9 @@ async def run_timeline(stack: Stack, *, samples: int = 2000, warmup: int = 200) 
     return TimelineRun(
         first=PageLatency(**first),
         next=PageLatency(**after),
+        whole=PageLatency(**whole),
         page_bytes=len(pages["first"]),
+        whole_bytes=len(pages["whole"]),
         plans=plans,
     )
 

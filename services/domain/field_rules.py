@@ -18,7 +18,7 @@ from agora.forum.v1 import like_service_pb2
 
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
 from services.domain.instants import SECONDS_END, Limits, check_time
-from services.domain.paging import check_limit
+from services.domain.paging import MAX_MESSAGE_LIMIT, check_limit
 from services.domain.text import MAX_BODY, MAX_TITLE, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
@@ -57,6 +57,10 @@ def row_ids(*fields: str) -> Rule:
 
 def page_limit(request: Any) -> Iterator[FieldViolation]:
     return _present(check_limit(request.limit))
+
+
+def message_page_limit(request: Any) -> Iterator[FieldViolation]:
+    return _present(check_limit(request.limit, MAX_MESSAGE_LIMIT))
 
 
 def text(field: str, limit: int) -> Rule:
@@ -168,11 +172,12 @@ TIMELINE: RuleTable = {
     _TIMELINE + "WatchInbox": (account, position),
     _TIMELINE + "ListMessages": (
         *_CONVERSATION,
-        page_limit,
+        message_page_limit,
         time_cursor("before_sent_at", "before_id"),
     ),
     _TIMELINE + "CountUnread": _CONVERSATION,
     _TIMELINE + "LatestIncoming": _CONVERSATION,
+    _TIMELINE + "LatestOutgoing": _CONVERSATION,
     _TIMELINE + "GetQuotePayload": (account, zalo_id("msg_id")),
     _TIMELINE + "ListConversations": (
         account,

@@ -13,13 +13,16 @@ R = TypeVar("R")
 # The most rows one page of a read holds (the timeline's and the forum's reads, and the
 # gateway's `limit` parameter).
 MAX_LIMIT = 100
+# A conversation's timeline reads up to all of its live messages in one call (the newest 500
+# are kept), as an inbox that shows "the newest 50/100/500" asks.
+MAX_MESSAGE_LIMIT = 500
 
 
-def check_limit(limit: int) -> FieldViolation | None:
-    """None when `limit` rows make a page."""
-    if 1 <= limit <= MAX_LIMIT:
+def check_limit(limit: int, most: int = MAX_LIMIT) -> FieldViolation | None:
+    """None when `limit` rows make a page of at most `most`."""
+    if 1 <= limit <= most:
         return None
-    return FieldViolation("limit", f"must be between 1 and {MAX_LIMIT}")
+    return FieldViolation("limit", f"must be between 1 and {most}")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Path, Query
 
 from services.domain.ids import MAX_ROW_ID
-from services.domain.paging import MAX_LIMIT
+from services.domain.paging import MAX_LIMIT, MAX_MESSAGE_LIMIT
 
 AccountId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="Zalo account id")]
 CourseId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="Course id")]
@@ -17,3 +17,5 @@ RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID)]
 # The id half of a keyset cursor.
 CursorId = Annotated[int | None, Query(ge=1, le=MAX_ROW_ID)]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
+# A conversation's messages: up to every live message of it in one page.
+MessageLimit = Annotated[int, Query(ge=1, le=MAX_MESSAGE_LIMIT)]

@@ -28,6 +28,7 @@ from services.timeline.repository import TimelineRepository
 from services.timeline.watch import Watches, feed_response, parse_after
 
 T = TypeVar("T")
+LatestResponse = TypeVar("LatestResponse", pb.LatestIncomingResponse, pb.LatestOutgoingResponse)
 
 
 class TimelineHandlers(pb_grpc.TimelineServiceServicer):
@@ -97,14 +98,28 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def LatestIncoming(
         self, request: pb.LatestIncomingRequest, context: grpc.aio.ServicerContext
     ) -> pb.LatestIncomingResponse:
+        return await self._latest(request, context, "in", pb.LatestIncomingResponse)
+
+    async def LatestOutgoing(
+        self, request: pb.LatestOutgoingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LatestOutgoingResponse:
+        return await self._latest(request, context, "out", pb.LatestOutgoingResponse)
+
+    async def _latest(
+        self,
+        request: pb.LatestIncomingRequest | pb.LatestOutgoingRequest,
+        context: grpc.aio.ServicerContext,
+        direction: str,
+        response: type[LatestResponse],
+    ) -> LatestResponse:
         conversation_id = await _found(
             context, await self._repo.conversation_id(request.account_id, request.conversation_key)
         )
-        latest = await self._repo.latest_incoming(conversation_id)
+        latest = await self._repo.latest(conversation_id, direction)
         if latest is None:
-            return pb.LatestIncomingResponse(found=False)
+            return response(found=False)
         msg_id, sent_at = latest
-        return pb.LatestIncomingResponse(found=True, msg_id=msg_id, sent_at=to_timestamp(sent_at))
+        return response(found=True, msg_id=msg_id, sent_at=to_timestamp(sent_at))
 
     async def GetQuotePayload(
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext

@@ -47,11 +47,16 @@ COUNT_UNREAD = """
 SELECT COUNT(*) FROM zalo_messages
 WHERE zalo_conversation_id = %s AND direction = 'in' AND sent_at > %s"""
 
-LATEST_INCOMING = """
+# One statement per direction, each a descent of the (conversation, direction, sent_at) index.
+LATEST = {
+    direction: f"""
 SELECT msg_id, sent_at FROM zalo_messages
-WHERE zalo_conversation_id = %s AND direction = 'in'
+WHERE zalo_conversation_id = %s AND direction = '{direction}'
 ORDER BY sent_at DESC, msg_id DESC
 LIMIT 1"""
+    for direction in ("in", "out")
+}
+LATEST_INCOMING, LATEST_OUTGOING = LATEST["in"], LATEST["out"]
 
 ACCOUNT_EXISTS = "SELECT 1 FROM zalo_accounts WHERE id = %s"
 
@@ -164,9 +169,10 @@ class TimelineRepository:
         )
         return int(row[0]) if row else 0
 
-    async def latest_incoming(self, conversation_id: int) -> tuple[str, datetime] | None:
-        """(msg_id, sent_at) of the conversation's newest incoming message."""
-        row = await self._db.fetchone(LATEST_INCOMING, (conversation_id,))
+    async def latest(self, conversation_id: int, direction: str) -> tuple[str, datetime] | None:
+        """(msg_id, sent_at) of the conversation's newest message in `direction` ('in' or
+        'out'); ties on sent_at go to the greater msg_id."""
+        row = await self._db.fetchone(LATEST[direction], (conversation_id,))
         return None if row is None else (str(row[0]), row[1])
 
     async def quote_payload(self, account_id: int, msg_id: str) -> tuple[bool, str | None]:

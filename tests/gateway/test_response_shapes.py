@@ -60,6 +60,7 @@ async def test_messaging_routes_answer_their_documented_models(
         (f"{ACCOUNT}/conversations?limit=1", schemas.ConversationsPage),
         (f"{ACCOUNT}/conversations/t1/unread", schemas.UnreadResponse),
         (f"{ACCOUNT}/conversations/t1/latest-incoming", schemas.LatestIncomingResponse),
+        (f"{ACCOUNT}/conversations/t1/latest-outgoing", schemas.LatestOutgoingResponse),
         (f"{ACCOUNT}/messages/shape-1/quote", schemas.QuotePayloadResponse),
         (f"{ACCOUNT}/messages/shape-2/quote", schemas.QuotePayloadResponse),
     ):

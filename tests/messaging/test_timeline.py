@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 
+import grpc
 import httpx
 import pytest
 from agora.messaging.v1 import ingest_service_pb2 as pb
-from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
+from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2, timeline_service_pb2_grpc
+from agora.messaging.v1 import timeline_service_pb2 as tpb
 
 from services.runtime.mysql import MysqlDatabase
 from tests.helpers import Flusher, at, message
@@ -75,6 +77,42 @@ async def test_walking_pages_returns_every_message_once_in_order(
     assert seen == expected
     assert len(seen) == len(set(seen)) == 230
     assert pages == 14  # ceil(230 / 17): the last page says has_more false, no empty extra page
+
+
+async def test_one_call_reads_up_to_the_newest_500_and_no_more(
+    ingest: ingest_service_pb2_grpc.IngestServiceStub,
+    timeline: timeline_service_pb2_grpc.TimelineServiceStub,
+    flusher: Flusher,
+    gateway: httpx.AsyncClient,
+    token: str,
+) -> None:
+    await ingest_all(ingest, [message(f"m{i:03d}", sent_at=at(i)) for i in range(520)])
+    await flusher.drain()
+    page = await gateway.get(
+        "/api/zalo-accounts/1/messages",
+        params={"conversation_key": "t1", "limit": 500},
+        headers=auth(token),
+    )
+    assert page.status_code == 200, page.text
+    body = page.json()
+    assert [m["msg_id"] for m in body["data"]] == [f"m{i:03d}" for i in range(519, 19, -1)]
+    assert body["pagination"]["has_more"] is True
+    too_many = await gateway.get(
+        "/api/zalo-accounts/1/messages",
+        params={"conversation_key": "t1", "limit": 501},
+        headers=auth(token),
+    )
+    assert too_many.status_code == 422
+    assert [f["field"] for f in too_many.json()["error"]["fields"]] == ["limit"]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await timeline.ListMessages(
+            tpb.ListMessagesRequest(account_id=1, conversation_key="t1", limit=501)
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "between 1 and 500" in (refused.value.details() or "")
+    # Other lists keep their page of at most 100.
+    feed = await gateway.get("/api/courses/42/posts", params={"limit": 101}, headers=auth(token))
+    assert feed.status_code == 422
 
 
 async def test_response_keeps_column_names_and_iso_times(
@@ -156,6 +194,28 @@ async def test_unread_latest_incoming_and_mark_read(
     latest = await gateway.get(f"{base}/latest-incoming", headers=auth(token))
     # Two incoming share the newest sent_at: the order is (sent_at, msg_id), so i3.
     assert latest.json()["data"]["msg_id"] == "i3"
+    outgoing = await gateway.get(f"{base}/latest-outgoing", headers=auth(token))
+    assert outgoing.json()["data"] == {
+        "conversation_key": "t1",
+        "msg_id": "o2",
+        "sent_at": "2026-08-02T10:00:04.000+00:00",
+    }
+    # A conversation with nothing sent out yet: found, but no message that way.
+    await ingest_all(ingest, [message("only-in", thread="quiet", sent_at=at(5))])
+    await flusher.drain()
+    quiet = await gateway.get(
+        "/api/zalo-accounts/1/conversations/quiet/latest-outgoing", headers=auth(token)
+    )
+    assert quiet.status_code == 200, quiet.text
+    assert quiet.json()["data"] == {"conversation_key": "quiet", "msg_id": None, "sent_at": None}
+    nowhere = await gateway.get(
+        "/api/zalo-accounts/1/conversations/nope/latest-outgoing", headers=auth(token)
+    )
+    assert nowhere.status_code == 404
+    other = await gateway.get(
+        "/api/zalo-accounts/3/conversations/t1/latest-outgoing", headers=auth(token)
+    )
+    assert other.status_code == 403
 
     marked = await gateway.post(
         f"{base}/read", json={"read_at": "2026-08-02T10:00:01+00:00"}, headers=auth(token)

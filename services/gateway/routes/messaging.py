@@ -31,7 +31,7 @@ from services.gateway.convert import (
     time_text,
 )
 from services.gateway.errors import ApiError
-from services.gateway.params import AccountId, CursorId, Limit
+from services.gateway.params import AccountId, CursorId, Limit, MessageLimit
 from services.runtime.grpc_errors import FieldViolation
 
 router = APIRouter(prefix="/api/zalo-accounts/{account_id}", tags=["messaging"])
@@ -81,7 +81,7 @@ async def list_messages(
     user: CurrentUser,
     account_id: AccountId,
     conversation_key: ConversationKey,
-    limit: Limit = 50,
+    limit: MessageLimit = 50,
     before_sent_at: TimeCursor = None,
     before_id: CursorId = None,
     include_archive: Annotated[
@@ -259,6 +259,33 @@ async def latest_incoming(
         timeline_pb.LatestIncomingRequest(account_id=account_id, conversation_key=conversation_key),
         **clients.options,
     )
+    return _latest(conversation_key, reply)
+
+
+@router.get(
+    "/conversations/{conversation_key}/latest-outgoing",
+    summary="The newest outgoing message of a conversation (what the business last said)",
+    response_model=schemas.LatestOutgoingResponse,
+)
+async def latest_outgoing(
+    clients: RequestClients,
+    user: CurrentUser,
+    account_id: AccountId,
+    conversation_key: ConversationKeyPath,
+) -> JsonBytes:
+    require_account(user, account_id)
+    reply = await clients.timeline.LatestOutgoing(
+        timeline_pb.LatestOutgoingRequest(account_id=account_id, conversation_key=conversation_key),
+        **clients.options,
+    )
+    return _latest(conversation_key, reply)
+
+
+def _latest(
+    conversation_key: str,
+    reply: timeline_pb.LatestIncomingResponse | timeline_pb.LatestOutgoingResponse,
+) -> JsonBytes:
+    """schemas.LatestMessage: nulls when the conversation has no message that way."""
     return ok(
         {
             "data": {

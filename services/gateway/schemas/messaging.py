@@ -87,14 +87,29 @@ class UnreadResponse(Success):
     data: UnreadCount
 
 
-class LatestIncoming(BaseModel):
+class LatestMessage(BaseModel):
+    """A conversation's newest message in one direction; msg_id and sent_at are null when it
+    has none."""
+
     conversation_key: str
     msg_id: str | None
     sent_at: str | None
 
 
+class LatestIncoming(LatestMessage):
+    pass
+
+
 class LatestIncomingResponse(Success):
     data: LatestIncoming
+
+
+class LatestOutgoing(LatestMessage):
+    pass
+
+
+class LatestOutgoingResponse(Success):
+    data: LatestOutgoing
 
 
 class QuotePayload(BaseModel):
