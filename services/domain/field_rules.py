@@ -18,7 +18,7 @@ from agora.forum.v1 import like_service_pb2
 
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
 from services.domain.instants import SECONDS_END, Limits, check_time
-from services.domain.paging import MAX_MESSAGE_LIMIT, check_limit
+from services.domain.paging import MAX_LIKERS_LIMIT, MAX_MESSAGE_LIMIT, check_limit
 from services.domain.text import MAX_BODY, MAX_TITLE, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
@@ -61,6 +61,10 @@ def page_limit(request: Any) -> Iterator[FieldViolation]:
 
 def message_page_limit(request: Any) -> Iterator[FieldViolation]:
     return _present(check_limit(request.limit, MAX_MESSAGE_LIMIT))
+
+
+def likers_page_limit(request: Any) -> Iterator[FieldViolation]:
+    return _present(check_limit(request.limit, MAX_LIKERS_LIMIT))
 
 
 def text(field: str, limit: int) -> Rule:
@@ -198,6 +202,12 @@ FORUM_READ: RuleTable = {
     _FORUM_READ + "GetPost": (row_ids("course_id", "post_id", "user_id"),),
     _FORUM_READ + "ListComments": (row_ids("course_id", "post_id", "user_id"), *_THREAD_PAGE),
     _FORUM_READ + "ListReplies": (row_ids("course_id", "comment_id", "user_id"), *_THREAD_PAGE),
+    _FORUM_READ + "ListLikers": (
+        row_ids("course_id", "user_id"),
+        like_target,
+        likers_page_limit,
+        time_cursor("before_liked_at", "before_user_id"),
+    ),
 }
 
 FORUM_WRITE: RuleTable = {

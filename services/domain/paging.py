@@ -16,6 +16,8 @@ MAX_LIMIT = 100
 # A conversation's timeline reads up to all of its live messages in one call (the newest 500
 # are kept), as an inbox that shows "the newest 50/100/500" asks.
 MAX_MESSAGE_LIMIT = 500
+# Who liked a post or a comment: a page holds as many as Discourse shows at a time.
+MAX_LIKERS_LIMIT = 200
 
 
 def check_limit(limit: int, most: int = MAX_LIMIT) -> FieldViolation | None:

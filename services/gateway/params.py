@@ -6,9 +6,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Path, Query
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.domain.ids import MAX_ROW_ID
-from services.domain.paging import MAX_LIMIT, MAX_MESSAGE_LIMIT
+from services.domain.paging import MAX_LIKERS_LIMIT, MAX_LIMIT, MAX_MESSAGE_LIMIT
+from services.gateway import schemas
+from services.gateway.convert import BadValue, parse_instant
+from services.gateway.errors import ApiError
 
 AccountId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="Zalo account id")]
 CourseId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="Course id")]
@@ -19,3 +23,16 @@ CursorId = Annotated[int | None, Query(ge=1, le=MAX_ROW_ID)]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 # A conversation's messages: up to every live message of it in one page.
 MessageLimit = Annotated[int, Query(ge=1, le=MAX_MESSAGE_LIMIT)]
+LikersLimit = Annotated[int, Query(ge=1, le=MAX_LIKERS_LIMIT)]
+# The time half of a keyset cursor.
+TimeCursor = Annotated[schemas.Instant | None, Query(description="Cursor, with its id half")]
+
+
+def request_time(value: str | None, field: str) -> Timestamp | None:
+    """A client-given instant (a cursor or a body field), or None when it is not given."""
+    if value is None:
+        return None
+    try:
+        return parse_instant(value, field)
+    except BadValue as exc:
+        raise ApiError.invalid([exc.violation]) from exc

@@ -10,6 +10,7 @@ import grpc
 from agora.events.v1 import live_events_pb2
 from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
+from agora.forum.v1 import like_service_pb2 as like_pb
 from asyncpg import Record
 
 from services.domain.forum import (
@@ -22,6 +23,7 @@ from services.domain.forum import (
 from services.domain.ids import check_row_id
 from services.domain.paging import Page
 from services.runtime.grpc_errors import abort, abort_invalid
+from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
 from services.timeline.forum_repository import Checked, ForumReadRepository
 from services.timeline.watch import Watches, feed_response, parse_after
 
@@ -121,6 +123,32 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             request, context, "comment_id", self._repo.replies, COMMENT_NOT_FOUND
         )
         return _comments_response(pb.ListRepliesResponse, page)
+
+    async def ListLikers(
+        self, request: pb.ListLikersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListLikersResponse:
+        comment = request.target.kind == like_pb.TARGET_KIND_COMMENT
+        has = request.HasField
+        before = (
+            to_datetime(request.before_liked_at) if has("before_liked_at") else None,
+            request.before_user_id if has("before_user_id") else None,
+        )
+        checked, page = await self._repo.likers(
+            request.course_id, request.user_id, comment, request.target.id, request.limit, before
+        )
+        await _require_visible(checked, context, COMMENT_NOT_FOUND if comment else POST_NOT_FOUND)
+        rows = page.rows
+        response = pb.ListLikersResponse(
+            likers=[
+                {"user_id": r["user_id"], "liked_at": timestamp_fields(r["created_at"])}
+                for r in rows
+            ],
+            has_more=page.has_more,
+        )
+        if rows:
+            response.next_before_liked_at.CopyFrom(to_timestamp(rows[-1]["created_at"]))
+            response.next_before_user_id = rows[-1]["user_id"]
+        return response
 
     async def _thread_page(
         self,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 from asyncpg import Record
@@ -29,6 +30,7 @@ from services.domain.forum import (
     COMMENT_COLUMNS,
     ENROLLED_IN_COURSE,
     IS_MEMBER,
+    LIVE_COMMENT_IN_COURSE,
     LIVE_POST_IN_COURSE,
     POST_COLUMNS,
 )
@@ -100,6 +102,37 @@ COMMENTS_PAGE_CHECKED = _thread_checked(
 REPLIES_PAGE_CHECKED = _thread_checked(_REPLIES_PAGE, _VISIBLE_ROOT.format(T="$1", C="$4"))
 
 
+# Who liked a target, newest first: the page of a target's likes on its *_likes_newest index,
+# before the cursor ($2 time, $3 user) as the timeline's: both halves, the time alone (likes
+# before that instant: user ids start at 1) or the user alone (likes before that user's like of
+# it; none when they have not liked it). {table}/{column}: the target's kind.
+_LIKERS_PAGE = """
+SELECT user_id, created_at FROM {table}
+WHERE {{gate}}{column} = $1
+  AND ($2::timestamptz IS NULL AND $3::bigint IS NULL
+       OR (created_at, user_id) < (
+         COALESCE($2, (SELECT c.created_at FROM {table} c
+                       WHERE c.{column} = $1 AND c.user_id = $3)),
+         COALESCE($3, 0)))
+ORDER BY created_at DESC, user_id DESC LIMIT $4"""
+
+
+def _likers_checked(table: str, column: str, live: str) -> str:
+    """A likers page's statement: $1 the target, $2/$3 the cursor, $4 the limit, $5 the course,
+    $6 the user; found when the target is live in the course."""
+    page = _LIKERS_PAGE.format(table=table, column=column)
+    return _checked(
+        page,
+        "page.created_at DESC, page.user_id DESC",
+        course="$5",
+        user="$6",
+        found=live.format(target="$1", course="$5"),
+    )
+
+
+POST_LIKERS_CHECKED = _likers_checked("post_likes", "post_id", LIVE_POST_IN_COURSE)
+COMMENT_LIKERS_CHECKED = _likers_checked("comment_likes", "comment_id", LIVE_COMMENT_IN_COURSE)
+
 # A user's memberships in course order, from course_members_by_user alone but for each page
 # row's title (one primary-key lookup in courses each).
 MY_COURSES = """
@@ -118,10 +151,10 @@ class Checked:
     rows: list[Record]
 
     @classmethod
-    def of(cls, rows: Sequence[Record]) -> Checked:
+    def of(cls, rows: Sequence[Record], key: str = "id") -> Checked:
         first = rows[0]
-        # An empty page is the checks' row alone, with NULL columns (an id is never NULL).
-        items = list(rows) if first["id"] is not None else []
+        # An empty page is the checks' row alone, with NULL columns (`key` is never NULL).
+        items = list(rows) if first[key] is not None else []
         return cls(bool(first["enrolled"]), bool(first["found"]), items)
 
 
@@ -135,6 +168,23 @@ class ForumReadRepository:
         """The courses `user_id` belongs to, after course `after_id`."""
         rows = await self._pool.fetch(MY_COURSES, user_id, after_id or 0, limit + 1)
         return Page.of(rows, limit)
+
+    async def likers(
+        self,
+        course_id: int,
+        user_id: int,
+        comment: bool,
+        target_id: int,
+        limit: int,
+        before: tuple[datetime | None, int | None],
+    ) -> tuple[Checked, Page[Record]]:
+        """Who liked the post (or comment) `target_id`, newest first, before the (time, user)
+        cursor `before` (either half may be None)."""
+        sql = COMMENT_LIKERS_CHECKED if comment else POST_LIKERS_CHECKED
+        at, who = before
+        rows = await self._pool.fetch(sql, target_id, at, who, limit + 1, course_id, user_id)
+        checked = Checked.of(rows, "user_id")
+        return checked, Page.of(checked.rows, limit)
 
     async def is_member(self, course_id: int, user_id: int) -> bool:
         return await self._pool.fetchval(IS_MEMBER, course_id, user_id) is not None

@@ -208,6 +208,12 @@ async def test_forum_likes_replies_and_a_course_you_are_not_in(
             await page.unroute("**/posts/1/like")
             await expect(like).to_have_attribute("data-count", "1")
             await until("the like to be counted", lambda: same(post_state(1), (1, True)))
+            # Who liked it: opened on demand, read from what the server stored.
+            likers = page.locator('.post[data-id="1"] .likers')
+            await likers.locator("summary").click()
+            await expect(likers.locator("li")).to_have_count(1)
+            await expect(likers.locator("li")).to_have_attribute("data-user", "7")
+            await expect(likers.locator("li")).to_contain_text("you")
             await watched.screenshot("forum-feed")
             # The count follows the server: reloaded, the feed shows what the database has.
             await page.reload()

@@ -12,6 +12,7 @@ const POSTS_PER_PAGE = 10;
 const COMMENTS_PER_PAGE = 10;
 const REPLIES_PER_PAGE = 10;
 const COURSES_PER_PAGE = 50;
+const LIKERS_PER_PAGE = 20;
 
 export async function forumView(main, [coursePart, section, postPart]) {
   const course = /^[1-9][0-9]{0,18}$/.test(coursePart ?? '') ? coursePart : null;
@@ -246,6 +247,7 @@ function postCard(course, post, { full = false, onDeleted }) {
   const comments = h('a', { href: link, class: 'comment-count' }, `💬 ${plural(post.comment_count, 'comment')}`);
   card.append(h('div', { class: 'actions' },
     likeButton(course, 'post', post),
+    likers(course, 'post', post),
     comments,
     post.user_id === session.userId ? deleteButton('Delete', async () => {
       try {
@@ -325,6 +327,44 @@ function likeButton(course, kind, item) {
   };
   paint();
   return button;
+}
+
+/** "Who liked": the members who liked a post or a comment, newest first, read when opened. A
+ * like just given shows once the server stored it (a moment later in the buffered mode). */
+function likers(course, kind, item) {
+  const list = h('ol', { class: 'likers-list', 'aria-label': `Who liked this ${kind}` });
+  const more = h('div', { class: 'list-more' });
+  const box = h('details', { class: 'likers' }, h('summary', {}, 'Who liked'),
+    h('div', { class: 'likers-panel' }, list, more));
+  let cursor = null;
+
+  async function load() {
+    let page;
+    try {
+      page = await api(`api/courses/${course}/${kind}s/${item.id}/likes`, {
+        query: { limit: LIKERS_PER_PAGE, before_liked_at: cursor?.[0], before_user_id: cursor?.[1] },
+      });
+    } catch (error) {
+      fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, `the likes of this ${kind}`)));
+      return;
+    }
+    for (const liker of page.data) {
+      list.append(h('li', { dataset: { user: liker.user_id } }, h('strong', {}, who(liker.user_id)), ' · ', timeEl(liker.liked_at)));
+    }
+    if (!list.children.length) list.append(h('li', { class: 'muted' }, 'Nobody yet.'));
+    const p = page.pagination;
+    cursor = p.has_more ? [p.next_before_liked_at, p.next_before_user_id] : null;
+    fill(more, cursor ? busyButton('More', load, { class: 'ghost small' }) : null);
+  }
+
+  box.addEventListener('toggle', () => {
+    if (!box.open) return;
+    // Read again on every opening: the list is short, and likes keep coming.
+    list.replaceChildren();
+    cursor = null;
+    load();
+  });
+  return box;
 }
 
 function likeRefused(error, kind, like) {
@@ -537,6 +577,7 @@ class Thread {
       h('p', { class: 'comment-body' }, comment.body),
       h('div', { class: 'actions' },
         likeButton(this.course, 'comment', comment),
+        likers(this.course, 'comment', comment),
         h('button', { type: 'button', class: 'ghost small reply-button', onclick: () => this.toggleForm(slot, comment) }, 'Reply'),
         comment.user_id === session.userId ? deleteButton('Delete', () => this.remove(comment, root, isReply)) : null),
       slot);

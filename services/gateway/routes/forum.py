@@ -29,9 +29,18 @@ from services.gateway.convert import (
     optional_value,
     page,
     post_json,
+    time_text,
 )
 from services.gateway.errors import ApiError
-from services.gateway.params import CourseId, CursorId, Limit, RowId
+from services.gateway.params import (
+    CourseId,
+    CursorId,
+    LikersLimit,
+    Limit,
+    RowId,
+    TimeCursor,
+    request_time,
+)
 from services.gateway.rate_limit import LikeLimiter, RateLimiter
 
 log = logging.getLogger(__name__)
@@ -250,6 +259,74 @@ async def delete_comment(
         **clients.options,
     )
     return ok(_DELETED)
+
+
+@router.get(
+    "/posts/{post_id}/likes",
+    summary="Who liked a post, newest first",
+    response_model=schemas.LikersPage,
+)
+async def post_likers(
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    post_id: RowId,
+    limit: LikersLimit = 50,
+    before_liked_at: TimeCursor = None,
+    before_user_id: CursorId = None,
+) -> JsonBytes:
+    target = like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=post_id)
+    return await _likers(clients, user, course_id, target, limit, before_liked_at, before_user_id)
+
+
+@router.get(
+    "/comments/{comment_id}/likes",
+    summary="Who liked a comment or a reply, newest first",
+    response_model=schemas.LikersPage,
+)
+async def comment_likers(
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    comment_id: RowId,
+    limit: LikersLimit = 50,
+    before_liked_at: TimeCursor = None,
+    before_user_id: CursorId = None,
+) -> JsonBytes:
+    target = like_pb.Target(kind=like_pb.TARGET_KIND_COMMENT, id=comment_id)
+    return await _likers(clients, user, course_id, target, limit, before_liked_at, before_user_id)
+
+
+async def _likers(
+    clients: Clients,
+    user: Principal,
+    course_id: int,
+    target: like_pb.Target,
+    limit: int,
+    before_liked_at: str | None,
+    before_user_id: int | None,
+) -> JsonBytes:
+    reply = await clients.forum_read.ListLikers(
+        read_pb.ListLikersRequest(
+            course_id=course_id,
+            user_id=user.user_id,
+            target=target,
+            limit=limit,
+            before_liked_at=request_time(before_liked_at, "before_liked_at"),
+            before_user_id=before_user_id,
+        ),
+        **clients.options,
+    )
+    has = reply.HasField
+    return page(
+        [{"user_id": r.user_id, "liked_at": time_text(r.liked_at)} for r in reply.likers],
+        limit,
+        reply.has_more,
+        next_before_liked_at=time_text(reply.next_before_liked_at)
+        if has("next_before_liked_at")
+        else None,
+        next_before_user_id=optional_value(reply, "next_before_user_id"),
+    )
 
 
 async def _comments_page(

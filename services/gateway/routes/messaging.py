@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Body, Path, Query
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.domain.ids import ID_PATTERN
 from services.gateway import schemas
@@ -27,11 +26,17 @@ from services.gateway.convert import (
     optional_time,
     optional_value,
     page,
-    parse_instant,
     time_text,
 )
 from services.gateway.errors import ApiError
-from services.gateway.params import AccountId, CursorId, Limit, MessageLimit
+from services.gateway.params import (
+    AccountId,
+    CursorId,
+    Limit,
+    MessageLimit,
+    TimeCursor,
+    request_time,
+)
 from services.runtime.grpc_errors import FieldViolation
 
 router = APIRouter(prefix="/api/zalo-accounts/{account_id}", tags=["messaging"])
@@ -43,17 +48,6 @@ ConversationKeyPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
 # The time half of a timeline's cursor; the id half is before_id.
-TimeCursor = Annotated[schemas.Instant | None, Query(description="Cursor, with before_id")]
-
-
-def _request_time(value: str | None, field: str) -> Timestamp | None:
-    """A client-given instant (a cursor or a body field), or None when it is not given."""
-    if value is None:
-        return None
-    try:
-        return parse_instant(value, field)
-    except BadValue as exc:
-        raise ApiError.invalid([exc.violation]) from exc
 
 
 def _timeline_page(
@@ -94,7 +88,7 @@ async def list_messages(
         conversation_key=conversation_key,
         limit=limit,
         include_archive=include_archive,
-        before_sent_at=_request_time(before_sent_at, "before_sent_at"),
+        before_sent_at=request_time(before_sent_at, "before_sent_at"),
         before_id=before_id,
     )
     reply = await clients.timeline.ListMessages(rpc, **clients.options)
@@ -175,7 +169,7 @@ async def list_conversations(
     rpc = timeline_pb.ListConversationsRequest(
         account_id=account_id,
         limit=limit,
-        before_last_message_at=_request_time(before_last_message_at, "before_last_message_at"),
+        before_last_message_at=request_time(before_last_message_at, "before_last_message_at"),
         before_id=before_id,
     )
     reply = await clients.timeline.ListConversations(rpc, **clients.options)
@@ -235,7 +229,7 @@ async def mark_read(
     rpc = ingest_pb.MarkReadRequest(
         account_id=account_id,
         conversation_key=conversation_key,
-        read_at=_request_time(body.read_at if body is not None else None, "read_at"),
+        read_at=request_time(body.read_at if body is not None else None, "read_at"),
     )
     reply = await clients.ingest.MarkRead(rpc, **clients.options)
     return ok(
@@ -317,7 +311,7 @@ async def record_agent_sent(
         msg_id=body.msg_id or "",
         agent_user_id=user.user_id,
         content=body.content or "",
-        sent_at=_request_time(body.sent_at, "sent_at"),
+        sent_at=request_time(body.sent_at, "sent_at"),
     )
     await clients.ingest.RecordAgentSent(rpc, **clients.options)
     return ok({"data": {"accepted": True}}, 202)

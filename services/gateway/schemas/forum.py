@@ -63,6 +63,21 @@ class CoursesPage(Success):
     pagination: CommentPagination
 
 
+class Liker(BaseModel):
+    user_id: int
+    liked_at: str
+
+
+class LikersPagination(Pagination):
+    next_before_liked_at: str | None
+    next_before_user_id: int | None
+
+
+class LikersPage(Success):
+    data: list[Liker]
+    pagination: LikersPagination
+
+
 class PostsPage(Success):
     data: list[Post]
     pagination: FeedPagination
