@@ -107,8 +107,14 @@ async def test_the_page_loads_only_its_own_files_under_its_own_csp() -> None:
             seen.add(path)
             response = await c.get("/" + path)
             assert response.status_code == 200, path
-            kind = {"js": "text/javascript", "css": "text/css", "svg": "image/svg+xml"}
+            kind = {"js": "text/javascript", "mjs": "text/javascript", "css": "text/css"}
+            kind["svg"] = "image/svg+xml"
             assert response.headers["content-type"].startswith(kind[path.rsplit(".", 1)[1]])
+            if path.startswith("web/vendor/"):
+                # Pinned third-party modules (the Markdown renderer and its sanitizer, which
+                # works on an inert document of its own): versioned paths, cached for a day.
+                assert response.headers["cache-control"] == "public, max-age=86400", path
+                continue
             assert response.headers["cache-control"] == "no-cache"
             if path.endswith(".js"):
                 assert "innerHTML" not in response.text, path
@@ -118,6 +124,10 @@ async def test_the_page_loads_only_its_own_files_under_its_own_csp() -> None:
                 for module in re.findall(r"from '(\.[^']+)'", response.text):
                     pending.append(urljoin(path, module))
         assert {"web/app.js", "web/js/inbox.js", "web/js/forum.js", "web/js/live.js"} <= seen
+        assert {
+            "web/vendor/marked-18.3.0/marked.esm.js",
+            "web/vendor/dompurify-3.5.0/purify.es.mjs",
+        } <= seen
         assert "web/style.css" in seen
         # The API's own headers are unchanged.
         for response in (await c.get("/healthz"), await c.get("/api/courses/42/posts")):
@@ -163,8 +173,9 @@ async def test_vendored_assets_are_the_pinned_ones_with_their_licences() -> None
         str(p.relative_to(vendor)) for p in vendor.rglob("*") if p.is_file() and p.parent != vendor
     }
     assert on_disk == set(listed)
-    for directory in (web.SWAGGER_UI, web.REDOC):
-        assert (web.WEB_ROOT / directory / "LICENSE").is_file()
+    for directory in (web.SWAGGER_UI, web.REDOC, "vendor/marked-", "vendor/dompurify-"):
+        [pinned] = web.WEB_ROOT.glob(f"{directory}*")
+        assert (pinned / "LICENSE").is_file(), pinned
     # The pins of update.sh name the directories the gateway serves.
     script = (vendor / "update.sh").read_text()
     version = re.search(r"SWAGGER_UI_VERSION=(\S+)", script)
@@ -173,6 +184,11 @@ async def test_vendored_assets_are_the_pinned_ones_with_their_licences() -> None
     assert redoc
     assert f"vendor/swagger-ui-dist-{version[1]}" == web.SWAGGER_UI
     assert f"vendor/redoc-{redoc[1]}" == web.REDOC
+    markdown = (web.WEB_ROOT / "js" / "markdown.js").read_text()
+    for package in ("marked", "dompurify"):
+        pin = re.search(rf"{package.upper()}_VERSION=(\S+)", script)
+        assert pin
+        assert f"vendor/{package}-{pin[1]}/" in markdown, package
 
 
 def directives(csp: str) -> dict[str, list[str]]:

@@ -4,6 +4,7 @@
 import { api, explain } from './api.js';
 import { fill, h, plural, timeEl } from './dom.js';
 import { follow, gate, stopFollowing } from './live.js';
+import { renderMarkdown } from './markdown.js';
 import { go } from './router.js';
 import { session } from './session.js';
 import { busyButton, deleteButton, errorPanel, notify } from './ui.js';
@@ -243,7 +244,7 @@ function postCard(course, post, { full = false, onDeleted }) {
   const card = h('article', { class: `post${full ? ' full' : ''}`, dataset: { id: post.id } },
     h(full ? 'h1' : 'h2', { class: 'post-title' }, full ? post.title : h('a', { href: link }, post.title)),
     h('div', { class: 'meta muted' }, `by ${who(post.user_id)} · `, timeEl(post.created_at)),
-    h('p', { class: 'post-body' }, full || post.body.length <= 300 ? post.body : `${post.body.slice(0, 300)}…`));
+    h('div', { class: 'post-body markdown' }, renderMarkdown(full || post.body.length <= 300 ? post.body : `${post.body.slice(0, 300)}…`)));
   const comments = h('a', { href: link, class: 'comment-count' }, `💬 ${plural(post.comment_count, 'comment')}`);
   card.append(h('div', { class: 'actions' },
     likeButton(course, 'post', post),
@@ -574,7 +575,7 @@ class Thread {
     const slot = h('div', { class: 'form-slot' });
     const block = h('div', { class: 'comment-block' },
       h('div', { class: 'meta muted' }, h('strong', {}, who(comment.user_id)), ' · ', timeEl(comment.created_at), to ? ' · ' : null, to),
-      h('p', { class: 'comment-body' }, comment.body),
+      h('div', { class: 'comment-body markdown' }, renderMarkdown(comment.body)),
       h('div', { class: 'actions' },
         likeButton(this.course, 'comment', comment),
         likers(this.course, 'comment', comment),
