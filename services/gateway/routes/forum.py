@@ -26,6 +26,7 @@ from services.gateway.convert import (
     comment_json,
     membership_json,
     ok,
+    optional_time,
     optional_value,
     page,
     post_json,
@@ -317,14 +318,11 @@ async def _likers(
         ),
         **clients.options,
     )
-    has = reply.HasField
     return page(
         [{"user_id": r.user_id, "liked_at": time_text(r.liked_at)} for r in reply.likers],
         limit,
         reply.has_more,
-        next_before_liked_at=time_text(reply.next_before_liked_at)
-        if has("next_before_liked_at")
-        else None,
+        next_before_liked_at=optional_time(reply, "next_before_liked_at"),
         next_before_user_id=optional_value(reply, "next_before_user_id"),
     )
 
