@@ -70,6 +70,7 @@ TABLES = [
 ]
 PG_TABLES = ", ".join(
     [
+        "moderation_actions",
         "comment_likes",
         "post_likes",
         "comments",

@@ -19,7 +19,7 @@ from agora.forum.v1 import like_service_pb2
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
 from services.domain.instants import SECONDS_END, Limits, check_time
 from services.domain.paging import MAX_LIKERS_LIMIT, MAX_MESSAGE_LIMIT, check_limit
-from services.domain.text import MAX_BODY, MAX_TITLE, check_text
+from services.domain.text import MAX_BODY, MAX_TITLE, check_reason, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
 from services.runtime.stream_ids import Position
@@ -70,6 +70,12 @@ def likers_page_limit(request: Any) -> Iterator[FieldViolation]:
 def text(field: str, limit: int) -> Rule:
     """A post's title or a post's or comment's body: see services/domain/text.py."""
     return lambda request: _present(check_text(getattr(request, field), field, limit))
+
+
+def reason(request: Any) -> Iterator[FieldViolation]:
+    """A moderation action's optional reason: see services/domain/text.py."""
+    if request.HasField("reason"):
+        yield from _present(check_reason(request.reason, "reason"))
 
 
 def row_cursor(field: str, least: int) -> Rule:
@@ -202,6 +208,11 @@ FORUM_READ: RuleTable = {
     _FORUM_READ + "GetPost": (row_ids("course_id", "post_id", "user_id"),),
     _FORUM_READ + "ListComments": (row_ids("course_id", "post_id", "user_id"), *_THREAD_PAGE),
     _FORUM_READ + "ListReplies": (row_ids("course_id", "comment_id", "user_id"), *_THREAD_PAGE),
+    _FORUM_READ + "ListModerationActions": (
+        row_ids("course_id", "user_id"),
+        page_limit,
+        row_cursor("before_id", 1),
+    ),
     _FORUM_READ + "ListLikers": (
         row_ids("course_id", "user_id"),
         like_target,
@@ -221,8 +232,8 @@ FORUM_WRITE: RuleTable = {
         text("body", MAX_BODY),
         parent_comment,
     ),
-    _FORUM_WRITE + "DeletePost": (row_ids("course_id", "post_id", "user_id"),),
-    _FORUM_WRITE + "DeleteComment": (row_ids("course_id", "comment_id", "user_id"),),
+    _FORUM_WRITE + "DeletePost": (row_ids("course_id", "post_id", "user_id"), reason),
+    _FORUM_WRITE + "DeleteComment": (row_ids("course_id", "comment_id", "user_id"), reason),
 }
 
 LIKES: RuleTable = {

@@ -29,6 +29,13 @@ ENROLLED_IN_COURSE = (
 )
 IS_MEMBER = "SELECT 1 FROM course_members WHERE course_id = $1 AND user_id = $2"
 NOT_ENROLLED = "you are not enrolled in this course"
+# A teacher of the course: who may moderate its posts and comments and read its moderation log.
+TEACHES_COURSE = """EXISTS (
+  SELECT 1 FROM course_members
+  WHERE course_id = {course} AND user_id = {user} AND role = 'teacher')"""
+MEMBER_ROLE = "SELECT role FROM course_members WHERE course_id = $1 AND user_id = $2"
+TEACHER = "teacher"
+NOT_A_TEACHER = "only a teacher of this course can do this"
 
 # A live target of a course, as SQL predicates over parameters {course} and {target}: the post is
 # not deleted; the comment, its root and its post are not deleted (a deleted root takes its
@@ -46,6 +53,12 @@ LIVE_COMMENT_IN_COURSE = """EXISTS (
 async def is_member(pool: asyncpg.Pool, course_id: int, user_id: int) -> bool:
     """Whether the user is enrolled in the course (a primary-key lookup)."""
     return await pool.fetchval(IS_MEMBER, course_id, user_id) is not None
+
+
+async def member_role(pool: asyncpg.Pool, course_id: int, user_id: int) -> str | None:
+    """The user's role in the course ('student' or 'teacher'), None when not enrolled."""
+    role: str | None = await pool.fetchval(MEMBER_ROLE, course_id, user_id)
+    return role
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -86,6 +99,30 @@ def membership_fields(row: Any) -> dict[str, Any]:
         "title": row["title"],
         "role": COURSE_ROLES[row["role"]],
         "joined_at": _timestamp(row["joined_at"]),
+    }
+
+
+MODERATION_KINDS = {
+    "delete": forum_pb2.MODERATION_KIND_DELETE,
+    "edit": forum_pb2.MODERATION_KIND_EDIT,
+}
+MODERATION_COLUMNS = (
+    "id, course_id, moderator_id, action, post_id, comment_id, author_id, reason, created_at"
+)
+
+
+def moderation_fields(row: Any) -> dict[str, Any]:
+    """A moderation_actions row (MODERATION_COLUMNS) as ModerationAction fields."""
+    return {
+        "id": row["id"],
+        "course_id": row["course_id"],
+        "moderator_id": row["moderator_id"],
+        "kind": MODERATION_KINDS[row["action"]],
+        "post_id": row["post_id"],
+        "comment_id": row["comment_id"],
+        "author_id": row["author_id"],
+        "reason": row["reason"],
+        "created_at": _timestamp(row["created_at"]),
     }
 
 

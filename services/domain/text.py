@@ -10,6 +10,9 @@ from services.runtime.grpc_errors import FieldViolation
 
 MAX_TITLE = 200
 MAX_BODY = 20_000
+# A teacher's reason for a moderation action: optional, short, no NUL (blank means none given).
+MAX_REASON = 500
+REASON_PATTERN = r"^[^\x00]*$"
 
 # What counts as whitespace: the union of Python's (str.isspace) and JavaScript's (\s), spelled
 # out so the pattern means the same in both and in pydantic's regex engine.
@@ -28,3 +31,17 @@ def check_text(value: str, field: str, limit: int) -> FieldViolation | None:
     if "\x00" in value:
         return FieldViolation(field, "must not contain NUL characters")
     return None
+
+
+def check_reason(value: str, field: str) -> FieldViolation | None:
+    """None when `value` is a moderation reason: at most MAX_REASON characters, no NUL."""
+    if len(value) > MAX_REASON:
+        return FieldViolation(field, f"must be at most {MAX_REASON} characters")
+    if "\x00" in value:
+        return FieldViolation(field, "must not contain NUL characters")
+    return None
+
+
+def reason_or_none(value: str) -> str | None:
+    """A reason as stored: trimmed, and None when blank."""
+    return value.strip() or None

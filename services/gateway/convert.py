@@ -226,6 +226,27 @@ def membership_json(m: forum_pb2.Membership) -> dict[str, Any]:
     }
 
 
+MODERATION_KIND_NAMES = {
+    forum_pb2.MODERATION_KIND_DELETE: "delete",
+    forum_pb2.MODERATION_KIND_EDIT: "edit",
+}
+
+
+def moderation_json(a: forum_pb2.ModerationAction) -> dict[str, Any]:
+    has = a.HasField
+    return {
+        "id": a.id,
+        "course_id": a.course_id,
+        "moderator_id": a.moderator_id,
+        "action": MODERATION_KIND_NAMES[a.kind],
+        "post_id": a.post_id,
+        "comment_id": a.comment_id if has("comment_id") else None,
+        "author_id": a.author_id,
+        "reason": a.reason if has("reason") else None,
+        "created_at": time_text(a.created_at),
+    }
+
+
 def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
     return {
         "id": p.id,

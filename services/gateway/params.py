@@ -10,6 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.domain.ids import MAX_ROW_ID
 from services.domain.paging import MAX_LIKERS_LIMIT, MAX_LIMIT, MAX_MESSAGE_LIMIT
+from services.domain.text import MAX_REASON, REASON_PATTERN
 from services.gateway import schemas
 from services.gateway.convert import BadValue, parse_instant
 from services.gateway.errors import ApiError
@@ -24,6 +25,16 @@ Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 # A conversation's messages: up to every live message of it in one page.
 MessageLimit = Annotated[int, Query(ge=1, le=MAX_MESSAGE_LIMIT)]
 LikersLimit = Annotated[int, Query(ge=1, le=MAX_LIKERS_LIMIT)]
+# A teacher's reason for removing another member's post or comment (kept in the moderation log).
+Reason = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_REASON,
+        pattern=REASON_PATTERN,
+        description=f"A teacher's reason for removing another member's post or comment "
+        f"(at most {MAX_REASON} characters), kept in the course's moderation log",
+    ),
+]
 # The time half of a keyset cursor.
 TimeCursor = Annotated[schemas.Instant | None, Query(description="Cursor, with its id half")]
 

@@ -11,7 +11,13 @@ import grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
 from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
 
-from services.domain.forum import comment_from_row, post_from_row, require_enrolled
+from services.domain.forum import (
+    NOT_ENROLLED,
+    TEACHER,
+    comment_from_row,
+    post_from_row,
+)
+from services.domain.text import reason_or_none
 from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import Author, ForumWriteRepository, Written
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
@@ -59,13 +65,12 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         except REDIS_ERRORS as exc:
             log.warning("deleted in course %d, the likes service not told: %s", course_id, exc)
 
-    async def _require_enrolled(
-        self, request: Enrolling, context: grpc.aio.ServicerContext
-    ) -> None:
-        """PERMISSION_DENIED unless the request's user is enrolled in its course."""
-        await require_enrolled(
-            await self._repo.is_member(request.course_id, request.user_id), context
-        )
+    async def _require_enrolled(self, request: Enrolling, context: grpc.aio.ServicerContext) -> str:
+        """The request's user's role in its course; PERMISSION_DENIED unless enrolled."""
+        role = await self._repo.role(request.course_id, request.user_id)
+        if role is None:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)
+        return role
 
     async def CreatePost(
         self, request: pb.CreatePostRequest, context: grpc.aio.ServicerContext
@@ -123,7 +128,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     async def DeletePost(
         self, request: pb.DeletePostRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeletePostResponse:
-        await self._delete_own(
+        await self._delete(
             request,
             context,
             "post_id",
@@ -136,7 +141,7 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     async def DeleteComment(
         self, request: pb.DeleteCommentRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteCommentResponse:
-        await self._delete_own(
+        await self._delete(
             request,
             context,
             "comment_id",
@@ -146,24 +151,30 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         )
         return pb.DeleteCommentResponse()
 
-    async def _delete_own(
+    async def _delete(
         self,
         request: pb.DeletePostRequest | pb.DeleteCommentRequest,
         context: grpc.aio.ServicerContext,
         target: str,
         find: Callable[[int], Awaitable[Author | None]],
-        delete: Callable[[int, int, int], Awaitable[Written | None]],
+        delete: Callable[[int, int, int, str | None], Awaitable[Written | None]],
         not_found: str,
     ) -> None:
-        """Deletes the user's own post or comment (the request's `target` field) of the request's
-        course: NOT_FOUND when it is not there (or went away meanwhile), PERMISSION_DENIED when
-        another wrote it."""
+        """Deletes the post or comment (the request's `target` field) of the request's course,
+        the user's own or, as the course's teacher, anyone's: NOT_FOUND when it is not there (or
+        went away meanwhile), PERMISSION_DENIED for another member's as a student. The statement
+        checks the same rule again, so a role lost meanwhile deletes nothing."""
         target_id: int = getattr(request, target)
-        await self._require_enrolled(request, context)
+        role = await self._require_enrolled(request, context)
         author = await _in_course(context, await find(target_id), request.course_id, not_found)
-        if author.user_id != request.user_id:
-            await abort(context, grpc.StatusCode.PERMISSION_DENIED, "only the author can delete")
-        deleted = await delete(request.course_id, target_id, request.user_id)
+        if author.user_id != request.user_id and role != TEACHER:
+            await abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                "only the author or a teacher of the course can delete it",
+            )
+        reason = reason_or_none(request.reason) if request.HasField("reason") else None
+        deleted = await delete(request.course_id, target_id, request.user_id, reason)
         if deleted is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, not_found)
         await self._deleted(request.course_id)

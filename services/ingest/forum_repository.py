@@ -20,8 +20,9 @@ from asyncpg import Record
 from services.domain.forum import (
     COMMENT_COLUMNS,
     POST_COLUMNS,
+    TEACHES_COURSE,
     comment_from_row,
-    is_member,
+    member_role,
     post_from_row,
 )
 from services.ingest.forum_live import CourseOutbox, Pending
@@ -69,10 +70,18 @@ SELECT {COMMENT_COLUMNS} FROM ins"""
 
 FIND_POST = "SELECT course_id, user_id FROM posts WHERE id = $1 AND deleted_at IS NULL"
 
+# The author deletes their own post; a teacher of the post's course deletes anyone's, and a
+# teacher's delete of another member's post is logged in the same statement ($4: the reason).
 DELETE_POST = f"""
-UPDATE posts SET deleted_at = now()
-WHERE id = $1 AND course_id = $2 AND user_id = $3 AND deleted_at IS NULL
-RETURNING {POST_COLUMNS}, deleted_at"""
+WITH del AS (
+  UPDATE posts SET deleted_at = now()
+  WHERE id = $1 AND course_id = $2 AND deleted_at IS NULL
+    AND (user_id = $3 OR {TEACHES_COURSE.format(course="$2", user="$3")})
+  RETURNING {POST_COLUMNS}, deleted_at),
+logged AS (
+  INSERT INTO moderation_actions (course_id, moderator_id, action, post_id, author_id, reason)
+  SELECT course_id, $3, 'delete', id, user_id, $4 FROM del WHERE user_id <> $3)
+SELECT {POST_COLUMNS}, deleted_at FROM del"""
 
 FIND_COMMENT = """
 SELECT c.user_id, p.course_id
@@ -84,10 +93,15 @@ WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL
 # A deleted reply leaves its root's reply_count and, while the root is visible, the post's
 # comment_count; a deleted root takes itself and its visible replies out of the post's count. Row
 # locks on the root order a concurrent reply/delete pair, and each side reads the other's result.
+# The author ($2) deletes their own comment; a teacher of the comment's course ($3, checked
+# against the course of the comment's post) anyone's, logged with the reason ($4).
 DELETE_COMMENT = f"""
 WITH del AS (
-  UPDATE comments SET deleted_at = now()
-  WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
+  UPDATE comments c SET deleted_at = now()
+  WHERE id = $1 AND deleted_at IS NULL
+    AND (user_id = $2 OR EXISTS (
+      SELECT 1 FROM posts p WHERE p.id = c.post_id AND p.course_id = $3
+        AND {TEACHES_COURSE.format(course="p.course_id", user="$2")}))
   RETURNING {COMMENT_COLUMNS}, deleted_at),
 root AS (
   UPDATE comments r SET reply_count = r.reply_count - 1
@@ -98,7 +112,11 @@ counted AS (
       WHEN del.parent_id IS NULL THEN 1 + del.reply_count
       WHEN (SELECT visible FROM root) THEN 1
       ELSE 0 END
-  FROM del WHERE p.id = del.post_id)
+  FROM del WHERE p.id = del.post_id),
+logged AS (
+  INSERT INTO moderation_actions
+    (course_id, moderator_id, action, post_id, comment_id, author_id, reason)
+  SELECT $3, $2, 'delete', post_id, id, user_id, $4 FROM del WHERE user_id <> $2)
 SELECT {COMMENT_COLUMNS}, deleted_at FROM del"""
 
 
@@ -150,8 +168,9 @@ class ForumWriteRepository:
             pending = await self._outbox.add(conn, event(row))
         return Written(row, pending)
 
-    async def is_member(self, course_id: int, user_id: int) -> bool:
-        return await is_member(self._pool, course_id, user_id)
+    async def role(self, course_id: int, user_id: int) -> str | None:
+        """The user's role in the course, None when not enrolled."""
+        return await member_role(self._pool, course_id, user_id)
 
     async def create_post(self, course_id: int, user_id: int, title: str, body: str) -> Written:
         written = await self._write(
@@ -210,11 +229,14 @@ class ForumWriteRepository:
         """The author and course of a live post."""
         return await self._author(FIND_POST, post_id)
 
-    async def delete_post(self, course_id: int, post_id: int, user_id: int) -> Written | None:
-        """The post as deleted, or None when it was not the user's live post in the course."""
+    async def delete_post(
+        self, course_id: int, post_id: int, user_id: int, reason: str | None
+    ) -> Written | None:
+        """The post as deleted, or None when it was not a live post of the course the user may
+        delete (their own, or any as a teacher of the course)."""
         return await self._write(
             DELETE_POST,
-            (post_id, course_id, user_id),
+            (post_id, course_id, user_id, reason),
             lambda r: post_event(course_id, post_from_row(r), r["deleted_at"]),
         )
 
@@ -222,11 +244,14 @@ class ForumWriteRepository:
         """The author and course of a visible comment."""
         return await self._author(FIND_COMMENT, comment_id)
 
-    async def delete_comment(self, course_id: int, comment_id: int, user_id: int) -> Written | None:
-        """The comment as deleted, or None when it was not the user's visible comment."""
+    async def delete_comment(
+        self, course_id: int, comment_id: int, user_id: int, reason: str | None
+    ) -> Written | None:
+        """The comment as deleted, or None when it was not a visible comment the user may delete
+        (their own, or any of the course as its teacher)."""
         return await self._write(
             DELETE_COMMENT,
-            (comment_id, user_id),
+            (comment_id, user_id, course_id, reason),
             lambda r: comment_event(course_id, comment_from_row(r), r["deleted_at"]),
         )
 

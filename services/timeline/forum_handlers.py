@@ -14,9 +14,11 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 from asyncpg import Record
 
 from services.domain.forum import (
+    NOT_A_TEACHER,
     NOT_ENROLLED,
     comment_fields,
     membership_fields,
+    moderation_fields,
     post_fields,
     require_enrolled,
 )
@@ -149,6 +151,25 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             response.next_before_liked_at.CopyFrom(to_timestamp(rows[-1]["created_at"]))
             response.next_before_user_id = rows[-1]["user_id"]
         return response
+
+    async def ListModerationActions(
+        self, request: pb.ListModerationActionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListModerationActionsResponse:
+        before = request.before_id if request.HasField("before_id") else None
+        checked, page = await self._repo.moderation(
+            request.course_id, request.user_id, request.limit, before
+        )
+        await require_enrolled(checked.enrolled, context)
+        if not checked.found:
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_A_TEACHER)
+        rows = page.rows
+        if not rows:
+            return pb.ListModerationActionsResponse(has_more=page.has_more)
+        return pb.ListModerationActionsResponse(
+            actions=[moderation_fields(r) for r in rows],
+            has_more=page.has_more,
+            next_before_id=rows[-1]["id"],
+        )
 
     async def _thread_page(
         self,

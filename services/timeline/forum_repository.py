@@ -32,7 +32,9 @@ from services.domain.forum import (
     IS_MEMBER,
     LIVE_COMMENT_IN_COURSE,
     LIVE_POST_IN_COURSE,
+    MODERATION_COLUMNS,
     POST_COLUMNS,
+    TEACHES_COURSE,
 )
 from services.domain.paging import Page
 
@@ -133,6 +135,22 @@ def _likers_checked(table: str, column: str, live: str) -> str:
 POST_LIKERS_CHECKED = _likers_checked("post_likes", "post_id", LIVE_POST_IN_COURSE)
 COMMENT_LIKERS_CHECKED = _likers_checked("comment_likes", "comment_id", LIVE_COMMENT_IN_COURSE)
 
+# A course's moderation log, newest first, on moderation_actions_course; for its teachers only
+# ($3 the user, $4 the cursor: ids start at 1, so 2^63-1 means from the newest).
+_MODERATION_PAGE = f"""
+SELECT {MODERATION_COLUMNS} FROM moderation_actions
+WHERE {{gate}}course_id = $1 AND id < $4
+ORDER BY id DESC LIMIT $2"""
+MODERATION_PAGE = _MODERATION_PAGE.format(gate="")
+MODERATION_PAGE_CHECKED = _checked(
+    _MODERATION_PAGE,
+    "page.id DESC",
+    course="$1",
+    user="$3",
+    found=TEACHES_COURSE.format(course="$1", user="$3"),
+)
+_NEWEST = 2**63 - 1
+
 # A user's memberships in course order, from course_members_by_user alone but for each page
 # row's title (one primary-key lookup in courses each).
 MY_COURSES = """
@@ -185,6 +203,15 @@ class ForumReadRepository:
         rows = await self._pool.fetch(sql, target_id, at, who, limit + 1, course_id, user_id)
         checked = Checked.of(rows, "user_id")
         return checked, Page.of(checked.rows, limit)
+
+    async def moderation(
+        self, course_id: int, user_id: int, limit: int, before_id: int | None
+    ) -> tuple[Checked, Page[Record]]:
+        """The course's moderation log before `before_id`; found: the user teaches the course."""
+        rows = await self._pool.fetch(
+            MODERATION_PAGE_CHECKED, course_id, limit + 1, user_id, before_id or _NEWEST
+        )
+        return _checked_page(rows, limit)
 
     async def is_member(self, course_id: int, user_id: int) -> bool:
         return await self._pool.fetchval(IS_MEMBER, course_id, user_id) is not None

@@ -413,3 +413,54 @@ async def test_the_api_documentation_renders_with_nothing_from_outside(
         watched.assert_clean(blocked_by_csp=("https://cdn.redoc.ly/redoc/logo-mini.svg",))
         assert any(url.endswith("/openapi.json") for url in watched.requests)
         assert any("/web/vendor/" in url for url in watched.requests)
+
+
+async def test_a_teacher_removes_a_students_comment_and_reads_it_in_the_log(
+    stack: str, browser: Browser, env: Env
+) -> None:
+    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
+    student9 = bearer(mint_token(env.jwt_secret, sub=9, accounts=[]))
+    async with httpx.AsyncClient(base_url=stack) as api:
+        made = await api.post(
+            "/api/courses/42/posts",
+            json={"title": "Hỏi về bài tập 2", "body": "Câu 3 làm thế nào ạ?"},
+            headers=student8,
+        )
+        post_id = made.json()["data"]["id"]
+        spam = await api.post(
+            f"/api/courses/42/posts/{post_id}/comments",
+            json={"body": "Mua khoá học giá rẻ tại đây 💸"},
+            headers=student9,
+        )
+        spam_id = spam.json()["data"]["id"]
+    # A student sees Delete on their own and nothing on another member's.
+    async with watched_page(browser) as watched:
+        page = watched.page
+        await sign_in(watched, stack, 8)
+        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
+        spam_el = page.locator(f'.comment[data-id="{spam_id}"]')
+        await expect(spam_el).to_be_visible()
+        await expect(spam_el.locator(".moderate, .danger")).to_have_count(0)
+        await expect(page.locator(".moderation-log")).to_have_count(0)
+        watched.assert_clean()
+    async with watched_page(browser) as watched:
+        page = watched.page
+        await sign_in(watched, stack, 1)
+        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
+        teacher_chip = page.locator('.my-courses a[data-course="42"]')
+        await expect(teacher_chip).to_have_attribute("data-role", "teacher")
+        spam_el = page.locator(f'.comment[data-id="{spam_id}"]')
+        await spam_el.locator(".moderate summary").click()
+        await spam_el.locator(".moderate-reason").fill("Quảng cáo")
+        await spam_el.locator(".moderate-remove").click()
+        await expect(page.locator(f'.comment[data-id="{spam_id}"]')).to_have_count(0)
+        await expect(page.locator(".post.full .comment-count")).to_contain_text("0 comments")
+        await page.goto(f"{stack}/#/forum/42")
+        log = page.locator(".moderation-log")
+        await log.locator("summary").click()
+        entry = log.locator(".moderation-list li").first
+        await expect(entry).to_have_attribute("data-action", "delete")
+        await expect(entry).to_contain_text(f"removed user 9's comment {spam_id} on post {post_id}")
+        await expect(entry).to_contain_text("Reason: Quảng cáo")
+        await watched.screenshot("forum-moderation")
+        watched.assert_clean()

@@ -1,5 +1,6 @@
 // The course forum: a course's feed, a post with its comments and two-level replies, writing,
-// deleting your own, and likes that answer at once and then settle on the server's state; live
+// deleting your own (a teacher removes anyone's, with a reason, and reads the moderation log),
+// and likes that answer at once and then settle on the server's state; live
 // from the course's event stream (new posts and comments appear, deleted ones go, counts move).
 import { api, explain } from './api.js';
 import { fill, h, plural, timeEl } from './dom.js';
@@ -14,11 +15,18 @@ const COMMENTS_PER_PAGE = 10;
 const REPLIES_PER_PAGE = 10;
 const COURSES_PER_PAGE = 50;
 const LIKERS_PER_PAGE = 20;
+const MODERATION_PER_PAGE = 20;
+
+// Whether the signed-in user teaches the course on screen (from GET /api/courses): a teacher
+// gets Remove on other members' posts and comments, and the moderation log. The server decides;
+// this only shows the controls that can work.
+let teaching = false;
 
 export async function forumView(main, [coursePart, section, postPart]) {
   const course = /^[1-9][0-9]{0,18}$/.test(coursePart ?? '') ? coursePart : null;
   const body = h('div', { class: 'forum-body' });
   const picker = await coursePicker(course);
+  teaching = course != null && picker.roles.get(course) === 'teacher';
   fill(main, h('div', { class: 'forum' }, picker, body));
   if (!course) {
     stopFollowing();
@@ -85,6 +93,7 @@ async function coursePicker(course) {
     input,
     h('button', { type: 'submit', class: 'ghost' }, 'Open')));
   picker.titles = mine.titles;
+  picker.roles = mine.roles;
   return picker;
 }
 
@@ -96,6 +105,7 @@ class MyCourses {
     this.more = h('span', { class: 'list-more' });
     this.cursor = null;
     this.titles = new Map(); // course id -> its title
+    this.roles = new Map(); // course id -> the user's role in it
     this.nav = h('nav', { class: 'my-courses-nav', 'aria-label': 'Your courses' },
       h('h2', { class: 'visually-hidden' }, 'Your courses'), this.list, this.more);
   }
@@ -119,6 +129,7 @@ class MyCourses {
   item(course) {
     const id = String(course.course_id);
     if (course.title) this.titles.set(id, course.title);
+    this.roles.set(id, course.role);
     return h('li', {},
       h('a', { href: `#/forum/${id}`, class: 'chip', 'aria-current': id === this.current ? 'page' : null, dataset: { course: id, role: course.role } },
         course.title || `Course ${id}`,
@@ -140,6 +151,56 @@ function who(userId) {
   return userId === session.userId ? 'you' : `user ${userId}`;
 }
 
+/** Delete for the author; for a teacher of the course, Remove on another member's post or
+ * comment, with an optional reason that goes to the moderation log. `remove(reason)` acts. */
+function deleteControl(kind, item, remove) {
+  if (item.user_id === session.userId) return deleteButton('Delete', () => remove(null));
+  if (!teaching) return null;
+  const reason = h('input', {
+    type: 'text', maxlength: 500, class: 'moderate-reason',
+    placeholder: 'Reason (optional, kept in the moderation log)', 'aria-label': `Reason for removing this ${kind}`,
+  });
+  return h('details', { class: 'moderate' }, h('summary', {}, 'Remove'),
+    h('div', { class: 'moderate-panel' }, reason,
+      busyButton(`Remove this ${kind}`, () => remove(reason.value.trim() || null), { class: 'danger moderate-remove' })));
+}
+
+/** The course's moderation log (GET …/moderation), newest first, for its teachers. */
+function moderationLog(course) {
+  const list = h('ol', { class: 'moderation-list', 'aria-label': 'Moderation log' });
+  const more = h('div', { class: 'list-more' });
+  const box = h('details', { class: 'moderation-log card' }, h('summary', {}, 'Moderation log'), list, more);
+  let cursor = null;
+
+  async function load() {
+    let page;
+    try {
+      page = await api(`api/courses/${course}/moderation`, { query: { limit: MODERATION_PER_PAGE, before_id: cursor } });
+    } catch (error) {
+      fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, 'the moderation log')));
+      return;
+    }
+    for (const action of page.data) {
+      const what = action.comment_id != null ? `comment ${action.comment_id} on post ${action.post_id}` : `post ${action.post_id}`;
+      const verb = action.action === 'delete' ? 'removed' : 'edited';
+      list.append(h('li', { dataset: { id: action.id, action: action.action } },
+        h('strong', {}, who(action.moderator_id)), ` ${verb} ${who(action.author_id)}'s ${what} · `, timeEl(action.created_at),
+        action.reason ? h('div', { class: 'moderation-reason' }, `Reason: ${action.reason}`) : null));
+    }
+    if (!list.children.length) list.append(h('li', { class: 'muted' }, 'Nothing moderated yet.'));
+    cursor = page.pagination.has_more ? page.pagination.next_before_id : null;
+    fill(more, cursor ? busyButton('Older', load, { class: 'ghost small' }) : null);
+  }
+
+  box.addEventListener('toggle', () => {
+    if (!box.open) return;
+    list.replaceChildren();
+    cursor = null;
+    load();
+  });
+  return box;
+}
+
 // --- the feed -------------------------------------------------------------------------------------
 
 class FeedPage {
@@ -156,7 +217,7 @@ class FeedPage {
     this.tally = new CommentTally();
     this.cursor = null;
     const composer = postComposer(course, (post) => this.place(post, true));
-    fill(body, this.heading, composer, this.list, this.more);
+    fill(body, this.heading, teaching ? moderationLog(course) : null, composer, this.list, this.more);
   }
 
   async load() {
@@ -250,15 +311,15 @@ function postCard(course, post, { full = false, onDeleted }) {
     likeButton(course, 'post', post),
     likers(course, 'post', post),
     comments,
-    post.user_id === session.userId ? deleteButton('Delete', async () => {
+    deleteControl('post', post, async (reason) => {
       try {
-        await api(`api/courses/${course}/posts/${post.id}`, { method: 'DELETE' });
-        notify('Post deleted.');
+        await api(`api/courses/${course}/posts/${post.id}`, { method: 'DELETE', query: { reason } });
+        notify(post.user_id === session.userId ? 'Post deleted.' : 'Post removed.');
         onDeleted(card);
       } catch (error) {
         notify(explain(error, 'this post'), 'error');
       }
-    }) : null));
+    })));
   const like = card.querySelector('.like');
   card.commentCount = (delta) => {
     post.comment_count = Math.max(0, post.comment_count + delta);
@@ -580,7 +641,7 @@ class Thread {
         likeButton(this.course, 'comment', comment),
         likers(this.course, 'comment', comment),
         h('button', { type: 'button', class: 'ghost small reply-button', onclick: () => this.toggleForm(slot, comment) }, 'Reply'),
-        comment.user_id === session.userId ? deleteButton('Delete', () => this.remove(comment, root, isReply)) : null),
+        deleteControl(isReply ? 'reply' : 'comment', comment, (reason) => this.remove(comment, root, isReply, reason))),
       slot);
     return block;
   }
@@ -649,9 +710,9 @@ class Thread {
     }
   }
 
-  async remove(comment, root, isReply) {
+  async remove(comment, root, isReply, reason) {
     try {
-      await api(this.url(`comments/${comment.id}`), { method: 'DELETE' });
+      await api(this.url(`comments/${comment.id}`), { method: 'DELETE', query: { reason } });
     } catch (error) {
       notify(explain(error, isReply ? 'this reply' : 'this comment'), 'error');
       return;

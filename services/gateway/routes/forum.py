@@ -25,6 +25,7 @@ from services.gateway.convert import (
     JsonBytes,
     comment_json,
     membership_json,
+    moderation_json,
     ok,
     optional_time,
     optional_value,
@@ -38,6 +39,7 @@ from services.gateway.params import (
     CursorId,
     LikersLimit,
     Limit,
+    Reason,
     RowId,
     TimeCursor,
     request_time,
@@ -165,13 +167,21 @@ async def get_post(
 
 
 @router.delete(
-    "/posts/{post_id}", summary="Delete your post", response_model=schemas.DeletedResponse
+    "/posts/{post_id}",
+    summary="Delete your post; a teacher of the course may remove anyone's (logged)",
+    response_model=schemas.DeletedResponse,
 )
 async def delete_post(
-    clients: RequestClients, user: CurrentUser, course_id: CourseId, post_id: RowId
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    post_id: RowId,
+    reason: Reason = None,
 ) -> JsonBytes:
     await clients.forum_write.DeletePost(
-        write_pb.DeletePostRequest(course_id=course_id, post_id=post_id, user_id=user.user_id),
+        write_pb.DeletePostRequest(
+            course_id=course_id, post_id=post_id, user_id=user.user_id, reason=reason
+        ),
         **clients.options,
     )
     return ok(_DELETED)
@@ -247,19 +257,47 @@ async def list_replies(
 
 @router.delete(
     "/comments/{comment_id}",
-    summary="Delete your comment or reply",
+    summary="Delete your comment or reply; a teacher of the course may remove anyone's (logged)",
     response_model=schemas.DeletedResponse,
 )
 async def delete_comment(
-    clients: RequestClients, user: CurrentUser, course_id: CourseId, comment_id: RowId
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    comment_id: RowId,
+    reason: Reason = None,
 ) -> JsonBytes:
     await clients.forum_write.DeleteComment(
         write_pb.DeleteCommentRequest(
-            course_id=course_id, comment_id=comment_id, user_id=user.user_id
+            course_id=course_id, comment_id=comment_id, user_id=user.user_id, reason=reason
         ),
         **clients.options,
     )
     return ok(_DELETED)
+
+
+@router.get(
+    "/moderation",
+    summary="The course's moderation log, newest first (the course's teachers only)",
+    response_model=schemas.ModerationPage,
+)
+async def list_moderation(
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    limit: Limit = 20,
+    before_id: CursorId = None,
+) -> JsonBytes:
+    rpc = read_pb.ListModerationActionsRequest(
+        course_id=course_id, user_id=user.user_id, limit=limit, before_id=before_id
+    )
+    reply = await clients.forum_read.ListModerationActions(rpc, **clients.options)
+    return page(
+        [moderation_json(a) for a in reply.actions],
+        limit,
+        reply.has_more,
+        next_before_id=optional_value(reply, "next_before_id"),
+    )
 
 
 @router.get(

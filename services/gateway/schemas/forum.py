@@ -78,6 +78,23 @@ class LikersPage(Success):
     pagination: LikersPagination
 
 
+class ModerationAction(BaseModel):
+    id: int
+    course_id: int
+    moderator_id: int = Field(description="The teacher who acted")
+    action: Literal["delete", "edit"]
+    post_id: int = Field(description="The post acted on, or the post of the comment acted on")
+    comment_id: int | None = Field(description="The comment acted on, if it was one")
+    author_id: int = Field(description="Whose post or comment it was")
+    reason: str | None
+    created_at: str
+
+
+class ModerationPage(Success):
+    data: list[ModerationAction]
+    pagination: FeedPagination
+
+
 class PostsPage(Success):
     data: list[Post]
     pagination: FeedPagination
