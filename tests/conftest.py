@@ -71,6 +71,8 @@ TABLES = [
 PG_TABLES = ", ".join(
     [
         "moderation_actions",
+        "post_revisions",
+        "comment_revisions",
         "comment_likes",
         "post_likes",
         "comments",

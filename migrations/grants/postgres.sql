@@ -10,10 +10,12 @@ GRANT SELECT, INSERT, DELETE ON live_outbox TO agora_ingest;
 GRANT USAGE ON SEQUENCE live_outbox_id_seq TO agora_ingest;
 -- ingest: a teacher's moderating delete or edit records itself in the same statement.
 GRANT INSERT ON moderation_actions TO agora_ingest;
+-- ingest: an edit keeps the text it replaced, in the same statement.
+GRANT INSERT ON post_revisions, comment_revisions TO agora_ingest;
 
 -- timeline: reads only.
 GRANT SELECT ON courses, course_members, posts, comments, post_likes, comment_likes,
-  moderation_actions TO agora_timeline;
+  moderation_actions, post_revisions, comment_revisions TO agora_timeline;
 
 -- likes: authorization checks and warming a user's liked set; never writes.
 GRANT SELECT ON course_members, posts, comments, post_likes, comment_likes TO agora_likes;

@@ -72,6 +72,22 @@ def text(field: str, limit: int) -> Rule:
     return lambda request: _present(check_text(getattr(request, field), field, limit))
 
 
+def optional_text(field: str, limit: int) -> Rule:
+    """An edit's new title or body, when given: the same rule as text()."""
+
+    def rule(request: Any) -> Iterator[FieldViolation]:
+        if request.HasField(field):
+            yield from _present(check_text(getattr(request, field), field, limit))
+
+    return rule
+
+
+def some_edit(request: Any) -> Iterator[FieldViolation]:
+    """A post's edit changes its title, its body or both: one of them must be given."""
+    if not request.HasField("title") and not request.HasField("body"):
+        yield FieldViolation("body", "give a new title, a new body or both")
+
+
 def reason(request: Any) -> Iterator[FieldViolation]:
     """A moderation action's optional reason: see services/domain/text.py."""
     if request.HasField("reason"):
@@ -208,6 +224,12 @@ FORUM_READ: RuleTable = {
     _FORUM_READ + "GetPost": (row_ids("course_id", "post_id", "user_id"),),
     _FORUM_READ + "ListComments": (row_ids("course_id", "post_id", "user_id"), *_THREAD_PAGE),
     _FORUM_READ + "ListReplies": (row_ids("course_id", "comment_id", "user_id"), *_THREAD_PAGE),
+    _FORUM_READ + "ListRevisions": (
+        row_ids("course_id", "user_id"),
+        like_target,
+        page_limit,
+        row_cursor("before_id", 1),
+    ),
     _FORUM_READ + "ListModerationActions": (
         row_ids("course_id", "user_id"),
         page_limit,
@@ -234,6 +256,18 @@ FORUM_WRITE: RuleTable = {
     ),
     _FORUM_WRITE + "DeletePost": (row_ids("course_id", "post_id", "user_id"), reason),
     _FORUM_WRITE + "DeleteComment": (row_ids("course_id", "comment_id", "user_id"), reason),
+    _FORUM_WRITE + "EditPost": (
+        row_ids("course_id", "post_id", "user_id"),
+        optional_text("title", MAX_TITLE),
+        optional_text("body", MAX_BODY),
+        some_edit,
+        reason,
+    ),
+    _FORUM_WRITE + "EditComment": (
+        row_ids("course_id", "comment_id", "user_id"),
+        text("body", MAX_BODY),
+        reason,
+    ),
 }
 
 LIKES: RuleTable = {

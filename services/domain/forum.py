@@ -12,14 +12,22 @@ from agora.forum.v1 import forum_pb2
 
 from services.runtime.grpc_errors import abort
 
-POST_COLUMNS = "id, course_id, user_id, title, body, like_count, comment_count, created_at"
+POST_COLUMNS = (
+    "id, course_id, user_id, title, body, like_count, comment_count, created_at, edited_at"
+)
 COMMENT_COLUMNS = (
     "id, post_id, parent_id, user_id, body, like_count, reply_count, reply_to_comment_id,"
-    " reply_to_user_id, created_at"
+    " reply_to_user_id, created_at, edited_at"
 )
 # Each column is the Post / Comment field of the same name.
 _POST_FIELDS = tuple(POST_COLUMNS.split(", "))
 _COMMENT_FIELDS = tuple(COMMENT_COLUMNS.split(", "))
+
+
+def qualified(columns: str, alias: str) -> str:
+    """POST_COLUMNS or COMMENT_COLUMNS of the table called `alias` (in a join, or an UPDATE …
+    FROM whose other side has columns of the same names)."""
+    return ", ".join(f"{alias}.{name}" for name in columns.split(", "))
 
 
 # Enrolment as an SQL predicate over parameters {course} and {user}: the one spelling of the rule,
@@ -85,7 +93,24 @@ def comment_fields(row: Any) -> dict[str, Any]:
 def _fields(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
     fields = {name: row[name] for name in names}
     fields["created_at"] = _timestamp(row["created_at"])
+    edited = row["edited_at"]
+    fields["edited_at"] = None if edited is None else _timestamp(edited)
     return fields
+
+
+REVISION_COLUMNS = "id, title, body, written_at, replaced_at, replaced_by"
+
+
+def revision_fields(row: Any) -> dict[str, Any]:
+    """A revisions row (REVISION_COLUMNS; title NULL for a comment's) as Revision fields."""
+    return {
+        "id": row["id"],
+        "title": row["title"],
+        "body": row["body"],
+        "written_at": _timestamp(row["written_at"]),
+        "replaced_at": _timestamp(row["replaced_at"]),
+        "replaced_by": row["replaced_by"],
+    }
 
 
 # course_members.role as the CourseRole enum.

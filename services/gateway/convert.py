@@ -247,6 +247,17 @@ def moderation_json(a: forum_pb2.ModerationAction) -> dict[str, Any]:
     }
 
 
+def revision_json(r: forum_pb2.Revision) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "title": r.title if r.HasField("title") else None,
+        "body": r.body,
+        "written_at": time_text(r.written_at),
+        "replaced_at": time_text(r.replaced_at),
+        "replaced_by": r.replaced_by,
+    }
+
+
 def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
     return {
         "id": p.id,
@@ -257,6 +268,7 @@ def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
         "like_count": p.like_count,
         "comment_count": p.comment_count,
         "created_at": time_text(p.created_at),
+        "edited_at": optional_time(p, "edited_at"),
         "liked_by_me": liked_by_me,
     }
 
@@ -274,5 +286,6 @@ def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, An
         "reply_to_comment_id": c.reply_to_comment_id if has("reply_to_comment_id") else None,
         "reply_to_user_id": c.reply_to_user_id if has("reply_to_user_id") else None,
         "created_at": time_text(c.created_at),
+        "edited_at": optional_time(c, "edited_at"),
         "liked_by_me": liked_by_me,
     }

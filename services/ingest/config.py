@@ -32,6 +32,10 @@ class IngestSettings(ApiServiceSettings, MessageStreamSettings, LiveSettings, Jw
     grpc_port: int = 50051
     # Forum writes, on their own listener so that only the gateway can reach them.
     grpc_forum_port: int = 50055
+    # How long after writing it an author may edit their post or comment (a course's teachers
+    # may edit at any time). A day: time to fix a typo or add what was forgotten, not to rewrite
+    # a question after it was answered.
+    forum_edit_window_seconds: int = Field(default=86_400, ge=0, le=10 * 365 * 86_400)
     grpc_health_port: int = 50061
     # The backlog must ride out an outage: >= peak msg/s * outage seconds; 500 msg/s * 300 s here.
     message_queue_max: int = Field(default=150_000, ge=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
 import grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
@@ -19,7 +20,7 @@ from services.domain.forum import (
 )
 from services.domain.text import reason_or_none
 from services.ingest.forum_live import CourseOutbox
-from services.ingest.forum_repository import Author, ForumWriteRepository, Written
+from services.ingest.forum_repository import Author, Edit, ForumWriteRepository, Written
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import AccessSignal
@@ -31,7 +32,12 @@ COMMENT_NOT_FOUND = "comment not found in this course"
 
 # The requests of an enrolled user's write: its course and its user.
 Enrolling = (
-    pb.CreatePostRequest | pb.CreateCommentRequest | pb.DeletePostRequest | pb.DeleteCommentRequest
+    pb.CreatePostRequest
+    | pb.CreateCommentRequest
+    | pb.DeletePostRequest
+    | pb.DeleteCommentRequest
+    | pb.EditPostRequest
+    | pb.EditCommentRequest
 )
 
 
@@ -44,10 +50,12 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         repo: ForumWriteRepository,
         access: AccessSignal | None = None,
         outbox: CourseOutbox | None = None,
+        edit_window: timedelta = timedelta(days=1),
     ) -> None:
         self._repo = repo
         self._access = access
         self._outbox = outbox
+        self._edit_window = edit_window
 
     async def _committed(self, written: Written) -> None:
         """Publish the write's event (it committed with the write; see forum_live.py)."""
@@ -179,6 +187,83 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             await abort(context, grpc.StatusCode.NOT_FOUND, not_found)
         await self._deleted(request.course_id)
         await self._committed(deleted)
+
+    async def EditPost(
+        self, request: pb.EditPostRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EditPostResponse:
+        edit = await self._may_edit(
+            request, context, request.post_id, self._repo.find_post, POST_NOT_FOUND
+        )
+        has = request.HasField
+        edited = await self._repo.edit_post(
+            edit,
+            request.title.strip() if has("title") else None,
+            request.body if has("body") else None,
+        )
+        if edited is None:  # deleted meanwhile (or the window closed in between)
+            await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
+        written, _ = edited
+        await self._committed(written)
+        return pb.EditPostResponse(post=post_from_row(written.row))
+
+    async def EditComment(
+        self, request: pb.EditCommentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EditCommentResponse:
+        edit = await self._may_edit(
+            request, context, request.comment_id, self._repo.find_comment, COMMENT_NOT_FOUND
+        )
+        edited = await self._repo.edit_comment(edit, request.body)
+        if edited is None:
+            await abort(context, grpc.StatusCode.NOT_FOUND, COMMENT_NOT_FOUND)
+        written, _ = edited
+        await self._committed(written)
+        return pb.EditCommentResponse(comment=comment_from_row(written.row))
+
+    async def _may_edit(
+        self,
+        request: pb.EditPostRequest | pb.EditCommentRequest,
+        context: grpc.aio.ServicerContext,
+        target_id: int,
+        find: Callable[[int], Awaitable[Author | None]],
+        not_found: str,
+    ) -> Edit:
+        """The edit a request asks for, once allowed: PERMISSION_DENIED unless enrolled, NOT_FOUND
+        unless the target is live in the course, PERMISSION_DENIED for another member's as a
+        student or one's own past the edit window (a teacher edits any at any time). The edit's
+        statement checks the same rule again."""
+        role = await self._require_enrolled(request, context)
+        author = await _in_course(context, await find(target_id), request.course_id, not_found)
+        if role != TEACHER:
+            if author.user_id != request.user_id:
+                await abort(
+                    context,
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "only the author or a teacher of the course can edit it",
+                )
+            if datetime.now(UTC) - author.created_at >= self._edit_window:
+                await abort(
+                    context,
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"it can be edited by its author for {_duration(self._edit_window)} after "
+                    "writing it; that time has passed, so only a teacher of the course can edit it",
+                )
+        return Edit(
+            course_id=request.course_id,
+            target_id=target_id,
+            user_id=request.user_id,
+            window=self._edit_window,
+            reason=reason_or_none(request.reason) if request.HasField("reason") else None,
+        )
+
+
+def _duration(span: timedelta) -> str:
+    """An edit window as people say it: '1 day', '15 minutes', '90 seconds'."""
+    seconds = int(span.total_seconds())
+    for unit, size in (("day", 86_400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} seconds"
 
 
 async def _in_course(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -24,6 +25,7 @@ from services.domain.forum import (
     comment_from_row,
     member_role,
     post_from_row,
+    qualified,
 )
 from services.ingest.forum_live import CourseOutbox, Pending
 from services.streams.course_events import CourseEvent, comment_event, post_event
@@ -68,7 +70,7 @@ counted AS (
   UPDATE posts SET comment_count = comment_count + 1 WHERE id IN (SELECT post_id FROM ins))
 SELECT {COMMENT_COLUMNS} FROM ins"""
 
-FIND_POST = "SELECT course_id, user_id FROM posts WHERE id = $1 AND deleted_at IS NULL"
+FIND_POST = "SELECT course_id, user_id, created_at FROM posts WHERE id = $1 AND deleted_at IS NULL"
 
 # The author deletes their own post; a teacher of the post's course deletes anyone's, and a
 # teacher's delete of another member's post is logged in the same statement ($4: the reason).
@@ -84,7 +86,7 @@ logged AS (
 SELECT {POST_COLUMNS}, deleted_at FROM del"""
 
 FIND_COMMENT = """
-SELECT c.user_id, p.course_id
+SELECT c.user_id, p.course_id, c.created_at
 FROM comments c JOIN posts p ON p.id = c.post_id
 LEFT JOIN comments r ON r.id = c.parent_id
 WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL
@@ -120,6 +122,74 @@ logged AS (
 SELECT {COMMENT_COLUMNS}, deleted_at FROM del"""
 
 
+# Who may edit a post or comment of course $2 ($3 the user, `window` the edit window in seconds):
+# its author while the window lasts, a teacher of the course at any time.
+def _may_edit(alias: str, window: str) -> str:
+    teaches = TEACHES_COURSE.format(course="$2", user="$3")
+    return f"""(
+    {alias}.user_id = $3 AND {alias}.created_at > now() - make_interval(secs => {window})
+    OR {teaches})"""
+
+
+# An edit: the row as it was (locked), the update (only when the text changes), the replaced
+# text as a revision and, for a teacher's edit of another member's post, the moderation log's
+# row, all in one statement; then the row as it is now, with whether it changed. $1 the post,
+# $2 the course, $3 the user, $4/$5 the new title/body (NULL: keep), $6 the window, $7 the reason.
+EDIT_POST = f"""
+WITH old AS (
+  SELECT id, course_id, user_id, title, body, COALESCE(edited_at, created_at) AS written_at
+  FROM posts o
+  WHERE id = $1 AND course_id = $2 AND deleted_at IS NULL
+    AND {_may_edit("o", "$6")}
+  FOR UPDATE),
+upd AS (
+  UPDATE posts p SET title = COALESCE($4, p.title), body = COALESCE($5, p.body), edited_at = now()
+  FROM old
+  WHERE p.id = old.id
+    AND (old.title, old.body) IS DISTINCT FROM (COALESCE($4, old.title), COALESCE($5, old.body))
+  RETURNING {qualified(POST_COLUMNS, "p")}),
+revised AS (
+  INSERT INTO post_revisions (post_id, title, body, written_at, replaced_by)
+  SELECT old.id, old.title, old.body, old.written_at, $3 FROM old JOIN upd ON upd.id = old.id),
+logged AS (
+  INSERT INTO moderation_actions (course_id, moderator_id, action, post_id, author_id, reason)
+  SELECT old.course_id, $3, 'edit', old.id, old.user_id, $7
+  FROM old JOIN upd ON upd.id = old.id WHERE old.user_id <> $3)
+SELECT {POST_COLUMNS}, true AS changed FROM upd
+UNION ALL
+SELECT {POST_COLUMNS}, false FROM posts
+WHERE id = (SELECT id FROM old) AND NOT EXISTS (SELECT 1 FROM upd)"""
+
+# A comment's edit, as a post's: $1 the comment, $2 the course, $3 the user, $4 the new body,
+# $5 the window, $6 the reason. The comment, its root and its post must be live and in the course.
+EDIT_COMMENT = f"""
+WITH old AS (
+  SELECT c.id, c.post_id, c.user_id, c.body, COALESCE(c.edited_at, c.created_at) AS written_at
+  FROM comments c JOIN posts p ON p.id = c.post_id
+  LEFT JOIN comments r ON r.id = c.parent_id
+  WHERE c.id = $1 AND c.deleted_at IS NULL AND p.course_id = $2 AND p.deleted_at IS NULL
+    AND (r.id IS NULL OR r.deleted_at IS NULL)
+    AND {_may_edit("c", "$5")}
+  FOR UPDATE OF c),
+upd AS (
+  UPDATE comments x SET body = $4, edited_at = now()
+  FROM old
+  WHERE x.id = old.id AND old.body IS DISTINCT FROM $4
+  RETURNING {qualified(COMMENT_COLUMNS, "x")}),
+revised AS (
+  INSERT INTO comment_revisions (comment_id, body, written_at, replaced_by)
+  SELECT old.id, old.body, old.written_at, $3 FROM old JOIN upd ON upd.id = old.id),
+logged AS (
+  INSERT INTO moderation_actions
+    (course_id, moderator_id, action, post_id, comment_id, author_id, reason)
+  SELECT $2, $3, 'edit', old.post_id, old.id, old.user_id, $6
+  FROM old JOIN upd ON upd.id = old.id WHERE old.user_id <> $3)
+SELECT {COMMENT_COLUMNS}, true AS changed FROM upd
+UNION ALL
+SELECT {COMMENT_COLUMNS}, false FROM comments
+WHERE id = (SELECT id FROM old) AND NOT EXISTS (SELECT 1 FROM upd)"""
+
+
 @dataclass(frozen=True)
 class Parent:
     id: int
@@ -136,6 +206,19 @@ class Parent:
 class Author:
     user_id: int
     course_id: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Who edits what: the post or comment `target_id` of `course_id`, by `user_id`, whose own
+    edits are allowed for `window` after writing; a teacher's `reason` for the log."""
+
+    course_id: int
+    target_id: int
+    user_id: int
+    window: timedelta
+    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -255,6 +338,53 @@ class ForumWriteRepository:
             lambda r: comment_event(course_id, comment_from_row(r), r["deleted_at"]),
         )
 
+    async def edit_post(
+        self, edit: Edit, title: str | None, body: str | None
+    ) -> tuple[Written, bool] | None:
+        """The post after the edit and whether it changed; None when it is not a live post of
+        the course the user may edit (gone meanwhile, or the window closed)."""
+        return await self._edit(
+            EDIT_POST,
+            edit,
+            (title, body),
+            lambda r: post_event(edit.course_id, post_from_row(r)),
+        )
+
+    async def edit_comment(self, edit: Edit, body: str) -> tuple[Written, bool] | None:
+        """As edit_post, for a comment or reply."""
+        return await self._edit(
+            EDIT_COMMENT,
+            edit,
+            (body,),
+            lambda r: comment_event(edit.course_id, comment_from_row(r)),
+        )
+
+    async def _edit(
+        self,
+        sql: str,
+        edit: Edit,
+        texts: tuple[str | None, ...],
+        event: Callable[[Record], CourseEvent],
+    ) -> tuple[Written, bool] | None:
+        args = (
+            edit.target_id,
+            edit.course_id,
+            edit.user_id,
+            *texts,
+            edit.window.total_seconds(),
+            edit.reason,
+        )
+        if self._outbox is None:
+            row = await self._pool.fetchrow(sql, *args)
+            return None if row is None else (Written(row, None), row["changed"])
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql, *args)
+            if row is None:
+                return None
+            # An edit that changed nothing is no event.
+            pending = await self._outbox.add(conn, event(row)) if row["changed"] else None
+        return Written(row, pending), row["changed"]
+
     async def _author(self, sql: str, target_id: int) -> Author | None:
         row = await self._pool.fetchrow(sql, target_id)
-        return None if row is None else Author(row["user_id"], row["course_id"])
+        return None if row is None else Author(row["user_id"], row["course_id"], row["created_at"])

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc
 
@@ -66,7 +68,12 @@ async def build(settings: IngestSettings) -> service.Service:
         # Each write's course event commits with it (the outbox) and is published right after.
         feeds = LiveFeeds.from_settings(settings)
         outbox = CourseOutbox(pool, LivePublisher(redis, feeds, durable), feeds)
-        forum = ForumWriteHandlers(ForumWriteRepository(pool, outbox), signal, outbox)
+        forum = ForumWriteHandlers(
+            ForumWriteRepository(pool, outbox),
+            signal,
+            outbox,
+            edit_window=timedelta(seconds=settings.forum_edit_window_seconds),
+        )
 
         server = GrpcServer.for_apis(
             settings,

@@ -21,6 +21,7 @@ from services.domain.forum import (
     moderation_fields,
     post_fields,
     require_enrolled,
+    revision_fields,
 )
 from services.domain.ids import check_row_id
 from services.domain.paging import Page
@@ -152,6 +153,30 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             response.next_before_user_id = rows[-1]["user_id"]
         return response
 
+    async def ListRevisions(
+        self, request: pb.ListRevisionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRevisionsResponse:
+        comment = request.target.kind == like_pb.TARGET_KIND_COMMENT
+        before = request.before_id if request.HasField("before_id") else None
+        checked, page = await self._repo.revisions(
+            request.course_id, request.user_id, comment, request.target.id, request.limit, before
+        )
+        await _require_visible(checked, context, COMMENT_NOT_FOUND if comment else POST_NOT_FOUND)
+        if not checked.allowed:
+            await abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                "only its author and the course's teachers can read its earlier texts",
+            )
+        rows = page.rows
+        if not rows:
+            return pb.ListRevisionsResponse(has_more=page.has_more)
+        return pb.ListRevisionsResponse(
+            revisions=[revision_fields(r) for r in rows],
+            has_more=page.has_more,
+            next_before_id=rows[-1]["id"],
+        )
+
     async def ListModerationActions(
         self, request: pb.ListModerationActionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListModerationActionsResponse:
@@ -160,7 +185,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             request.course_id, request.user_id, request.limit, before
         )
         await require_enrolled(checked.enrolled, context)
-        if not checked.found:
+        if not checked.allowed:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_A_TEACHER)
         rows = page.rows
         if not rows:

@@ -76,14 +76,25 @@ _VISIBLE_ROOT = """EXISTS (
       AND p.course_id = {C} AND p.deleted_at IS NULL)"""
 
 
-def _checked(page: str, order: str, *, course: str, user: str, found: str = "true") -> str:
-    """One statement: the flags (enrolled, found) and, only when both hold, the page's rows."""
+def _checked(
+    page: str,
+    order: str,
+    *,
+    course: str,
+    user: str,
+    found: str = "true",
+    allowed: str = "true",
+) -> str:
+    """One statement: the flags (enrolled, found, allowed: this user may read this page) and,
+    only when all hold, the page's rows."""
     enrolled = ENROLLED_IN_COURSE.format(course=course, user=user)
+    gate = "checks.enrolled AND checks.found AND checks.allowed AND "
     return f"""
-WITH checks AS MATERIALIZED (SELECT {enrolled} AS enrolled, {found} AS found)
-SELECT checks.enrolled, checks.found, page.*
+WITH checks AS MATERIALIZED (
+  SELECT {enrolled} AS enrolled, {found} AS found, {allowed} AS allowed)
+SELECT checks.enrolled, checks.found, checks.allowed, page.*
 FROM checks
-LEFT JOIN LATERAL ({page.format(gate="checks.enrolled AND checks.found AND ")}) AS page ON true
+LEFT JOIN LATERAL ({page.format(gate=gate)}) AS page ON true
 ORDER BY {order}"""
 
 
@@ -147,7 +158,36 @@ MODERATION_PAGE_CHECKED = _checked(
     "page.id DESC",
     course="$1",
     user="$3",
-    found=TEACHES_COURSE.format(course="$1", user="$3"),
+    allowed=TEACHES_COURSE.format(course="$1", user="$3"),
+)
+
+# A post's or comment's earlier texts, newest first, on *_revisions_of_*: $1 the target, $2 the
+# cursor (as the log's), $3 the limit, $4 the course, $5 the user; for its author and the
+# course's teachers. {table}/{column}/{title}: the target's kind (a comment has no title).
+_REVISIONS_PAGE = """
+SELECT id, {title} AS title, body, written_at, replaced_at, replaced_by FROM {table}
+WHERE {{gate}}{column} = $1 AND id < $2
+ORDER BY id DESC LIMIT $3"""
+
+
+def _revisions_checked(table: str, column: str, title: str, target: str, live: str) -> str:
+    page = _REVISIONS_PAGE.format(table=table, column=column, title=title)
+    author = f"(SELECT user_id FROM {target} WHERE id = $1) = $5"
+    return _checked(
+        page,
+        "page.id DESC",
+        course="$4",
+        user="$5",
+        found=live.format(target="$1", course="$4"),
+        allowed=f"({author} OR {TEACHES_COURSE.format(course='$4', user='$5')})",
+    )
+
+
+POST_REVISIONS_CHECKED = _revisions_checked(
+    "post_revisions", "post_id", "title", "posts", LIVE_POST_IN_COURSE
+)
+COMMENT_REVISIONS_CHECKED = _revisions_checked(
+    "comment_revisions", "comment_id", "NULL::text", "comments", LIVE_COMMENT_IN_COURSE
 )
 _NEWEST = 2**63 - 1
 
@@ -167,13 +207,14 @@ class Checked:
     enrolled: bool
     found: bool
     rows: list[Record]
+    allowed: bool = True
 
     @classmethod
     def of(cls, rows: Sequence[Record], key: str = "id") -> Checked:
         first = rows[0]
         # An empty page is the checks' row alone, with NULL columns (`key` is never NULL).
         items = list(rows) if first[key] is not None else []
-        return cls(bool(first["enrolled"]), bool(first["found"]), items)
+        return cls(bool(first["enrolled"]), bool(first["found"]), items, bool(first["allowed"]))
 
 
 class ForumReadRepository:
@@ -213,6 +254,23 @@ class ForumReadRepository:
         )
         return _checked_page(rows, limit)
 
+    async def revisions(
+        self,
+        course_id: int,
+        user_id: int,
+        comment: bool,
+        target_id: int,
+        limit: int,
+        before_id: int | None,
+    ) -> tuple[Checked, Page[Record]]:
+        """The post's (or comment's) earlier texts before revision `before_id`; allowed: the
+        user wrote it or teaches the course."""
+        sql = COMMENT_REVISIONS_CHECKED if comment else POST_REVISIONS_CHECKED
+        rows = await self._pool.fetch(
+            sql, target_id, before_id or _NEWEST, limit + 1, course_id, user_id
+        )
+        return _checked_page(rows, limit)
+
     async def is_member(self, course_id: int, user_id: int) -> bool:
         return await self._pool.fetchval(IS_MEMBER, course_id, user_id) is not None
 
@@ -230,7 +288,7 @@ class ForumReadRepository:
     async def post(self, course_id: int, post_id: int, user_id: int) -> Checked:
         """The post's row when it is live in the course (found: it is)."""
         checked = Checked.of(await self._pool.fetch(GET_POST_CHECKED, post_id, course_id, user_id))
-        return Checked(checked.enrolled, bool(checked.rows), checked.rows)
+        return Checked(checked.enrolled, bool(checked.rows), checked.rows, checked.allowed)
 
     async def comments(
         self, course_id: int, post_id: int, user_id: int, limit: int, after_id: int | None

@@ -464,3 +464,49 @@ async def test_a_teacher_removes_a_students_comment_and_reads_it_in_the_log(
         await expect(entry).to_contain_text("Reason: Quảng cáo")
         await watched.screenshot("forum-moderation")
         watched.assert_clean()
+
+
+async def test_a_student_edits_a_post_in_place_and_its_history_shows_the_old_text(
+    stack: str, browser: Browser, env: Env
+) -> None:
+    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
+    async with httpx.AsyncClient(base_url=stack) as api:
+        made = await api.post(
+            "/api/courses/42/posts",
+            json={"title": "Lịch học bù", "body": "Học bù vào thứ Bảy."},
+            headers=student8,
+        )
+        post_id = made.json()["data"]["id"]
+    async with watched_page(browser) as watched:
+        page = watched.page
+        await sign_in(watched, stack, 8)
+        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
+        post = page.locator(".post.full")
+        await expect(post.locator(".post-body")).to_have_text("Học bù vào thứ Bảy.")
+        await expect(post.locator(".edited")).to_have_count(0)
+        await post.locator(".edit-button").click()
+        await post.locator(".edit-title").fill("Lịch học bù (đã đổi phòng)")
+        await post.locator(".edit-body").fill("Học bù vào **thứ Bảy**, phòng B2.")
+        await post.get_by_role("button", name="Save").click()
+        await expect(post.locator(".post-title")).to_have_text("Lịch học bù (đã đổi phòng)")
+        await expect(post.locator(".post-body strong")).to_have_text("thứ Bảy")
+        await expect(post.locator(".edited")).to_be_visible()
+        await expect(post.locator(".edit-form")).to_have_count(0)
+        await post.locator(".revisions summary").click()
+        revision = post.locator(".revisions-list .revision")
+        await expect(revision).to_have_count(1)
+        await expect(revision.locator(".revision-title")).to_have_text("Lịch học bù")
+        await expect(revision.locator(".revision-body")).to_have_text("Học bù vào thứ Bảy.")
+        await expect(revision).to_contain_text("by you")
+        await watched.screenshot("forum-edit-history")
+        watched.assert_clean()
+    # Another member sees the edited text and the mark, not an Edit button or the history.
+    async with watched_page(browser) as watched:
+        page = watched.page
+        await sign_in(watched, stack, 7)
+        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
+        post = page.locator(".post.full")
+        await expect(post.locator(".post-title")).to_have_text("Lịch học bù (đã đổi phòng)")
+        await expect(post.locator(".edited")).to_be_visible()
+        await expect(post.locator(".edit-button, .revisions")).to_have_count(0)
+        watched.assert_clean()

@@ -1,6 +1,6 @@
 // The course forum: a course's feed, a post with its comments and two-level replies, writing,
-// deleting your own (a teacher removes anyone's, with a reason, and reads the moderation log),
-// and likes that answer at once and then settle on the server's state; live
+// editing and deleting your own (a teacher edits and removes anyone's, with a reason, and reads
+// the moderation log), earlier texts of what was edited, and likes that answer at once and then settle on the server's state; live
 // from the course's event stream (new posts and comments appear, deleted ones go, counts move).
 import { api, explain } from './api.js';
 import { fill, h, plural, timeEl } from './dom.js';
@@ -16,6 +16,7 @@ const REPLIES_PER_PAGE = 10;
 const COURSES_PER_PAGE = 50;
 const LIKERS_PER_PAGE = 20;
 const MODERATION_PER_PAGE = 20;
+const REVISIONS_PER_PAGE = 20;
 
 // Whether the signed-in user teaches the course on screen (from GET /api/courses): a teacher
 // gets Remove on other members' posts and comments, and the moderation log. The server decides;
@@ -165,6 +166,96 @@ function deleteControl(kind, item, remove) {
       busyButton(`Remove this ${kind}`, () => remove(reason.value.trim() || null), { class: 'danger moderate-remove' })));
 }
 
+/** Who may edit `item` and read its earlier texts: its author (the server also holds them to the
+ * edit window) and the course's teachers. */
+function mayEdit(item) {
+  return item.user_id === session.userId || teaching;
+}
+
+/** "· edited <when>" and, for those who may read them, its earlier texts on demand. */
+function editedMark(course, kind, item) {
+  if (item.edited_at == null) return null;
+  const mark = h('span', { class: 'edited' }, ' · edited ', timeEl(item.edited_at));
+  if (!mayEdit(item)) return mark;
+  return h('span', {}, mark, ' ', history(course, kind, item));
+}
+
+/** A post's or comment's earlier texts (GET …/revisions), newest first, read on every opening. */
+function history(course, kind, item) {
+  const list = h('ol', { class: 'revisions-list', 'aria-label': `Earlier texts of this ${kind}` });
+  const more = h('div', { class: 'list-more' });
+  const box = h('details', { class: 'revisions' }, h('summary', {}, 'History'),
+    h('div', { class: 'revisions-panel' }, list, more));
+  let cursor = null;
+
+  async function load() {
+    let page;
+    try {
+      page = await api(`api/courses/${course}/${kind}s/${item.id}/revisions`, { query: { limit: REVISIONS_PER_PAGE, before_id: cursor } });
+    } catch (error) {
+      fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, `the history of this ${kind}`)));
+      return;
+    }
+    for (const revision of page.data) {
+      list.append(h('li', { class: 'revision', dataset: { id: revision.id } },
+        h('div', { class: 'meta muted' }, 'written ', timeEl(revision.written_at), ' · replaced ', timeEl(revision.replaced_at), ` by ${who(revision.replaced_by)}`),
+        revision.title != null ? h('strong', { class: 'revision-title' }, revision.title) : null,
+        h('div', { class: 'revision-body markdown' }, renderMarkdown(revision.body))));
+    }
+    if (!list.children.length) list.append(h('li', { class: 'muted' }, 'No earlier texts.'));
+    cursor = page.pagination.has_more ? page.pagination.next_before_id : null;
+    fill(more, cursor ? busyButton('Older', load, { class: 'ghost small' }) : null);
+  }
+
+  box.addEventListener('toggle', () => {
+    if (!box.open) return;
+    list.replaceChildren();
+    cursor = null;
+    load();
+  });
+  return box;
+}
+
+/** An Edit button that puts a form in `slot` with the text as it is; `save(fields)` sends it
+ * (PATCH) and resolves to the item as the server stored it. */
+function editButton(kind, item, slot, save) {
+  return h('button', { type: 'button', class: 'ghost small edit-button', onclick: () => {
+    if (slot.firstChild) {
+      slot.replaceChildren();
+      return;
+    }
+    const title = kind === 'post'
+      ? h('input', { class: 'edit-title', maxlength: 200, required: true, value: item.title, 'aria-label': 'Title' })
+      : null;
+    const text = h('textarea', { class: 'edit-body', rows: 4, maxlength: 20000, required: true, 'aria-label': `Text of this ${kind}` });
+    text.value = item.body;
+    const reason = item.user_id !== session.userId
+      ? h('input', { class: 'edit-reason', maxlength: 500, placeholder: 'Reason (optional, kept in the moderation log)', 'aria-label': 'Reason for the edit' })
+      : null;
+    const submit = h('button', { type: 'submit' }, 'Save');
+    const form = h('form', { class: 'composer edit-form', onsubmit: async (event) => {
+      event.preventDefault();
+      submit.disabled = true;
+      try {
+        const fields = { body: text.value };
+        if (title) fields.title = title.value;
+        if (reason?.value.trim()) fields.reason = reason.value.trim();
+        await save(fields);
+        slot.replaceChildren();
+        notify(item.user_id === session.userId ? 'Saved.' : 'Saved; the edit is in the moderation log.');
+      } catch (error) {
+        notify(explain(error, `this ${kind}`), 'error');
+      } finally {
+        submit.disabled = false;
+      }
+    } }, title, text, reason,
+    h('div', { class: 'actions' }, submit,
+      h('button', { type: 'button', class: 'ghost', onclick: () => slot.replaceChildren() }, 'Cancel')));
+    fill(slot, form);
+    text.focus();
+  } }, 'Edit');
+}
+
 /** The course's moderation log (GET …/moderation), newest first, for its teachers. */
 function moderationLog(course) {
   const list = h('ol', { class: 'moderation-list', 'aria-label': 'Moderation log' });
@@ -302,15 +393,26 @@ function postComposer(course, created) {
 
 function postCard(course, post, { full = false, onDeleted }) {
   const link = `#/forum/${course}/posts/${post.id}`;
-  const card = h('article', { class: `post${full ? ' full' : ''}`, dataset: { id: post.id } },
-    h(full ? 'h1' : 'h2', { class: 'post-title' }, full ? post.title : h('a', { href: link }, post.title)),
-    h('div', { class: 'meta muted' }, `by ${who(post.user_id)} · `, timeEl(post.created_at)),
-    h('div', { class: 'post-body markdown' }, renderMarkdown(full || post.body.length <= 300 ? post.body : `${post.body.slice(0, 300)}…`)));
+  const titleEl = h(full ? 'h1' : 'h2', { class: 'post-title' });
+  const meta = h('div', { class: 'meta muted' });
+  const bodyEl = h('div', { class: 'post-body markdown' });
+  const paintText = () => {
+    fill(titleEl, full ? post.title : h('a', { href: link }, post.title));
+    fill(meta, `by ${who(post.user_id)} · `, timeEl(post.created_at), editedMark(course, 'post', post));
+    fill(bodyEl, renderMarkdown(full || post.body.length <= 300 ? post.body : `${post.body.slice(0, 300)}…`));
+  };
+  paintText();
+  const editSlot = h('div', { class: 'form-slot' });
+  const card = h('article', { class: `post${full ? ' full' : ''}`, dataset: { id: post.id } }, titleEl, meta, bodyEl, editSlot);
   const comments = h('a', { href: link, class: 'comment-count' }, `💬 ${plural(post.comment_count, 'comment')}`);
   card.append(h('div', { class: 'actions' },
     likeButton(course, 'post', post),
     likers(course, 'post', post),
     comments,
+    mayEdit(post) ? editButton('post', post, editSlot, async (fields) => {
+      const reply = await api(`api/courses/${course}/posts/${post.id}`, { method: 'PATCH', body: fields });
+      card.update(reply.data);
+    }) : null,
     deleteControl('post', post, async (reason) => {
       try {
         await api(`api/courses/${course}/posts/${post.id}`, { method: 'DELETE', query: { reason } });
@@ -326,10 +428,15 @@ function postCard(course, post, { full = false, onDeleted }) {
     comments.textContent = `💬 ${plural(post.comment_count, 'comment')}`;
   };
   card.likeCount = (n) => like.setCount(n);
-  /** The server's counts for this post (a post event, a refetch); the reader's like stays. */
+  /** The server's counts and text for this post (a post event, a refetch, an edit's answer);
+   * the reader's like stays. */
   card.update = (latest) => {
     card.commentCount(latest.comment_count - post.comment_count);
     card.likeCount(latest.like_count);
+    if (latest.edited_at != null && latest.edited_at !== post.edited_at) {
+      Object.assign(post, { title: latest.title, body: latest.body, edited_at: latest.edited_at });
+      paintText();
+    }
   };
   return card;
 }
@@ -546,6 +653,11 @@ class Thread {
    * after the loaded ones only once every page is in), deleted ones out; counts once each. */
   arrived(comment) {
     const deleted = comment.deleted_at != null;
+    if (!deleted && comment.edited_at != null) {
+      // An edit: the text of the comment where it is shown; no count moves.
+      this.list.querySelector(`.comment[data-id="${comment.id}"] > .comment-block`)?.update(comment);
+      return;
+    }
     const delta = this.tally.delta(comment);
     this.card.commentCount(delta);
     if (comment.parent_id == null) {
@@ -634,15 +746,33 @@ class Thread {
     const isReply = comment.parent_id != null;
     const to = comment.reply_to_user_id != null ? h('span', { class: 'reply-to' }, `↪ replying to ${who(comment.reply_to_user_id)}`) : null;
     const slot = h('div', { class: 'form-slot' });
+    const meta = h('div', { class: 'meta muted' });
+    const bodyEl = h('div', { class: 'comment-body markdown' });
+    const paintText = () => {
+      fill(meta, h('strong', {}, who(comment.user_id)), ' · ', timeEl(comment.created_at), to ? ' · ' : null, to,
+        editedMark(this.course, 'comment', comment));
+      fill(bodyEl, renderMarkdown(comment.body));
+    };
+    paintText();
     const block = h('div', { class: 'comment-block' },
-      h('div', { class: 'meta muted' }, h('strong', {}, who(comment.user_id)), ' · ', timeEl(comment.created_at), to ? ' · ' : null, to),
-      h('div', { class: 'comment-body markdown' }, renderMarkdown(comment.body)),
+      meta,
+      bodyEl,
       h('div', { class: 'actions' },
         likeButton(this.course, 'comment', comment),
         likers(this.course, 'comment', comment),
         h('button', { type: 'button', class: 'ghost small reply-button', onclick: () => this.toggleForm(slot, comment) }, 'Reply'),
+        mayEdit(comment) ? editButton(isReply ? 'reply' : 'comment', comment, slot, async (fields) => {
+          const reply = await api(this.url(`comments/${comment.id}`), { method: 'PATCH', body: { body: fields.body, reason: fields.reason } });
+          block.update(reply.data);
+        }) : null,
         deleteControl(isReply ? 'reply' : 'comment', comment, (reason) => this.remove(comment, root, isReply, reason))),
       slot);
+    /** An edit of this comment (its answer, or its event): the new text. */
+    block.update = (latest) => {
+      if (latest.edited_at == null || latest.edited_at === comment.edited_at) return;
+      Object.assign(comment, { body: latest.body, edited_at: latest.edited_at });
+      paintText();
+    };
     return block;
   }
 

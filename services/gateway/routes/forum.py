@@ -1,5 +1,5 @@
-"""Course forum routes: your courses, and in a course its feed, posts, comments, replies, create
-and delete.
+"""Course forum routes: your courses, and in a course its feed, posts, comments, replies, create,
+edit (with their earlier texts) and delete, who liked what, and the teachers' moderation log.
 
 The token's subject is the acting user; the services check enrolment (403) and that the post or
 comment belongs to the course of the URL (404).
@@ -31,6 +31,7 @@ from services.gateway.convert import (
     optional_value,
     page,
     post_json,
+    revision_json,
     time_text,
 )
 from services.gateway.errors import ApiError
@@ -274,6 +275,121 @@ async def delete_comment(
         **clients.options,
     )
     return ok(_DELETED)
+
+
+@router.patch(
+    "/posts/{post_id}",
+    summary="Edit a post's title or body: yours within the edit window; a teacher any (logged)",
+    response_model=schemas.PostResponse,
+)
+async def edit_post(
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    post_id: RowId,
+    body: schemas.PostEdit,
+) -> JsonBytes:
+    reply = await clients.forum_write.EditPost(
+        write_pb.EditPostRequest(
+            course_id=course_id,
+            post_id=post_id,
+            user_id=user.user_id,
+            title=body.title,
+            body=body.body,
+            reason=body.reason,
+        ),
+        **clients.options,
+    )
+    [post] = await _with_likes(clients, user, course_id, _posts, post_json, [reply.post])
+    return ok({"data": post})
+
+
+@router.patch(
+    "/comments/{comment_id}",
+    summary="Edit a comment's or reply's body, on a post's rules",
+    response_model=schemas.CommentResponse,
+)
+async def edit_comment(
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    comment_id: RowId,
+    body: schemas.CommentEdit,
+) -> JsonBytes:
+    reply = await clients.forum_write.EditComment(
+        write_pb.EditCommentRequest(
+            course_id=course_id,
+            comment_id=comment_id,
+            user_id=user.user_id,
+            body=body.body,
+            reason=body.reason,
+        ),
+        **clients.options,
+    )
+    [comment] = await _with_likes(
+        clients, user, course_id, _comments, comment_json, [reply.comment]
+    )
+    return ok({"data": comment})
+
+
+@router.get(
+    "/posts/{post_id}/revisions",
+    summary="A post's earlier texts, newest first (its author and the course's teachers)",
+    response_model=schemas.RevisionsPage,
+)
+async def post_revisions(
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    post_id: RowId,
+    limit: Limit = 20,
+    before_id: CursorId = None,
+) -> JsonBytes:
+    target = like_pb.Target(kind=like_pb.TARGET_KIND_POST, id=post_id)
+    return await _revisions(clients, user, course_id, target, limit, before_id)
+
+
+@router.get(
+    "/comments/{comment_id}/revisions",
+    summary="A comment's or reply's earlier texts, newest first (its author and the teachers)",
+    response_model=schemas.RevisionsPage,
+)
+async def comment_revisions(
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    comment_id: RowId,
+    limit: Limit = 20,
+    before_id: CursorId = None,
+) -> JsonBytes:
+    target = like_pb.Target(kind=like_pb.TARGET_KIND_COMMENT, id=comment_id)
+    return await _revisions(clients, user, course_id, target, limit, before_id)
+
+
+async def _revisions(
+    clients: Clients,
+    user: Principal,
+    course_id: int,
+    target: like_pb.Target,
+    limit: int,
+    before_id: int | None,
+) -> JsonBytes:
+    reply = await clients.forum_read.ListRevisions(
+        read_pb.ListRevisionsRequest(
+            course_id=course_id,
+            user_id=user.user_id,
+            target=target,
+            limit=limit,
+            before_id=before_id,
+        ),
+        **clients.options,
+    )
+    return page(
+        [revision_json(r) for r in reply.revisions],
+        limit,
+        reply.has_more,
+        next_before_id=optional_value(reply, "next_before_id"),
+    )
 
 
 @router.get(

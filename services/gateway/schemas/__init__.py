@@ -22,6 +22,7 @@ from services.gateway.schemas.base import (
 )
 from services.gateway.schemas.forum import (
     Comment,
+    CommentEdit,
     CommentPagination,
     CommentResponse,
     CommentsPage,
@@ -41,9 +42,12 @@ from services.gateway.schemas.forum import (
     NewComment,
     NewPost,
     Post,
+    PostEdit,
     PostResponse,
     PostsPage,
     PostText,
+    Revision,
+    RevisionsPage,
 )
 from services.gateway.schemas.messaging import (
     MAX_BATCH,
@@ -85,6 +89,7 @@ __all__ = [
     "AcceptedResponse",
     "AgentSentBody",
     "Comment",
+    "CommentEdit",
     "CommentPagination",
     "CommentResponse",
     "CommentsPage",
@@ -129,6 +134,7 @@ __all__ = [
     "NewPost",
     "Pagination",
     "Post",
+    "PostEdit",
     "PostResponse",
     "PostText",
     "PostsPage",
@@ -136,6 +142,8 @@ __all__ = [
     "QuotePayloadResponse",
     "Rejection",
     "RequestModel",
+    "Revision",
+    "RevisionsPage",
     "SentAt",
     "Success",
     "UnreadCount",

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic.config import JsonDict
 
 from services.domain.ids import MAX_ROW_ID
-from services.domain.text import MAX_BODY, MAX_TITLE, TEXT_PATTERN
+from services.domain.text import MAX_BODY, MAX_REASON, MAX_TITLE, REASON_PATTERN, TEXT_PATTERN
 from services.gateway.schemas.base import Pagination, RequestModel, Success
 
 LikedByMe = Annotated[
     bool | None,
     Field(description="Whether the caller liked it; null when the likes service is unavailable"),
+]
+
+EditedAt = Annotated[
+    str | None,
+    Field(description="When it was last edited; null if never (its earlier texts: …/revisions)"),
 ]
 
 
@@ -26,6 +31,7 @@ class Post(BaseModel):
     like_count: int
     comment_count: int
     created_at: str
+    edited_at: EditedAt
     liked_by_me: LikedByMe
 
 
@@ -40,6 +46,7 @@ class Comment(BaseModel):
     reply_to_comment_id: int | None = Field(description="For a reply to a reply: which one")
     reply_to_user_id: int | None = Field(description="For a reply to a reply: whose")
     created_at: str
+    edited_at: EditedAt
     liked_by_me: LikedByMe
 
 
@@ -76,6 +83,20 @@ class LikersPagination(Pagination):
 class LikersPage(Success):
     data: list[Liker]
     pagination: LikersPagination
+
+
+class Revision(BaseModel):
+    id: int
+    title: str | None = Field(description="A post's title then; null for a comment")
+    body: str
+    written_at: str = Field(description="When this text was written (created, or edited before)")
+    replaced_at: str = Field(description="When an edit replaced it")
+    replaced_by: int = Field(description="Who edited: the author, or a teacher of the course")
+
+
+class RevisionsPage(Success):
+    data: list[Revision]
+    pagination: FeedPagination
 
 
 class ModerationAction(BaseModel):
@@ -147,6 +168,53 @@ class NewComment(RequestModel):
         le=MAX_ROW_ID,
         description="Reply to this comment (a reply to a reply is placed under its root)",
     )
+
+
+# A teacher's reason for acting on another member's post or comment.
+ModerationReason = Annotated[
+    str | None,
+    Field(
+        default=None,
+        max_length=MAX_REASON,
+        pattern=REASON_PATTERN,
+        description=f"A teacher's reason for editing another member's post or comment (at most "
+        f"{MAX_REASON} characters), kept in the course's moderation log",
+    ),
+]
+
+
+class PostEdit(RequestModel):
+    # One of the two, as a string (a null is "no change"): stated so a client, and a fuzzer,
+    # knows that {} changes nothing and is refused.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [field], "properties": {field: {"type": "string"}}}
+                for field in ("title", "body")
+            ]
+        }
+    )
+
+    title: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TITLE,
+        description=f"The new title: 1-{MAX_TITLE} characters, not blank, no NUL",
+        json_schema_extra=_TEXT,
+    )
+    body: PostText | None = None
+    reason: ModerationReason = None
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> PostEdit:
+        if self.title is None and self.body is None:
+            raise ValueError("give a new title, a new body or both")
+        return self
+
+
+class CommentEdit(RequestModel):
+    body: PostText
+    reason: ModerationReason = None
 
 
 class Deleted(BaseModel):
