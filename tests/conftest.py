@@ -81,6 +81,7 @@ PG_TABLES = ", ".join(
         "courses",
         "stream_fences",
         "live_outbox",
+        "idempotency_keys",
     ]
 )
 

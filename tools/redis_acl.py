@@ -19,7 +19,9 @@ says what that leaves.
 Every key of a stream shard carries the shard's hash tag (one slot: its scripts and MULTIs stay
 on one node): agora:msg:{m<s>}:events|backlog|backlog-bytes|backlog-reserved|backlog-rate(s)...|
 dead|lease..., forum:{ls<s>}:..., forum:{c<course>}:access-version, forum:{dirty}:...,
-agora:prune:{prune}:... In a key pattern `{` is an ordinary character, `*` any text.
+agora:prune:{prune}:... The responses ingest keeps for keyed appends are single keys, each in its
+own slot: agora:msg:idempotency:<account>:<digest>. In a key pattern `{` is an ordinary
+character, `*` any text.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ LIVE_WAKE = "(~live:{w*}:wake +xadd)"
 USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     # ingest: appends to the message streams; counts their backlog (messages, bytes), holds room
     # for a call on a cluster, keeps the accounts' fair-share rates; drops a course's likes
-    # access version after a forum write changed what the likes service may cache. A script's
+    # access version after a forum write changed what the likes service may cache; keeps the
+    # responses of keyed appends (claimed, kept, given back: ingest/kept_responses.py). A script's
     # keys grant nothing (each command it runs is checked): the last selector names every family
     # of the user.
     "ingest": (
@@ -68,10 +71,11 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
             "(~agora:msg:{m*}:backlog-reserved +hgetall +hset +hdel)",
             "(~agora:msg:{m*}:backlog-rates ~agora:msg:{m*}:backlog-rate:* +get +set)",
             "(~forum:{c*}:access-version +del)",
+            "(~agora:msg:idempotency:* +set +get +del)",
             COURSE_APPEND,
             LIVE_WAKE,
             "(~agora:msg:{m*}:events ~agora:msg:{m*}:backlog* ~forum:{c*}:access-version"
-            " ~live:{f*}:course ~live:{w*}:wake +evalsha)",
+            " ~agora:msg:idempotency:* ~live:{f*}:course ~live:{w*}:wake +evalsha)",
         ),
     ),
     # likes: its users' liked SETs, last operations and direct-write guards (a cache it expires

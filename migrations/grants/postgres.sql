@@ -12,6 +12,8 @@ GRANT USAGE ON SEQUENCE live_outbox_id_seq TO agora_ingest;
 GRANT INSERT ON moderation_actions TO agora_ingest;
 -- ingest: an edit keeps the text it replaced, in the same statement.
 GRANT INSERT ON post_revisions, comment_revisions TO agora_ingest;
+-- ingest: the keys of retry-safe creates, written with the create, swept after 24 hours.
+GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO agora_ingest;
 
 -- timeline: reads only.
 GRANT SELECT ON courses, course_members, posts, comments, post_likes, comment_likes,

@@ -16,6 +16,7 @@ from typing import Any
 
 from agora.forum.v1 import like_service_pb2
 
+from services.domain.idempotency import check_key
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
 from services.domain.instants import SECONDS_END, Limits, check_time
 from services.domain.paging import MAX_LIKERS_LIMIT, MAX_MESSAGE_LIMIT, check_limit
@@ -92,6 +93,11 @@ def reason(request: Any) -> Iterator[FieldViolation]:
     """A moderation action's optional reason: see services/domain/text.py."""
     if request.HasField("reason"):
         yield from _present(check_reason(request.reason, "reason"))
+
+
+def idempotency_key(request: Any) -> Iterator[FieldViolation]:
+    """A create's optional retry key: see services/domain/idempotency.py."""
+    return _present(check_key(request.idempotency_key))
 
 
 def row_cursor(field: str, least: int) -> Rule:
@@ -248,11 +254,13 @@ FORUM_WRITE: RuleTable = {
         row_ids("course_id", "user_id"),
         text("title", MAX_TITLE),
         text("body", MAX_BODY),
+        idempotency_key,
     ),
     _FORUM_WRITE + "CreateComment": (
         row_ids("course_id", "post_id", "user_id"),
         text("body", MAX_BODY),
         parent_comment,
+        idempotency_key,
     ),
     _FORUM_WRITE + "DeletePost": (row_ids("course_id", "post_id", "user_id"), reason),
     _FORUM_WRITE + "DeleteComment": (row_ids("course_id", "comment_id", "user_id"), reason),
@@ -280,7 +288,7 @@ def ingest(max_batch: int, limits: Limits) -> RuleTable:
     """IngestService's rules, with its configured bounds. A message of a batch is checked one by
     one by ingest itself (services/ingest/validation.py): a bad one is rejected, not the batch."""
     return {
-        _INGEST + "IngestMessages": (account, _batch(max_batch)),
+        _INGEST + "IngestMessages": (account, _batch(max_batch), idempotency_key),
         _INGEST + "RecordAgentSent": (
             account,
             zalo_id("thread_id"),
@@ -288,6 +296,7 @@ def ingest(max_batch: int, limits: Limits) -> RuleTable:
             zalo_id("msg_id", required=False),
             _content(limits.content_max_chars),
             _instant("sent_at", limits),
+            idempotency_key,
         ),
         _INGEST + "MarkRead": (account, zalo_id("conversation_key"), _instant("read_at", limits)),
     }

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Query
+from fastapi import Header, Path, Query
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from services.domain.idempotency import KEY_PATTERN, MAX_KEY
 from services.domain.ids import MAX_ROW_ID
 from services.domain.paging import MAX_LIKERS_LIMIT, MAX_LIMIT, MAX_MESSAGE_LIMIT
 from services.domain.text import MAX_REASON, REASON_PATTERN
@@ -33,6 +34,19 @@ Reason = Annotated[
         pattern=REASON_PATTERN,
         description=f"A teacher's reason for removing another member's post or comment "
         f"(at most {MAX_REASON} characters), kept in the course's moderation log",
+    ),
+]
+# A create's retry key: a repeat with it answers the first response and creates nothing more.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=MAX_KEY,
+        pattern=KEY_PATTERN,
+        description="Makes the create safe to retry: send a new unique value (a UUID) with each "
+        "create and the same value with its retries. Within 24 hours a retry answers the first "
+        "response and creates nothing; 409 while the first is still being processed; 422 when "
+        f"the key was used with a different request. Up to {MAX_KEY} visible ASCII characters.",
     ),
 ]
 # The time half of a keyset cursor.

@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 import grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
 from agora.forum.v1 import forum_write_service_pb2_grpc as pb_grpc
+from asyncpg import Record
+from google.protobuf.message import Message
 
 from services.domain.forum import (
     NOT_ENROLLED,
@@ -18,9 +20,17 @@ from services.domain.forum import (
     comment_from_row,
     post_from_row,
 )
+from services.domain.idempotency import IN_PROGRESS, REUSED, KeyInUse, KeyReused, fingerprint
 from services.domain.text import reason_or_none
 from services.ingest.forum_live import CourseOutbox
-from services.ingest.forum_repository import Author, Edit, ForumWriteRepository, Written
+from services.ingest.forum_repository import (
+    Author,
+    Edit,
+    ForumWriteRepository,
+    Once,
+    Replayed,
+    Written,
+)
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.likes import AccessSignal
@@ -83,16 +93,29 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     async def CreatePost(
         self, request: pb.CreatePostRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreatePostResponse:
+        once = _once(request, _post_response)
+        if earlier := await self._earlier(once, context):
+            return pb.CreatePostResponse.FromString(earlier)
         await self._require_enrolled(request, context)
-        written = await self._repo.create_post(
-            request.course_id, request.user_id, request.title.strip(), request.body
+        written = await self._created(
+            context,
+            self._repo.create_post(
+                request.course_id, request.user_id, request.title.strip(), request.body, once
+            ),
         )
+        if isinstance(written, bytes):
+            return pb.CreatePostResponse.FromString(written)
+        if written is None:  # create_post always returns its row
+            raise RuntimeError("a post was created and not returned")
         await self._committed(written)
-        return pb.CreatePostResponse(post=post_from_row(written.row))
+        return _post_response(written.row)
 
     async def CreateComment(
         self, request: pb.CreateCommentRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateCommentResponse:
+        once = _once(request, _comment_response)
+        if earlier := await self._earlier(once, context):
+            return pb.CreateCommentResponse.FromString(earlier)
         await self._require_enrolled(request, context)
         await _in_course(
             context,
@@ -102,36 +125,71 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         )
 
         if not request.HasField("parent_id"):
-            written = await self._repo.create_comment(
-                request.course_id, request.post_id, request.user_id, request.body
+            written = await self._created(
+                context,
+                self._repo.create_comment(
+                    request.course_id, request.post_id, request.user_id, request.body, once
+                ),
             )
             if written is None:  # deleted meanwhile
                 await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
-            await self._committed(written)
-            return pb.CreateCommentResponse(comment=comment_from_row(written.row))
-
-        parent = await self._repo.find_parent(request.parent_id)
-        if parent is None or parent.deleted:
-            await abort_invalid(context, [FieldViolation("parent_id", "no such comment")])
-        if parent.post_id != request.post_id:
-            await abort_invalid(context, [FieldViolation("parent_id", "belongs to another post")])
-        # Two levels only, never an unbounded tree: a reply to a reply goes under its root
-        # comment and remembers which reply, and whose, it answered.
-        reply_to = (parent.id, parent.user_id) if parent.is_reply else None
-        written = await self._repo.create_reply(
-            request.course_id,
-            request.post_id,
-            parent.root_id,
-            request.user_id,
-            request.body,
-            reply_to,
-        )
-        if written is None:
-            await abort_invalid(
-                context, [FieldViolation("parent_id", "the comment thread was deleted")]
+        else:
+            parent = await self._repo.find_parent(request.parent_id)
+            if parent is None or parent.deleted:
+                await abort_invalid(context, [FieldViolation("parent_id", "no such comment")])
+            if parent.post_id != request.post_id:
+                await abort_invalid(
+                    context, [FieldViolation("parent_id", "belongs to another post")]
+                )
+            # Two levels only, never an unbounded tree: a reply to a reply goes under its root
+            # comment and remembers which reply, and whose, it answered.
+            reply_to = (parent.id, parent.user_id) if parent.is_reply else None
+            written = await self._created(
+                context,
+                self._repo.create_reply(
+                    request.course_id,
+                    request.post_id,
+                    parent.root_id,
+                    request.user_id,
+                    request.body,
+                    reply_to,
+                    once,
+                ),
             )
+            if written is None:
+                await abort_invalid(
+                    context, [FieldViolation("parent_id", "the comment thread was deleted")]
+                )
+        if isinstance(written, bytes):
+            return pb.CreateCommentResponse.FromString(written)
         await self._committed(written)
-        return pb.CreateCommentResponse(comment=comment_from_row(written.row))
+        return _comment_response(written.row)
+
+    async def _earlier(self, once: Once | None, context: grpc.aio.ServicerContext) -> bytes:
+        """The response a create with this key answered before (empty when none): a repeat
+        answers it without looking at the course again."""
+        if once is None:
+            return b""
+        try:
+            earlier = await self._repo.earlier(once)
+        except KeyReused:
+            await abort_invalid(context, [REUSED])
+        return b"" if earlier is None else earlier.response
+
+    async def _created(
+        self,
+        context: grpc.aio.ServicerContext,
+        create: Awaitable[Written | Replayed | None],
+    ) -> Written | bytes | None:
+        """A create's outcome: what it wrote, or the response a call with its key committed
+        meanwhile; ABORTED while that call runs, INVALID_ARGUMENT if it was another request."""
+        try:
+            created = await create
+        except KeyInUse:
+            await abort(context, grpc.StatusCode.ABORTED, IN_PROGRESS)
+        except KeyReused:
+            await abort_invalid(context, [REUSED])
+        return created.response if isinstance(created, Replayed) else created
 
     async def DeletePost(
         self, request: pb.DeletePostRequest, context: grpc.aio.ServicerContext
@@ -254,6 +312,29 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
             window=self._edit_window,
             reason=reason_or_none(request.reason) if request.HasField("reason") else None,
         )
+
+
+def _post_response(row: Record) -> pb.CreatePostResponse:
+    return pb.CreatePostResponse(post=post_from_row(row))
+
+
+def _comment_response(row: Record) -> pb.CreateCommentResponse:
+    return pb.CreateCommentResponse(comment=comment_from_row(row))
+
+
+def _once(
+    request: pb.CreatePostRequest | pb.CreateCommentRequest,
+    response: Callable[[Record], Message],
+) -> Once | None:
+    """The create's key and fingerprint, None when the request has no key."""
+    if not request.idempotency_key:
+        return None
+    return Once(
+        user_id=request.user_id,
+        key=request.idempotency_key,
+        fingerprint=fingerprint(request),
+        response=lambda row: response(row).SerializeToString(),
+    )
 
 
 def _duration(span: timedelta) -> str:

@@ -6,10 +6,17 @@ only what it actually inserted or deleted (a like, a comment or a reply counts o
 it is retried). With it, in the same transaction, the write's course event goes to the outbox
 (services/ingest/forum_live.py): built from the row the statement returned, so it is the object the
 read routes return.
+
+A create sent with an idempotency key (services/domain/idempotency.py) keeps its key, the
+request's fingerprint and its response in idempotency_keys, in the create's transaction: the key
+is kept exactly when the create committed. The transaction first takes a transaction-scoped
+advisory lock on the key without waiting: a second call with the key while the first runs is
+refused (KeyInUse) instead of creating twice or queueing behind it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +24,7 @@ from typing import Any
 
 import asyncpg
 from asyncpg import Record
+from asyncpg.pool import PoolConnectionProxy
 
 from services.domain.forum import (
     COMMENT_COLUMNS,
@@ -27,7 +35,9 @@ from services.domain.forum import (
     post_from_row,
     qualified,
 )
+from services.domain.idempotency import LIFETIME, KeyInUse, KeyReused
 from services.ingest.forum_live import CourseOutbox, Pending
+from services.runtime.loops import repeat
 from services.streams.course_events import CourseEvent, comment_event, post_event
 
 INSERT_POST = f"""
@@ -190,6 +200,48 @@ SELECT {COMMENT_COLUMNS}, false FROM comments
 WHERE id = (SELECT id FROM old) AND NOT EXISTS (SELECT 1 FROM upd)"""
 
 
+# The key's row when it is younger than its lifetime; an older one is as good as gone.
+EARLIER = """
+SELECT fingerprint, response FROM idempotency_keys
+WHERE user_id = $1 AND key = $2 AND created_at > now() - make_interval(secs => $3)"""
+
+# Only a transaction holding the key's lock writes its row, after EARLIER found none: a
+# conflict is an expired row, overwritten.
+KEEP = """
+INSERT INTO idempotency_keys (user_id, key, fingerprint, response) VALUES ($1, $2, $3, $4)
+ON CONFLICT (user_id, key) DO UPDATE
+SET fingerprint = EXCLUDED.fingerprint, response = EXCLUDED.response, created_at = now()"""
+
+# Released with the transaction. Seeded, so these keys do not share locks with any other use.
+LOCK_KEY = "SELECT pg_try_advisory_xact_lock(hashtextextended($1::bigint || ':' || $2, 20261224))"
+
+SWEEP_CHUNK = 1000
+SWEEP_EVERY_SECONDS = 600.0
+# Expired keys, a chunk at a time, oldest first (on idempotency_keys_age).
+SWEEP = """
+DELETE FROM idempotency_keys WHERE (user_id, key) IN (
+  SELECT user_id, key FROM idempotency_keys
+  WHERE created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT $2)"""
+
+
+@dataclass(frozen=True)
+class Once:
+    """A create sent with an idempotency key: whose key, the key, the request's fingerprint, and
+    the response the create answers, made from the row it wrote (kept for the repeats)."""
+
+    user_id: int
+    key: str
+    fingerprint: bytes
+    response: Callable[[Record], bytes]
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A repeat of a create that committed earlier: the response it answered then."""
+
+    response: bytes
+
+
 @dataclass(frozen=True)
 class Parent:
     id: int
@@ -245,34 +297,99 @@ class ForumWriteRepository:
             row = await self._pool.fetchrow(sql, *args)
             return None if row is None else Written(row, None)
         async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(sql, *args)
-            if row is None:
-                return None
-            pending = await self._outbox.add(conn, event(row))
+            return await self._written(conn, sql, args, event)
+
+    async def _create(
+        self,
+        sql: str,
+        args: Sequence[Any],
+        event: Callable[[Record], CourseEvent],
+        once: Once | None,
+    ) -> Written | Replayed | None:
+        """_write, and with a key: the earlier response if the key was kept meanwhile, else the
+        write and its key, one transaction. KeyInUse, KeyReused: see the module."""
+        if once is None:
+            return await self._write(sql, args, event)
+        async with self._pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(LOCK_KEY, once.user_id, once.key):
+                raise KeyInUse(once.key)
+            earlier = await self._earlier(conn, once)
+            if earlier is not None:
+                return earlier
+            written = await self._written(conn, sql, args, event)
+            if written is not None:
+                response = once.response(written.row)
+                await conn.execute(KEEP, once.user_id, once.key, once.fingerprint, response)
+            return written
+
+    async def _written(
+        self,
+        conn: PoolConnectionProxy,
+        sql: str,
+        args: Sequence[Any],
+        event: Callable[[Record], CourseEvent],
+    ) -> Written | None:
+        row = await conn.fetchrow(sql, *args)
+        if row is None:
+            return None
+        pending = None if self._outbox is None else await self._outbox.add(conn, event(row))
         return Written(row, pending)
+
+    async def earlier(self, once: Once) -> Replayed | None:
+        """The response kept for the key, None when there is none (or it expired); KeyReused
+        when it was kept for a different request. Read before a create's own checks, so a
+        repeat answers what the first call answered even if those would refuse it now."""
+        return await self._earlier(self._pool, once)
+
+    @staticmethod
+    async def _earlier(conn: PoolConnectionProxy | asyncpg.Pool, once: Once) -> Replayed | None:
+        row = await conn.fetchrow(EARLIER, once.user_id, once.key, LIFETIME.total_seconds())
+        if row is None:
+            return None
+        if row["fingerprint"] != once.fingerprint:
+            raise KeyReused(once.key)
+        return Replayed(row["response"])
+
+    async def sweep_keys(self, chunk: int = SWEEP_CHUNK) -> int:
+        """Deletes up to `chunk` expired keys; returns how many."""
+        status = await self._pool.execute(SWEEP, LIFETIME.total_seconds(), chunk)
+        return int(status.split()[-1])
+
+    async def sweep_keys_until(self, stop: asyncio.Event) -> None:
+        """Sweeps expired keys every SWEEP_EVERY_SECONDS (at once again while there are more).
+        Every replica sweeps: the deletes are idempotent and a chunk is short."""
+
+        async def step() -> bool:
+            return await self.sweep_keys() >= SWEEP_CHUNK
+
+        await repeat(stop, step, every=SWEEP_EVERY_SECONDS, name="idempotency key sweep")
 
     async def role(self, course_id: int, user_id: int) -> str | None:
         """The user's role in the course, None when not enrolled."""
         return await member_role(self._pool, course_id, user_id)
 
-    async def create_post(self, course_id: int, user_id: int, title: str, body: str) -> Written:
-        written = await self._write(
+    async def create_post(
+        self, course_id: int, user_id: int, title: str, body: str, once: Once | None = None
+    ) -> Written | Replayed:
+        written = await self._create(
             INSERT_POST,
             (course_id, user_id, title, body),
             lambda r: post_event(course_id, post_from_row(r)),
+            once,
         )
         if written is None:  # an INSERT … RETURNING always returns its row
             raise RuntimeError("INSERT INTO posts returned no row")
         return written
 
     async def create_comment(
-        self, course_id: int, post_id: int, user_id: int, body: str
-    ) -> Written | None:
+        self, course_id: int, post_id: int, user_id: int, body: str, once: Once | None = None
+    ) -> Written | Replayed | None:
         """The new top-level comment, or None when the post is not live in the course."""
-        return await self._write(
+        return await self._create(
             INSERT_COMMENT,
             (post_id, course_id, user_id, body),
             lambda r: comment_event(course_id, comment_from_row(r)),
+            once,
         )
 
     async def find_parent(self, comment_id: int) -> Parent | None:
@@ -299,13 +416,15 @@ class ForumWriteRepository:
         user_id: int,
         body: str,
         reply_to: tuple[int, int] | None,
-    ) -> Written | None:
+        once: Once | None = None,
+    ) -> Written | Replayed | None:
         """The new reply under `root_id`, or None when the root or its post went away."""
         to_comment, to_user = reply_to if reply_to else (None, None)
-        return await self._write(
+        return await self._create(
             INSERT_REPLY,
             (root_id, post_id, course_id, user_id, body, to_comment, to_user),
             lambda r: comment_event(course_id, comment_from_row(r)),
+            once,
         )
 
     async def find_post(self, post_id: int) -> Author | None:

@@ -3,25 +3,33 @@ fields are checked before, by services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import UTC
+from typing import TypeVar
 
 import grpc
 from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc as pb_grpc
 from agora.messaging.v1 import message_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2
 
+from services.domain.idempotency import IN_PROGRESS, REUSED, KeyInUse, KeyReused, fingerprint
 from services.domain.instants import Limits
 from services.ingest.accounts import AccountDirectory, AccountsUnavailable
+from services.ingest.kept_responses import KeptResponses
 from services.ingest.repository import AccountOverShare, BacklogFull, MessageStreamRepository
 from services.ingest.validation import validate_batch
-from services.runtime.grpc_errors import FieldViolation, abort, bad_request_status
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid, bad_request_status
 from services.runtime.grpc_quota import abort_over_quota
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 from services.streams.messages import MessageStreams
+
+R = TypeVar("R", bound=Message)
 
 UNKNOWN_ACCOUNT = FieldViolation("account_id", "no Zalo account has this id")
 
@@ -35,7 +43,9 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         streams: MessageStreams,
         repo: MessageStreamRepository,
         accounts: AccountDirectory,
+        kept: KeptResponses | None = None,
     ) -> None:
+        self._kept = kept
         self._streams = streams
         self._repo = repo
         self._accounts = accounts
@@ -45,7 +55,13 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         self, request: pb.IngestMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.IngestMessagesResponse:
         await self._require_account(request.account_id, context)
+        return await self._once(
+            request, context, pb.IngestMessagesResponse, lambda: self._ingest(request, context)
+        )
 
+    async def _ingest(
+        self, request: pb.IngestMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IngestMessagesResponse:
         now = utc_now()
         accepted, rejected = validate_batch(request.messages, now.replace(tzinfo=UTC), self._limits)
         by_shard: dict[int, list[message_pb2.Message]] = defaultdict(list)
@@ -75,6 +91,16 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         self, request: pb.RecordAgentSentRequest, context: grpc.aio.ServicerContext
     ) -> pb.RecordAgentSentResponse:
         await self._require_account(request.account_id, context)
+        return await self._once(
+            request,
+            context,
+            pb.RecordAgentSentResponse,
+            lambda: self._record_agent_sent(request, context),
+        )
+
+    async def _record_agent_sent(
+        self, request: pb.RecordAgentSentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordAgentSentResponse:
         now = utc_now()
         sent_at = request.sent_at if request.HasField("sent_at") else to_timestamp(now)
         entry = events.MessageStreamEntry(
@@ -113,6 +139,38 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         shard = self._streams.shard_of(request.account_id, request.conversation_key)
         await self._append({shard: entry}, context)
         return pb.MarkReadResponse(read_at=read_at)
+
+    async def _once(
+        self,
+        request: pb.IngestMessagesRequest | pb.RecordAgentSentRequest,
+        context: grpc.aio.ServicerContext,
+        response: type[R],
+        append: Callable[[], Awaitable[R]],
+    ) -> R:
+        """`append`, once per idempotency key (see kept_responses.py): a repeat answers the
+        first call's response; ABORTED while the first runs; INVALID_ARGUMENT for a different
+        request with the key."""
+        if not request.idempotency_key or self._kept is None:
+            return await append()
+        try:
+            claim = await self._kept.claim(
+                request.account_id, request.idempotency_key, fingerprint(request)
+            )
+        except KeyReused:
+            await abort_invalid(context, [REUSED])
+        except KeyInUse:
+            await abort(context, grpc.StatusCode.ABORTED, IN_PROGRESS)
+        except BacklogFull as exc:
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; retry later")
+        if isinstance(claim, bytes):
+            return response.FromString(claim)
+        try:
+            answer = await append()
+        except BaseException:
+            await asyncio.shield(self._kept.release(claim))
+            raise
+        await self._kept.keep(claim, answer.SerializeToString())
+        return answer
 
     async def _require_account(self, account_id: int, context: grpc.aio.ServicerContext) -> None:
         """Abort unless zalo_accounts has the account: the flusher could store nothing for it."""

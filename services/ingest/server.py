@@ -15,6 +15,7 @@ from services.ingest.forum_handlers import ForumWriteHandlers
 from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import ForumWriteRepository
 from services.ingest.handlers import IngestHandlers
+from services.ingest.kept_responses import KeptResponses
 from services.ingest.repository import FairShare, MessageStreamRepository
 from services.runtime import redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
@@ -61,6 +62,7 @@ async def build(settings: IngestSettings) -> service.Service:
                 FairShare.from_settings(settings),
             ),
             accounts,
+            KeptResponses(redis, settings.message_stream_prefix),
         )
         # A delete resets its course's access version in Redis: the likes service stops taking
         # likes of the target at once (the key's layout: LIKE_STREAM_PREFIX, as likes reads it).
@@ -68,8 +70,9 @@ async def build(settings: IngestSettings) -> service.Service:
         # Each write's course event commits with it (the outbox) and is published right after.
         feeds = LiveFeeds.from_settings(settings)
         outbox = CourseOutbox(pool, LivePublisher(redis, feeds, durable), feeds)
+        forum_repo = ForumWriteRepository(pool, outbox)
         forum = ForumWriteHandlers(
-            ForumWriteRepository(pool, outbox),
+            forum_repo,
             signal,
             outbox,
             edit_window=timedelta(seconds=settings.forum_edit_window_seconds),
@@ -100,6 +103,7 @@ async def build(settings: IngestSettings) -> service.Service:
         return service.Service(
             server,
             resources,
+            background=[forum_repo.sweep_keys_until],
             # Chat ingest needs Redis only: it keeps accepting messages while PostgreSQL is down,
             # and while MySQL is (for the accounts it has seen: a new one is UNAVAILABLE until
             # MySQL answers), so MySQL is no dependency of its health either.

@@ -8,9 +8,10 @@ from services.runtime import errors, metrics
 
 
 async def _reset(conn: asyncpg.Connection) -> None:
-    # The services never change session state (no SET, LISTEN, advisory locks or open cursors),
-    # so asyncpg's default reset query would only add a round trip — and a transaction — to every
-    # release. An unfinished transaction is still rolled back.
+    # The services never change session state (no SET, LISTEN, open cursors or session advisory
+    # locks: ingest's transaction-scoped ones end with their transaction), so asyncpg's default
+    # reset query would only add a round trip — and a transaction — to every release. An
+    # unfinished transaction is still rolled back.
     if conn.is_in_transaction():
         await conn.execute("ROLLBACK")
 

@@ -181,6 +181,11 @@ ALLOWED: dict[str, list[Command]] = {
         ("GET", "agora:msg:{m0}:backlog-rate:12"),
         ("SET", "agora:msg:{m0}:backlog-rate:12", "1 1", "PX", 1000),
         ("DEL", "forum:{c42}:access-version"),
+        # A keyed append's response: claimed (SET NX GET), kept, read, given back.
+        ("SET", "agora:msg:idempotency:1:ab", "r", "NX", "PX", 1000, "GET"),
+        ("SET", "agora:msg:idempotency:1:ab", "d", "PX", 1000),
+        ("GET", "agora:msg:idempotency:1:ab"),
+        ("DEL", "agora:msg:idempotency:1:ab"),
         # Any shard: the patterns name the hash tag's family, not one tag.
         ("INCRBY", "agora:msg:{m3}:backlog-bytes", 1),
         ("WAIT", 0, 10),
@@ -296,6 +301,8 @@ REFUSED: dict[str, list[Command]] = {
         ("GET", "forum:{c42}:access-version"),
         ("INCRBY", EVENTS, 1),
         ("HSET", BACKLOG, "a", "1"),
+        ("DEL", BACKLOG),
+        ("EXPIRE", "agora:msg:idempotency:1:ab", 1),
         ("KEYS", "*"),
         ("CONFIG", "GET", "requirepass"),
         ("EVAL", "return 1", 0),

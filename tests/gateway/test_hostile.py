@@ -103,7 +103,14 @@ async def test_every_route_fuzzed_from_the_openapi_document(
         *(f"--exclude-tag={tag}" for tag in os.environ.get("FUZZ_SKIP_TAGS", "").split(",") if tag),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""},
+        # Its hooks (fuzz_hooks.py: each well-formed Idempotency-Key made unique) import the
+        # project's rule from the repository root.
+        env={
+            **os.environ,
+            "NO_COLOR": "1",
+            "SCHEMATHESIS_HOOKS": str(Path(__file__).with_name("fuzz_hooks.py")),
+            "PYTHONPATH": str(ROOT),
+        },
         cwd=tmp_path,  # its example cache is written to the working directory
     )
     output, _ = await proc.communicate()

@@ -510,3 +510,45 @@ async def test_a_student_edits_a_post_in_place_and_its_history_shows_the_old_tex
         await expect(post.locator(".edited")).to_be_visible()
         await expect(post.locator(".edit-button, .revisions")).to_have_count(0)
         watched.assert_clean()
+
+
+async def test_a_post_whose_answer_is_lost_is_retried_with_its_key_and_created_once(
+    stack: str, browser: Browser, env: Env
+) -> None:
+    """The first POST reaches the gateway and creates the post, but its answer never reaches the
+    page (a timeout); the client sends it again with the same Idempotency-Key and is answered the
+    post it created: the course has it once, and the page shows it once."""
+    title = "Hỏi lại khi mạng chập chờn"
+    keys: list[str | None] = []
+
+    async def lose_the_first_answer(route: Route) -> None:
+        if route.request.method != "POST":
+            await route.continue_()
+            return
+        keys.append(await route.request.header_value("Idempotency-Key"))
+        if len(keys) == 1:
+            answer = await route.fetch()  # the gateway creates the post
+            assert answer.status == 201
+            await route.abort("timedout")
+        else:
+            await route.continue_()
+
+    async with watched_page(browser) as watched:
+        page = watched.page
+        await sign_in(watched, stack, 8)
+        await page.goto(f"{stack}/#/forum/42")
+        await page.route("**/api/courses/42/posts", lose_the_first_answer)
+        await page.locator(".composer summary").click()
+        await page.locator("#post-title").fill(title)
+        await page.locator("#post-body").fill("Em gửi một lần thôi ạ.")
+        await page.get_by_role("button", name="Post").click()
+        await expect(page.locator(".post", has_text=title)).to_have_count(1)
+        await expect(page.locator("#post-title")).to_have_value("")
+        watched.assert_clean()
+    assert len(keys) == 2
+    assert keys[0]
+    assert keys[0] == keys[1]
+    student = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
+    async with httpx.AsyncClient(base_url=stack, headers=student) as api:
+        listed = (await api.get("/api/courses/42/posts", params={"limit": 100})).json()["data"]
+    assert [p["title"] for p in listed].count(title) == 1

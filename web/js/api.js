@@ -16,7 +16,7 @@ export class ApiError extends Error {
  * Resolves to the parsed JSON body; rejects with an ApiError built from the API's error shape
  * {"success": false, "error": {"code", "message", "fields"}}.
  */
-export async function api(path, { method = 'GET', query = null, body } = {}) {
+export async function api(path, { method = 'GET', query = null, body, idempotencyKey = null } = {}) {
   const url = new URL(path, document.baseURI);
   for (const [name, value] of Object.entries(query ?? {})) {
     if (value != null) url.searchParams.set(name, String(value));
@@ -24,6 +24,7 @@ export async function api(path, { method = 'GET', query = null, body } = {}) {
   const headers = { Accept: 'application/json' };
   if (session.token) headers.Authorization = `Bearer ${session.token}`;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (idempotencyKey) headers['Idempotency-Key'] = idempotencyKey;
   let response;
   try {
     response = await fetch(url, {
@@ -59,6 +60,59 @@ export async function api(path, { method = 'GET', query = null, body } = {}) {
     throw failure;
   }
   return data;
+}
+
+/** A new random key: a UUID where the browser makes one (a secure context), else 128 random
+ * bits in hex. */
+function newKey() {
+  if (globalThis.crypto?.randomUUID) return crypto.randomUUID();
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * The Idempotency-Key of one thing a form creates: the same key for every try of the same
+ * content (a retry after a timeout, a second click after an error), a new one once the content
+ * changed or the create succeeded. The gateway then creates it once, however often it is sent.
+ */
+export class CreateKey {
+  #key = null;
+  #content = null;
+
+  for(content) {
+    const text = JSON.stringify(content);
+    if (this.#key === null || text !== this.#content) {
+      this.#key = newKey();
+      this.#content = text;
+    }
+    return this.#key;
+  }
+
+  done() {
+    this.#key = null;
+    this.#content = null;
+  }
+}
+
+const CREATE_TRIES = 3;
+
+/**
+ * POST a create with its Idempotency-Key, tried again (same key) when no answer came back (the
+ * request may have been stored), while the service is briefly unavailable, or while the same
+ * create is still being processed: the gateway answers a retry with the first response, so the
+ * thing is created once.
+ */
+export async function create(path, body, key) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await api(path, { method: 'POST', body, idempotencyKey: key.for(body) });
+    } catch (error) {
+      const again = error instanceof ApiError
+        && (error.status === 0 || error.status === 503 || (error.status === 409 && error.code === 'aborted'));
+      if (!again || attempt >= CREATE_TRIES) throw error;
+      const waitMs = error.retryAfter ? error.retryAfter * 1000 : 300 * 2 ** attempt;
+      await new Promise((resolve) => { setTimeout(resolve, waitMs); });
+    }
+  }
 }
 
 const FIELD_NAMES = {

@@ -2,7 +2,7 @@
 // editing and deleting your own (a teacher edits and removes anyone's, with a reason, and reads
 // the moderation log), earlier texts of what was edited, and likes that answer at once and then settle on the server's state; live
 // from the course's event stream (new posts and comments appear, deleted ones go, counts move).
-import { api, explain } from './api.js';
+import { api, create, CreateKey, explain } from './api.js';
 import { fill, h, plural, timeEl } from './dom.js';
 import { follow, gate, stopFollowing } from './live.js';
 import { renderMarkdown } from './markdown.js';
@@ -371,11 +371,13 @@ function postComposer(course, created) {
   const title = h('input', { id: 'post-title', maxlength: 200, required: true, placeholder: 'Title' });
   const text = h('textarea', { id: 'post-body', rows: 3, maxlength: 20000, required: true, placeholder: 'Write something for the course… (Tiếng Việt, emoji 👍 welcome)' });
   const submit = h('button', { type: 'submit' }, 'Post');
+  const key = new CreateKey();
   const form = h('form', { class: 'card composer', onsubmit: async (event) => {
     event.preventDefault();
     submit.disabled = true;
     try {
-      const reply = await api(`api/courses/${course}/posts`, { method: 'POST', body: { title: title.value, body: text.value } });
+      const reply = await create(`api/courses/${course}/posts`, { title: title.value, body: text.value }, key);
+      key.done();
       form.reset();
       created(reply.data);
       notify('Posted.');
@@ -791,13 +793,15 @@ class Thread {
   composer(target, placeholder, label) {
     const text = h('textarea', { rows: 2, maxlength: 20000, required: true, placeholder, 'aria-label': placeholder });
     const submit = h('button', { type: 'submit' }, label);
+    const key = new CreateKey();
     const form = h('form', { class: `composer ${target ? 'reply-form' : 'comment-form'}`, onsubmit: async (event) => {
       event.preventDefault();
       submit.disabled = true;
       try {
         const body = { body: text.value };
         if (target) body.parent_id = target.id;
-        const created = (await api(this.url(`posts/${this.post.id}/comments`), { method: 'POST', body })).data;
+        const created = (await create(this.url(`posts/${this.post.id}/comments`), body, key)).data;
+        key.done();
         form.reset();
         await this.placeNew(created);
         if (target) {

@@ -38,6 +38,7 @@ from services.gateway.errors import ApiError
 from services.gateway.params import (
     CourseId,
     CursorId,
+    IdempotencyKey,
     LikersLimit,
     Limit,
     Reason,
@@ -144,11 +145,19 @@ async def list_posts(
     "/posts", summary="Create a post", response_model=schemas.PostResponse, status_code=201
 )
 async def create_post(
-    clients: RequestClients, user: CurrentUser, course_id: CourseId, body: schemas.NewPost
+    clients: RequestClients,
+    user: CurrentUser,
+    course_id: CourseId,
+    body: schemas.NewPost,
+    idempotency_key: IdempotencyKey = None,
 ) -> JsonBytes:
     reply = await clients.forum_write.CreatePost(
         write_pb.CreatePostRequest(
-            course_id=course_id, user_id=user.user_id, title=body.title, body=body.body
+            course_id=course_id,
+            user_id=user.user_id,
+            title=body.title,
+            body=body.body,
+            idempotency_key=idempotency_key,
         ),
         **clients.options,
     )
@@ -220,6 +229,7 @@ async def create_comment(
     course_id: CourseId,
     post_id: RowId,
     body: schemas.NewComment,
+    idempotency_key: IdempotencyKey = None,
 ) -> JsonBytes:
     rpc = write_pb.CreateCommentRequest(
         course_id=course_id,
@@ -227,6 +237,7 @@ async def create_comment(
         user_id=user.user_id,
         body=body.body,
         parent_id=body.parent_id,
+        idempotency_key=idempotency_key,
     )
     reply = await clients.forum_write.CreateComment(rpc, **clients.options)
     return ok({"data": comment_json(reply.comment, liked_by_me=False)}, 201)

@@ -32,6 +32,7 @@ from services.gateway.errors import ApiError
 from services.gateway.params import (
     AccountId,
     CursorId,
+    IdempotencyKey,
     Limit,
     MessageLimit,
     TimeCursor,
@@ -106,11 +107,12 @@ async def ingest_messages(
     user: CurrentUser,
     account_id: AccountId,
     body: schemas.IngestBody,
+    idempotency_key: IdempotencyKey = None,
 ) -> JsonBytes:
     require_account(user, account_id)
     rejected: list[dict[str, Any]] = []
     positions: list[int] = []  # original index of each message sent to ingest
-    rpc = ingest_pb.IngestMessagesRequest(account_id=account_id)
+    rpc = ingest_pb.IngestMessagesRequest(account_id=account_id, idempotency_key=idempotency_key)
     for index, item in enumerate(body.messages):
         try:
             rpc.messages.append(incoming_message(item))
@@ -298,7 +300,11 @@ def _latest(
     status_code=202,
 )
 async def record_agent_sent(
-    clients: RequestClients, user: CurrentUser, account_id: AccountId, body: schemas.AgentSentBody
+    clients: RequestClients,
+    user: CurrentUser,
+    account_id: AccountId,
+    body: schemas.AgentSentBody,
+    idempotency_key: IdempotencyKey = None,
 ) -> JsonBytes:
     require_account(user, account_id)
     # The agent is the caller: a body naming someone else would record a message as them.
@@ -312,6 +318,7 @@ async def record_agent_sent(
         agent_user_id=user.user_id,
         content=body.content or "",
         sent_at=request_time(body.sent_at, "sent_at"),
+        idempotency_key=idempotency_key,
     )
     await clients.ingest.RecordAgentSent(rpc, **clients.options)
     return ok({"data": {"accepted": True}}, 202)
