@@ -45,10 +45,15 @@ SENT_AT = MESSAGE_COLUMNS.index("sent_at")
 # Before any message can have been sent: "never read" compares against this.
 NEVER = datetime(1970, 1, 1)
 
+# An inbox row's preview of its newest message: the text on one line, cut to this many
+# characters (zalo_conversations.last_message_preview holds as many).
+PREVIEW_CHARS = 100
+
 # Conversations as the inbox shows them (conversation_fields): its unread count is the incoming
 # messages after the read marker. %s: "never read" (a time before any message); a WHERE follows.
 INBOX_ROWS = """
 SELECT c.id, c.zalo_account_id, c.thread_id, c.thread_type, c.last_message_at, c.last_read_at,
+  c.contact_name, c.last_message_preview, c.last_message_direction,
   (SELECT COUNT(*) FROM zalo_messages m
     WHERE m.zalo_conversation_id = c.id AND m.direction = 'in'
       AND m.sent_at > COALESCE(c.last_read_at, %s)) AS unread
@@ -78,7 +83,18 @@ def stored_message_fields(row: Sequence[Any]) -> dict[str, Any]:
 
 def conversation_fields(row: Sequence[Any]) -> dict[str, Any]:
     """An inbox row as Conversation fields (see stored_message_fields)."""
-    conv_id, account_id, thread_id, thread_type, last_message_at, last_read_at, unread = row
+    (
+        conv_id,
+        account_id,
+        thread_id,
+        thread_type,
+        last_message_at,
+        last_read_at,
+        contact_name,
+        preview,
+        direction,
+        unread,
+    ) = row
     return {
         "id": conv_id,
         "zalo_account_id": account_id,
@@ -87,4 +103,21 @@ def conversation_fields(row: Sequence[Any]) -> dict[str, Any]:
         "last_message_at": timestamp_fields(last_message_at),
         "last_read_at": None if last_read_at is None else timestamp_fields(last_read_at),
         "unread_count": int(unread),
+        "contact_name": contact_name,
+        "last_message_preview": preview,
+        "last_message_direction": None if direction is None else DIRECTIONS[direction],
     }
+
+
+def message_preview(content: str, msg_type: str, attachments: str) -> str | None:
+    """What an inbox row shows of a message: its text with every run of whitespace made one
+    space; without text, what it carries ("[attachment]", or its type: "[chat.sticker]"); cut to
+    PREVIEW_CHARS with "…". None when there is nothing to say."""
+    said = " ".join(content.split())
+    if not said and attachments.strip() not in ("", "[]", "null"):
+        said = "[attachment]"
+    elif not said and msg_type:
+        said = f"[{msg_type}]"
+    if len(said) > PREVIEW_CHARS:
+        said = f"{said[: PREVIEW_CHARS - 1]}…"
+    return said or None

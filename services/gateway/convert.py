@@ -153,6 +153,9 @@ def conversation_json(c: message_pb2.Conversation) -> dict[str, Any]:
         "last_message_at": time_text(c.last_message_at),
         "last_read_at": optional_time(c, "last_read_at"),
         "unread_count": c.unread_count,
+        "contact_name": optional_value(c, "contact_name"),
+        "last_message_preview": optional_value(c, "last_message_preview"),
+        "last_message_direction": DIRECTION_NAMES.get(c.last_message_direction),
     }
 
 

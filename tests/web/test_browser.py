@@ -83,6 +83,17 @@ async def test_inbox_walks_a_conversation_to_its_first_message_and_marks_it_read
             badge = page.locator(f'.conversation[data-key="{WALK}"] .unread')
             await expect(badge).to_have_attribute("data-count", str(incoming))
             await expect(badge).to_be_visible()
+            # Each row says who and what: the contact's name, the newest message on one line
+            # (the business's own as "You: …").
+            walk_row = page.locator(f'.conversation[data-key="{WALK}"]')
+            await expect(walk_row.locator(".conversation-title")).to_have_text("👤 Nguyễn Thị Hoa")
+            await expect(walk_row.locator(".conversation-preview")).to_have_text(
+                f"Tin nhắn số {WALK_SIZE - 1}: xin chào, cảm ơn bạn 😀👍"
+            )
+            recent_row = page.locator(f'.conversation[data-key="{RECENT}"]')
+            await expect(recent_row.locator(".conversation-preview")).to_have_text(
+                "You: Tin nhắn số 2: xin chào, cảm ơn bạn 😀👍"
+            )
 
             await page.locator(f'.conversation[data-key="{WALK}"]').click()
             start = page.locator("#timeline-start")
@@ -112,6 +123,24 @@ async def test_inbox_walks_a_conversation_to_its_first_message_and_marks_it_read
             await expect(badge).not_to_have_class(re.compile("pending"))
             await expect(badge).to_be_hidden()
             await expect(page.locator(".thread-unread")).to_have_text("All read")
+
+            # A new contact writes: their row comes live, at the top, with their name and words.
+            hello = {
+                "msg_id": "web-new-1",
+                "thread_id": "web-new",
+                "direction": "in",
+                "sender_name": "Trần Văn Nam",
+                "content": "Shop ơi, áo này\ncòn size L không?",
+                "sent_at": datetime.now(UTC).isoformat(),
+            }
+            sent = await api.post("/api/zalo-accounts/1/messages", json={"messages": [hello]})
+            assert sent.json()["data"]["accepted"] == 1, sent.text
+            newest = conversations.first
+            await expect(newest).to_have_attribute("data-key", "web-new", timeout=20_000)
+            await expect(newest.locator(".conversation-title")).to_have_text("👤 Trần Văn Nam")
+            await expect(newest.locator(".conversation-preview")).to_have_text(
+                "Shop ơi, áo này còn size L không?"
+            )
             watched.assert_clean()
         unread = await api.get(f"/api/zalo-accounts/1/conversations/{WALK}/unread")
         assert unread.json()["data"]["unread"] == 0

@@ -15,7 +15,7 @@ const NEAR_TOP = 120;
 // A reader this close (px) to the bottom follows new messages; further up, they stay put.
 const NEAR_BOTTOM = 40;
 
-// {account, root, list, more, thread, items: Map(key -> {conversation, badge, li, time}),
+// {account, root, list, more, thread, items: Map(key -> {conversation, badge, li, time, title, preview}),
 //  cursor, key (the open conversation), header (its unread line), timeline, live (the gate)}
 let view = null;
 
@@ -112,20 +112,40 @@ function loadConversations(v, older = false, loading = true) {
   });
 }
 
+/** Who a conversation is with: the contact's name (a group: its thread id, since Zalo gives
+ * a group's messages, not its name); the thread id until a message named the contact. */
+function conversationTitle(conversation) {
+  const group = conversation.thread_type === 'group';
+  const name = group ? null : conversation.contact_name;
+  return [group ? '👥 ' : '👤 ', name ?? conversation.thread_id];
+}
+
+/** The newest message on one line: "You: …" for the business's own, "Name: …" in a group. */
+function conversationPreview(conversation) {
+  const text = conversation.last_message_preview;
+  if (text == null) return '';
+  if (conversation.last_message_direction === 'out') return `You: ${text}`;
+  if (conversation.thread_type === 'group' && conversation.contact_name) return `${conversation.contact_name}: ${text}`;
+  return text;
+}
+
 function conversationItem(v, conversation) {
   const key = conversation.thread_id;
   const badge = h('span', { class: 'unread' });
   const time = h('span', { class: 'conversation-time muted' }, timeEl(conversation.last_message_at));
+  const title = h('span', { class: 'conversation-title', title: key }, ...conversationTitle(conversation));
+  const preview = h('span', { class: 'conversation-preview muted' }, conversationPreview(conversation));
   const link = h('a', {
     class: 'conversation',
     href: `#/inbox/${v.account}/${encodeURIComponent(key)}`,
     dataset: { key },
   },
-  h('span', { class: 'conversation-title' }, conversation.thread_type === 'group' ? '👥 ' : '👤 ', key),
+  title,
   badge,
+  preview,
   time);
   const li = h('li', {}, link);
-  const item = { conversation, badge, link, li, time };
+  const item = { conversation, badge, link, li, time, title, preview };
   li.item = item;
   v.items.set(key, item);
   markCurrent(v, key, item);
@@ -177,6 +197,8 @@ function placeConversation(v, conversation) {
   if (item) {
     item.conversation = { ...item.conversation, ...conversation };
     fill(item.time, timeEl(conversation.last_message_at));
+    fill(item.title, ...conversationTitle(item.conversation));
+    fill(item.preview, conversationPreview(item.conversation));
     setUnread(v, key, conversation.unread_count);
   } else {
     if (!v.items.size) v.list.replaceChildren(); // "No conversation yet."
@@ -201,7 +223,7 @@ async function openConversation(v, key) {
   const hint = h('button', { type: 'button', class: 'new-messages', hidden: true });
   fill(v.thread,
     h('header', { class: 'thread-head' },
-      h('h2', {}, key),
+      h('h2', { title: key }, ...(v.items.has(key) ? conversationTitle(v.items.get(key).conversation).slice(1) : [key])),
       unread,
       busyButton('Mark read', () => markRead(v, key), { class: 'mark-read' })),
     scroller,

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import message_pb2
 
+from services.domain.messaging import message_preview
 from services.flusher.fencing import MysqlFences
 from services.flusher.messages import conversions
 from services.runtime.mysql import Connection, MysqlDatabase, placeholders
@@ -22,10 +24,25 @@ from services.streams.faults import fault
 from services.streams.fencing import Fence
 
 # Every VALUES item is a placeholder, so aiomysql sends one multi-row statement per batch.
+# MySQL runs the assignments left to right, each seeing the ones before: the preview and the name
+# are compared with the stored times before those times move. A message older than the stored
+# newest (a late delivery) changes neither; the name comes only from an incoming message at least
+# as new as the one that named the contact. Ties go to the later batch, so re-applying a batch
+# changes nothing.
 UPSERT_CONVERSATIONS = """
-INSERT INTO zalo_conversations (zalo_account_id, thread_id, thread_type, last_message_at)
-VALUES (%s, %s, %s, %s)
-ON DUPLICATE KEY UPDATE last_message_at = GREATEST(last_message_at, VALUES(last_message_at))
+INSERT INTO zalo_conversations (zalo_account_id, thread_id, thread_type, last_message_at,
+  last_message_preview, last_message_direction, contact_name, contact_name_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON DUPLICATE KEY UPDATE
+  last_message_preview = IF(VALUES(last_message_at) >= last_message_at,
+    VALUES(last_message_preview), last_message_preview),
+  last_message_direction = IF(VALUES(last_message_at) >= last_message_at,
+    VALUES(last_message_direction), last_message_direction),
+  contact_name = IF(contact_name_at IS NULL OR VALUES(contact_name_at) >= contact_name_at,
+    VALUES(contact_name), contact_name),
+  contact_name_at = IF(contact_name_at IS NULL OR VALUES(contact_name_at) >= contact_name_at,
+    VALUES(contact_name_at), contact_name_at),
+  last_message_at = GREATEST(last_message_at, VALUES(last_message_at))
 """
 
 INSERT_MESSAGES = """
@@ -59,6 +76,41 @@ ConversationKey = tuple[int, str]
 PendingRow = tuple[ConversationKey, str, tuple[Any, ...]]
 
 
+@dataclass
+class Latest:
+    """What a batch says of one conversation's row: its newest message (time, preview, direction)
+    and the newest incoming sender name with its time. Ties go to the later message, as in
+    UPSERT_CONVERSATIONS across batches."""
+
+    thread_type: str
+    at: datetime | None = None
+    preview: str | None = None
+    direction: str | None = None
+    name: str | None = None
+    name_at: datetime | None = None
+
+    def saw(self, msg: message_pb2.Message, row: tuple[Any, ...]) -> None:
+        sent_at: datetime = row[-1]
+        if self.at is None or sent_at >= self.at:
+            self.at = sent_at
+            self.preview = message_preview(msg.content, msg.msg_type, msg.attachments)
+            self.direction = row[4]
+        named = msg.direction == message_pb2.DIRECTION_IN and msg.sender_name.strip()
+        if named and (self.name_at is None or sent_at >= self.name_at):
+            self.name, self.name_at = msg.sender_name.strip(), sent_at
+
+    def values(self) -> tuple[Any, ...]:
+        """UPSERT_CONVERSATIONS' values after the account and the thread."""
+        return (
+            self.thread_type,
+            self.at,
+            self.preview,
+            self.direction,
+            self.name,
+            self.name_at,
+        )
+
+
 class MessageRepository:
     """Applies decoded stream entries to MySQL."""
 
@@ -80,7 +132,7 @@ class MessageRepository:
         """Apply a batch in one transaction, fenced; returns the ids of conversations that got
         messages. Every value is converted before the transaction starts: one that cannot be
         (conversions.UnstorableValue) refuses the batch as data, so the consumer isolates it."""
-        conversations: dict[ConversationKey, tuple[str, datetime]] = {}
+        conversations: dict[ConversationKey, Latest] = {}
         messages: list[PendingRow] = []
         reads: dict[ConversationKey, datetime] = {}
         agent_sent: list[tuple[Any, ...]] = []
@@ -91,10 +143,9 @@ class MessageRepository:
                 for msg in entry.messages.messages:
                     key = (account, msg.thread_id)
                     row = _message_row(msg)
-                    sent_at = row[-1]
-                    known = conversations.get(key)
-                    if known is None or sent_at > known[1]:
-                        conversations[key] = (row[3], sent_at)
+                    latest = conversations.get(key) or Latest(row[3])
+                    conversations[key] = latest
+                    latest.saw(msg, row)
                     messages.append((key, msg.msg_id, row))
             elif kind == "read":
                 key = (account, entry.read.thread_id)
@@ -122,7 +173,7 @@ class MessageRepository:
             if conversations:
                 await tx.executemany(
                     UPSERT_CONVERSATIONS,
-                    [(a, t, kind, at) for (a, t), (kind, at) in sorted(conversations.items())],
+                    [(a, t, *latest.values()) for (a, t), latest in sorted(conversations.items())],
                 )
                 ids = await self._conversation_ids(tx, conversations)
             if messages and self._archive:

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, JsonValue
 
 from services.domain.ids import ID_PATTERN
+from services.domain.messaging import PREVIEW_CHARS
 from services.gateway.schemas.base import (
     MAX_UINT64,
     EpochMilliseconds,
@@ -65,6 +66,17 @@ class Conversation(BaseModel):
     last_message_at: str
     last_read_at: str | None
     unread_count: int
+    contact_name: str | None = Field(
+        description="The contact's display name: the sender_name of the newest incoming message "
+        "that had one (in a group, its latest incoming sender); null until one did"
+    )
+    last_message_preview: str | None = Field(
+        description=f"The newest message on one line, at most {PREVIEW_CHARS} characters ('…' "
+        "when cut); without text, what it carries ('[attachment]', '[<msg_type>]')"
+    )
+    last_message_direction: Literal["in", "out"] | None = Field(
+        description="Who wrote the newest message: in (the contact) or out (the business)"
+    )
 
 
 class ConversationPagination(Pagination):
