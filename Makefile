@@ -81,7 +81,7 @@ logs:
 	@$(STACK) logs
 
 token:
-	@$(STACK) run $(PY) -m tools.jwt_token --sub $(SUB) --accounts $(ACCOUNTS)
+	@$(STACK) run $(PY) -m tools.jwt_token --sub $(SUB) --accounts="$(ACCOUNTS)"
 
 lint: setup
 	$(PY) -m ruff check .

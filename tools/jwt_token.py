@@ -59,7 +59,9 @@ def secret_file() -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sub", type=int, default=7, help="the user id (default 7)")
-    parser.add_argument("--accounts", default="1", help="Zalo account ids granted (default 1)")
+    parser.add_argument(
+        "--accounts", default="1", help="Zalo account ids granted (default 1; empty: none)"
+    )
     parser.add_argument("--ttl", type=int, default=86_400, help="seconds valid (default 1 day)")
     args = parser.parse_args()
     max_ttl = int(os.environ.get("JWT_MAX_LIFETIME_SECONDS", "86400"))
