@@ -53,11 +53,15 @@ def check_key(value: str) -> FieldViolation | None:
 
 def fingerprint(request: Message) -> bytes:
     """What makes two calls the same request: its type (one per method) and every field but the
-    key, serialized deterministically (field order and map order do not change it)."""
-    copy = type(request)()
-    copy.CopyFrom(request)
-    copy.ClearField(FIELD)
+    key, serialized deterministically (field order and map order do not change it). The key is
+    taken out for the serialization and put back: no copy of a batch of messages."""
+    key = getattr(request, FIELD)
+    request.ClearField(FIELD)
+    try:
+        body = request.SerializeToString(deterministic=True)
+    finally:
+        setattr(request, FIELD, key)
     digest = hashlib.sha256(request.DESCRIPTOR.full_name.encode())
     digest.update(b"\0")
-    digest.update(copy.SerializeToString(deterministic=True))
+    digest.update(body)
     return digest.digest()

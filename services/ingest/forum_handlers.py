@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import grpc
 from agora.forum.v1 import forum_write_service_pb2 as pb
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 POST_NOT_FOUND = "post not found in this course"
 COMMENT_NOT_FOUND = "comment not found in this course"
+
+# What a create answers: its row (a post, always), or None (a comment whose post went away).
+W = TypeVar("W", Written, Written | None)
 
 # The requests of an enrolled user's write: its course and its user.
 Enrolling = (
@@ -105,8 +109,6 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         )
         if isinstance(written, bytes):
             return pb.CreatePostResponse.FromString(written)
-        if written is None:  # create_post always returns its row
-            raise RuntimeError("a post was created and not returned")
         await self._committed(written)
         return _post_response(written.row)
 
@@ -177,10 +179,8 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         return b"" if earlier is None else earlier.response
 
     async def _created(
-        self,
-        context: grpc.aio.ServicerContext,
-        create: Awaitable[Written | Replayed | None],
-    ) -> Written | bytes | None:
+        self, context: grpc.aio.ServicerContext, create: Awaitable[W | Replayed]
+    ) -> W | bytes:
         """A create's outcome: what it wrote, or the response a call with its key committed
         meanwhile; ABORTED while that call runs, INVALID_ARGUMENT if it was another request."""
         try:
@@ -260,9 +260,8 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         )
         if edited is None:  # deleted meanwhile (or the window closed in between)
             await abort(context, grpc.StatusCode.NOT_FOUND, POST_NOT_FOUND)
-        written, _ = edited
-        await self._committed(written)
-        return pb.EditPostResponse(post=post_from_row(written.row))
+        await self._committed(edited)
+        return pb.EditPostResponse(post=post_from_row(edited.row))
 
     async def EditComment(
         self, request: pb.EditCommentRequest, context: grpc.aio.ServicerContext
@@ -273,9 +272,8 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         edited = await self._repo.edit_comment(edit, request.body)
         if edited is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, COMMENT_NOT_FOUND)
-        written, _ = edited
-        await self._committed(written)
-        return pb.EditCommentResponse(comment=comment_from_row(written.row))
+        await self._committed(edited)
+        return pb.EditCommentResponse(comment=comment_from_row(edited.row))
 
     async def _may_edit(
         self,

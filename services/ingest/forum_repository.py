@@ -290,9 +290,10 @@ class ForumWriteRepository:
         self._outbox = outbox
 
     async def _write(
-        self, sql: str, args: Sequence[Any], event: Callable[[Record], CourseEvent]
+        self, sql: str, args: Sequence[Any], event: Callable[[Record], CourseEvent | None]
     ) -> Written | None:
-        """The statement and, when it wrote something, its event: one transaction."""
+        """The statement and, when it wrote something, its event (if it has one): one
+        transaction."""
         if self._outbox is None:
             row = await self._pool.fetchrow(sql, *args)
             return None if row is None else Written(row, None)
@@ -327,12 +328,14 @@ class ForumWriteRepository:
         conn: PoolConnectionProxy,
         sql: str,
         args: Sequence[Any],
-        event: Callable[[Record], CourseEvent],
+        event: Callable[[Record], CourseEvent | None],
     ) -> Written | None:
         row = await conn.fetchrow(sql, *args)
         if row is None:
             return None
-        pending = None if self._outbox is None else await self._outbox.add(conn, event(row))
+        pending = None
+        if self._outbox is not None and (made := event(row)) is not None:
+            pending = await self._outbox.add(conn, made)
         return Written(row, pending)
 
     async def earlier(self, once: Once) -> Replayed | None:
@@ -457,19 +460,15 @@ class ForumWriteRepository:
             lambda r: comment_event(course_id, comment_from_row(r), r["deleted_at"]),
         )
 
-    async def edit_post(
-        self, edit: Edit, title: str | None, body: str | None
-    ) -> tuple[Written, bool] | None:
-        """The post after the edit and whether it changed; None when it is not a live post of
-        the course the user may edit (gone meanwhile, or the window closed)."""
+    async def edit_post(self, edit: Edit, title: str | None, body: str | None) -> Written | None:
+        """The post after the edit (with no event when the edit changed nothing); None when it
+        is not a live post of the course the user may edit (gone meanwhile, or the window
+        closed)."""
         return await self._edit(
-            EDIT_POST,
-            edit,
-            (title, body),
-            lambda r: post_event(edit.course_id, post_from_row(r)),
+            EDIT_POST, edit, (title, body), lambda r: post_event(edit.course_id, post_from_row(r))
         )
 
-    async def edit_comment(self, edit: Edit, body: str) -> tuple[Written, bool] | None:
+    async def edit_comment(self, edit: Edit, body: str) -> Written | None:
         """As edit_post, for a comment or reply."""
         return await self._edit(
             EDIT_COMMENT,
@@ -484,7 +483,7 @@ class ForumWriteRepository:
         edit: Edit,
         texts: tuple[str | None, ...],
         event: Callable[[Record], CourseEvent],
-    ) -> tuple[Written, bool] | None:
+    ) -> Written | None:
         args = (
             edit.target_id,
             edit.course_id,
@@ -493,16 +492,8 @@ class ForumWriteRepository:
             edit.window.total_seconds(),
             edit.reason,
         )
-        if self._outbox is None:
-            row = await self._pool.fetchrow(sql, *args)
-            return None if row is None else (Written(row, None), row["changed"])
-        async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(sql, *args)
-            if row is None:
-                return None
-            # An edit that changed nothing is no event.
-            pending = await self._outbox.add(conn, event(row)) if row["changed"] else None
-        return Written(row, pending), row["changed"]
+        # An edit that changed nothing is no event.
+        return await self._write(sql, args, lambda r: event(r) if r["changed"] else None)
 
     async def _author(self, sql: str, target_id: int) -> Author | None:
         row = await self._pool.fetchrow(sql, target_id)

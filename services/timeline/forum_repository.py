@@ -152,7 +152,6 @@ _MODERATION_PAGE = f"""
 SELECT {MODERATION_COLUMNS} FROM moderation_actions
 WHERE {{gate}}course_id = $1 AND id < $4
 ORDER BY id DESC LIMIT $2"""
-MODERATION_PAGE = _MODERATION_PAGE.format(gate="")
 MODERATION_PAGE_CHECKED = _checked(
     _MODERATION_PAGE,
     "page.id DESC",

@@ -182,38 +182,22 @@ function editedMark(course, kind, item) {
 
 /** A post's or comment's earlier texts (GET …/revisions), newest first, read on every opening. */
 function history(course, kind, item) {
-  const list = h('ol', { class: 'revisions-list', 'aria-label': `Earlier texts of this ${kind}` });
-  const more = h('div', { class: 'list-more' });
-  const box = h('details', { class: 'revisions' }, h('summary', {}, 'History'),
-    h('div', { class: 'revisions-panel' }, list, more));
-  let cursor = null;
-
-  async function load() {
-    let page;
-    try {
-      page = await api(`api/courses/${course}/${kind}s/${item.id}/revisions`, { query: { limit: REVISIONS_PER_PAGE, before_id: cursor } });
-    } catch (error) {
-      fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, `the history of this ${kind}`)));
-      return;
-    }
-    for (const revision of page.data) {
-      list.append(h('li', { class: 'revision', dataset: { id: revision.id } },
-        h('div', { class: 'meta muted' }, 'written ', timeEl(revision.written_at), ' · replaced ', timeEl(revision.replaced_at), ` by ${who(revision.replaced_by)}`),
-        revision.title != null ? h('strong', { class: 'revision-title' }, revision.title) : null,
-        h('div', { class: 'revision-body markdown' }, renderMarkdown(revision.body))));
-    }
-    if (!list.children.length) list.append(h('li', { class: 'muted' }, 'No earlier texts.'));
-    cursor = page.pagination.has_more ? page.pagination.next_before_id : null;
-    fill(more, cursor ? busyButton('Older', load, { class: 'ghost small' }) : null);
-  }
-
-  box.addEventListener('toggle', () => {
-    if (!box.open) return;
-    list.replaceChildren();
-    cursor = null;
-    load();
+  return pagedDetails({
+    boxClass: 'revisions',
+    summary: 'History',
+    listClass: 'revisions-list',
+    panelClass: 'revisions-panel',
+    label: `Earlier texts of this ${kind}`,
+    what: `the history of this ${kind}`,
+    empty: 'No earlier texts.',
+    more: 'Older',
+    read: (cursor) => api(`api/courses/${course}/${kind}s/${item.id}/revisions`, { query: { limit: REVISIONS_PER_PAGE, before_id: cursor } }),
+    next: (p) => (p.has_more ? p.next_before_id : null),
+    row: (revision) => h('li', { class: 'revision', dataset: { id: revision.id } },
+      h('div', { class: 'meta muted' }, 'written ', timeEl(revision.written_at), ' · replaced ', timeEl(revision.replaced_at), ` by ${who(revision.replaced_by)}`),
+      revision.title != null ? h('strong', { class: 'revision-title' }, revision.title) : null,
+      h('div', { class: 'revision-body markdown' }, renderMarkdown(revision.body))),
   });
-  return box;
 }
 
 /** An Edit button that puts a form in `slot` with the text as it is; `save(fields)` sends it
@@ -258,29 +242,50 @@ function editButton(kind, item, slot, save) {
 
 /** The course's moderation log (GET …/moderation), newest first, for its teachers. */
 function moderationLog(course) {
-  const list = h('ol', { class: 'moderation-list', 'aria-label': 'Moderation log' });
+  return pagedDetails({
+    boxClass: 'moderation-log card',
+    summary: 'Moderation log',
+    listClass: 'moderation-list',
+    label: 'Moderation log',
+    what: 'the moderation log',
+    empty: 'Nothing moderated yet.',
+    more: 'Older',
+    read: (cursor) => api(`api/courses/${course}/moderation`, { query: { limit: MODERATION_PER_PAGE, before_id: cursor } }),
+    next: (p) => (p.has_more ? p.next_before_id : null),
+    row: (action) => {
+      const what = action.comment_id != null ? `comment ${action.comment_id} on post ${action.post_id}` : `post ${action.post_id}`;
+      const verb = action.action === 'delete' ? 'removed' : 'edited';
+      return h('li', { dataset: { id: action.id, action: action.action } },
+        h('strong', {}, who(action.moderator_id)), ` ${verb} ${who(action.author_id)}'s ${what} · `, timeEl(action.created_at),
+        action.reason ? h('div', { class: 'moderation-reason' }, `Reason: ${action.reason}`) : null);
+    },
+  });
+}
+
+/**
+ * A <details> whose list is read each time it opens (what it lists keeps changing) and pages on
+ * with a button: `read(cursor)` answers a page of the API (cursor null: the first), `row(entry)`
+ * makes an entry's <li>, `next(pagination)` the cursor of the page after (null: none).
+ */
+function pagedDetails({ boxClass, summary, listClass, panelClass = null, label, what, empty, more: moreLabel, read, row, next }) {
+  const list = h('ol', { class: listClass, 'aria-label': label });
   const more = h('div', { class: 'list-more' });
-  const box = h('details', { class: 'moderation-log card' }, h('summary', {}, 'Moderation log'), list, more);
+  const box = h('details', { class: boxClass }, h('summary', {}, summary),
+    ...(panelClass ? [h('div', { class: panelClass }, list, more)] : [list, more]));
   let cursor = null;
 
   async function load() {
     let page;
     try {
-      page = await api(`api/courses/${course}/moderation`, { query: { limit: MODERATION_PER_PAGE, before_id: cursor } });
+      page = await read(cursor);
     } catch (error) {
-      fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, 'the moderation log')));
+      fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, what)));
       return;
     }
-    for (const action of page.data) {
-      const what = action.comment_id != null ? `comment ${action.comment_id} on post ${action.post_id}` : `post ${action.post_id}`;
-      const verb = action.action === 'delete' ? 'removed' : 'edited';
-      list.append(h('li', { dataset: { id: action.id, action: action.action } },
-        h('strong', {}, who(action.moderator_id)), ` ${verb} ${who(action.author_id)}'s ${what} · `, timeEl(action.created_at),
-        action.reason ? h('div', { class: 'moderation-reason' }, `Reason: ${action.reason}`) : null));
-    }
-    if (!list.children.length) list.append(h('li', { class: 'muted' }, 'Nothing moderated yet.'));
-    cursor = page.pagination.has_more ? page.pagination.next_before_id : null;
-    fill(more, cursor ? busyButton('Older', load, { class: 'ghost small' }) : null);
+    for (const entry of page.data) list.append(row(entry));
+    if (!list.children.length) list.append(h('li', { class: 'muted' }, empty));
+    cursor = next(page.pagination);
+    fill(more, cursor ? busyButton(moreLabel, load, { class: 'ghost small' }) : null);
   }
 
   box.addEventListener('toggle', () => {
@@ -503,39 +508,21 @@ function likeButton(course, kind, item) {
 /** "Who liked": the members who liked a post or a comment, newest first, read when opened. A
  * like just given shows once the server stored it (a moment later in the buffered mode). */
 function likers(course, kind, item) {
-  const list = h('ol', { class: 'likers-list', 'aria-label': `Who liked this ${kind}` });
-  const more = h('div', { class: 'list-more' });
-  const box = h('details', { class: 'likers' }, h('summary', {}, 'Who liked'),
-    h('div', { class: 'likers-panel' }, list, more));
-  let cursor = null;
-
-  async function load() {
-    let page;
-    try {
-      page = await api(`api/courses/${course}/${kind}s/${item.id}/likes`, {
-        query: { limit: LIKERS_PER_PAGE, before_liked_at: cursor?.[0], before_user_id: cursor?.[1] },
-      });
-    } catch (error) {
-      fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, `the likes of this ${kind}`)));
-      return;
-    }
-    for (const liker of page.data) {
-      list.append(h('li', { dataset: { user: liker.user_id } }, h('strong', {}, who(liker.user_id)), ' · ', timeEl(liker.liked_at)));
-    }
-    if (!list.children.length) list.append(h('li', { class: 'muted' }, 'Nobody yet.'));
-    const p = page.pagination;
-    cursor = p.has_more ? [p.next_before_liked_at, p.next_before_user_id] : null;
-    fill(more, cursor ? busyButton('More', load, { class: 'ghost small' }) : null);
-  }
-
-  box.addEventListener('toggle', () => {
-    if (!box.open) return;
-    // Read again on every opening: the list is short, and likes keep coming.
-    list.replaceChildren();
-    cursor = null;
-    load();
+  return pagedDetails({
+    boxClass: 'likers',
+    summary: 'Who liked',
+    listClass: 'likers-list',
+    panelClass: 'likers-panel',
+    label: `Who liked this ${kind}`,
+    what: `the likes of this ${kind}`,
+    empty: 'Nobody yet.',
+    more: 'More',
+    read: (cursor) => api(`api/courses/${course}/${kind}s/${item.id}/likes`, {
+      query: { limit: LIKERS_PER_PAGE, before_liked_at: cursor?.[0], before_user_id: cursor?.[1] },
+    }),
+    next: (p) => (p.has_more ? [p.next_before_liked_at, p.next_before_user_id] : null),
+    row: (liker) => h('li', { dataset: { user: liker.user_id } }, h('strong', {}, who(liker.user_id)), ' · ', timeEl(liker.liked_at)),
   });
-  return box;
 }
 
 function likeRefused(error, kind, like) {
