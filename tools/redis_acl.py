@@ -135,8 +135,11 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
             " +xread +evalsha)",
         ),
     ),
-    # gateway: its rate-limit windows, counted and expiring.
-    "gateway": ("", ("(~agora:ratelimit:* +incr +expire +evalsha)",)),
+    # gateway: its rate-limit logs (sliding windows on Redis's clock), trimmed, counted, expiring.
+    "gateway": (
+        "",
+        ("(~agora:ratelimit:* +time +zremrangebyscore +zcard +zadd +zrange +pexpire +evalsha)",),
+    ),
 }
 
 

@@ -1,8 +1,8 @@
-"""Per-user rate limits in Redis (fixed windows): 60 like toggles a minute, then 429."""
+"""Per-user rate limits in Redis (sliding windows): 60 like toggles in any minute, then 429."""
 
 from __future__ import annotations
 
-import time
+import math
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -15,11 +15,11 @@ from services.runtime import lua
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
-    retry_after: int  # seconds until the window resets
+    retry_after: int  # whole seconds until a call is allowed again (0 when allowed)
 
 
 class RateLimiter:
-    """At most `limit` calls per `window` seconds per subject."""
+    """At most `limit` calls in any `window` seconds per subject."""
 
     def __init__(self, client: redis.Redis, prefix: str, limit: int, window: int) -> None:
         self._hit = lua.register(client, __package__, "rate_limit/hit")
@@ -28,12 +28,12 @@ class RateLimiter:
         self._window = window
 
     async def hit(self, subject: int | str) -> Decision:
-        now = int(time.time())
-        window_start = now - now % self._window
-        count = await self._hit(
-            keys=[f"{self._prefix}:{subject}:{window_start}"], args=[self._window + 1]
+        allowed, wait_ms = await self._hit(
+            keys=[f"{self._prefix}:{subject}"], args=[self._limit, self._window * 1000]
         )
-        return Decision(int(count) <= self._limit, window_start + self._window - now)
+        if allowed:
+            return Decision(True, 0)
+        return Decision(False, max(1, math.ceil(int(wait_ms) / 1000)))
 
 
 async def _like_limiter(request: Request) -> RateLimiter:

@@ -47,7 +47,7 @@ LIKE_BYTES = "forum:{ls0}:like-events:bytes"
 LIKE_DEAD = "forum:{ls0}:like-events:dead"
 LIKED = "forum:{ls0}:u:7:c:42:liked"
 OPS = "forum:{ls0}:u:7:c:42:ops"
-RATE = "agora:ratelimit:like:7:1700000000"
+RATE = "agora:ratelimit:like:7"
 # The live feeds (an account's inbox, a course) and a wake stream, as services/streams/live.py
 # names them.
 FEEDS_LAYOUT = LiveFeeds.from_settings(LiveSettings())
@@ -263,7 +263,14 @@ ALLOWED: dict[str, list[Command]] = {
         *appending(INBOX),
         *appending(COURSE),
     ],
-    "gateway": [("INCR", RATE), ("EXPIRE", RATE, 61)],
+    "gateway": [
+        ("TIME",),
+        ("ZREMRANGEBYSCORE", RATE, "-inf", 1),
+        ("ZCARD", RATE),
+        ("ZADD", RATE, 2, "2:0"),
+        ("ZRANGE", RATE, 0, 0, "WITHSCORES"),
+        ("PEXPIRE", RATE, 60000),
+    ],
     "timeline": WATCHING,
 }
 
@@ -347,6 +354,8 @@ REFUSED: dict[str, list[Command]] = {
         ("DEL", RATE),
         ("SET", RATE, "0"),
         ("INCRBY", RATE, -100),
+        ("ZREM", RATE, "2:0"),
+        ("EXPIRE", RATE, 1),
         *FEED_REFUSED["inbox"],
         *FEED_REFUSED["read"],
         ("XADD", COURSE, "*", "e", "x"),
