@@ -70,6 +70,9 @@ async def snapshot(env: Env) -> dict[str, Any]:
     return {"mysql": mysql, "pg": pg}
 
 
+# make chaos's full run (20 examples of every operation, the event streams among them, each of
+# those held until the request timeout) takes longer than the suite's per-test limit.
+@pytest.mark.timeout(1800)
 async def test_every_route_fuzzed_from_the_openapi_document(
     live: ChaosStack, env: Env, clean: None, tmp_path: Path
 ) -> None:
