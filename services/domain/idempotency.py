@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 
+import grpc
 from google.protobuf.message import Message
 
-from services.runtime.grpc_errors import FieldViolation
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 
 FIELD = "idempotency_key"
 # Long enough for any UUID or ULID a client makes, short enough to index.
@@ -38,6 +41,19 @@ class KeyInUse(Exception):
 
 class KeyReused(Exception):
     """The key was kept for a different request."""
+
+
+@asynccontextmanager
+async def refused_as_grpc(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """A keyed call's conflicts as its caller is told them, whichever store kept the key:
+    KeyInUse is ABORTED (the gateway's 409, retry shortly), KeyReused INVALID_ARGUMENT on the
+    key's field."""
+    try:
+        yield
+    except KeyInUse:
+        await abort(context, grpc.StatusCode.ABORTED, IN_PROGRESS)
+    except KeyReused:
+        await abort_invalid(context, [REUSED])
 
 
 def check_key(value: str) -> FieldViolation | None:

@@ -21,7 +21,7 @@ from services.domain.forum import (
     comment_from_row,
     post_from_row,
 )
-from services.domain.idempotency import IN_PROGRESS, REUSED, KeyInUse, KeyReused, fingerprint
+from services.domain.idempotency import fingerprint, refused_as_grpc
 from services.domain.text import reason_or_none
 from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import (
@@ -172,10 +172,8 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
         answers it without looking at the course again."""
         if once is None:
             return b""
-        try:
+        async with refused_as_grpc(context):
             earlier = await self._repo.earlier(once)
-        except KeyReused:
-            await abort_invalid(context, [REUSED])
         return b"" if earlier is None else earlier.response
 
     async def _created(
@@ -183,12 +181,8 @@ class ForumWriteHandlers(pb_grpc.ForumWriteServiceServicer):
     ) -> W | bytes:
         """A create's outcome: what it wrote, or the response a call with its key committed
         meanwhile; ABORTED while that call runs, INVALID_ARGUMENT if it was another request."""
-        try:
+        async with refused_as_grpc(context):
             created = await create
-        except KeyInUse:
-            await abort(context, grpc.StatusCode.ABORTED, IN_PROGRESS)
-        except KeyReused:
-            await abort_invalid(context, [REUSED])
         return created.response if isinstance(created, Replayed) else created
 
     async def DeletePost(

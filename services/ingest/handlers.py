@@ -18,13 +18,13 @@ from agora.messaging.v1 import message_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2
 
-from services.domain.idempotency import IN_PROGRESS, REUSED, KeyInUse, KeyReused, fingerprint
+from services.domain.idempotency import fingerprint, refused_as_grpc
 from services.domain.instants import Limits
 from services.ingest.accounts import AccountDirectory, AccountsUnavailable
 from services.ingest.kept_responses import KeptResponses
 from services.ingest.repository import AccountOverShare, BacklogFull, MessageStreamRepository
 from services.ingest.validation import validate_batch
-from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid, bad_request_status
+from services.runtime.grpc_errors import FieldViolation, abort, bad_request_status
 from services.runtime.grpc_quota import abort_over_quota
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 from services.streams.messages import MessageStreams
@@ -153,13 +153,10 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         if not request.idempotency_key or self._kept is None:
             return await append()
         try:
-            claim = await self._kept.claim(
-                request.account_id, request.idempotency_key, fingerprint(request)
-            )
-        except KeyReused:
-            await abort_invalid(context, [REUSED])
-        except KeyInUse:
-            await abort(context, grpc.StatusCode.ABORTED, IN_PROGRESS)
+            async with refused_as_grpc(context):
+                claim = await self._kept.claim(
+                    request.account_id, request.idempotency_key, fingerprint(request)
+                )
         except BacklogFull as exc:
             await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; retry later")
         if isinstance(claim, bytes):
