@@ -32,7 +32,9 @@ from services.flusher.messages import builder as messages
 from services.flusher.messages.repository import MessageRepository
 from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
+from services.streams.course_events import LikeCountPublication
 from services.streams.likes import LikeStreams
+from services.streams.live import LiveFeeds, LivePublisher
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
 from tools import callers
@@ -139,16 +141,16 @@ class Flusher:
         self.repo = MessageRepository(db, archive=settings.archive_enabled)
         self.likes = LikeRepository(pg)
         # As the process publishes: each batch's changes on the live feeds before its ACK.
-        durable = redis_client.DurableScripts(
-            client, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
-        )
-        self.live = messages.publication(settings, db, durable)
+        self.publisher = LivePublisher(client, LiveFeeds.from_settings(settings))
+        self.live = messages.publication(db, self.publisher)
         self.consumers = [
             messages.consumer(settings, client, self.repo, shard, live=self.live)
             for shard in range(settings.message_stream_shards)
         ]
         self.like_consumers = [
-            likes.consumer(settings, client, self.likes, shard)
+            likes.consumer(
+                settings, client, self.likes, shard, live=LikeCountPublication(self.publisher)
+            )
             for shard in range(settings.like_stream_shards)
         ]
 
@@ -174,7 +176,7 @@ class Flusher:
         return maintenance.pruner(settings, self.redis, self.db)
 
     def reconciler(self) -> Reconciler:
-        return likes.reconciler(self.settings, self.redis, self.pg)
+        return likes.reconciler(self.settings, self.redis, self.pg, self.publisher)
 
 
 async def run_flusher(

@@ -45,13 +45,21 @@ CLUSTER = (
     " +readwrite +asking +wait"
 )
 
-# Writers add to the live feeds what they committed (trimming them, recording what a trim
-# removed, expiring idle ones) and wake the feeds' watchers: the flusher to the accounts' and
-# courses' feeds, ingest (forum writes) and likes (direct modes) to the courses'. The feeds are
-# derived, so trimming them loses nothing stored.
-_FEED_WRITES = "+xadd +xrevrange +xrange +xlen +xtrim +xsetid +expire"
-LIVE_APPEND = f"(~live:{{a*}}:inbox ~live:{{f*}}:course {_FEED_WRITES})"
-COURSE_APPEND = f"(~live:{{f*}}:course {_FEED_WRITES})"
+# Writers add to the live feeds what they committed (trimming them by age, count and bytes,
+# recording the versions that supersede an entry's text, beginning a new epoch: deleting what a
+# feed held) and wake the feeds' watchers: the flusher to the accounts' and courses' feeds,
+# ingest (forum writes) and likes (direct modes) to the courses'. A feed is its stream and three
+# keys beside it in its slot (:meta, :versions, :versions-at; services/streams/lua/live/feed.lua).
+# The feeds are derived, so trimming or dropping them loses nothing stored: a watcher that
+# missed entries is told to reset and refetch.
+INBOX_FEEDS = "~live:{a*}:inbox ~live:{a*}:inbox:*"
+COURSE_FEEDS = "~live:{f*}:course ~live:{f*}:course:*"
+_FEED_WRITES = (
+    "+xadd +xrange +xlen +xtrim +exists +expire +del +hmget +hget +hset +hdel +zadd"
+    " +zrangebyscore +zrem +time"
+)
+LIVE_APPEND = f"({INBOX_FEEDS} {COURSE_FEEDS} {_FEED_WRITES})"
+COURSE_APPEND = f"({COURSE_FEEDS} {_FEED_WRITES})"
 LIVE_WAKE = "(~live:{w*}:wake +xadd)"
 
 # Each user's selectors, in the order the file lists them; the commands beyond BASE and CLUSTER
@@ -75,7 +83,7 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
             COURSE_APPEND,
             LIVE_WAKE,
             "(~agora:msg:{m*}:events ~agora:msg:{m*}:backlog* ~forum:{c*}:access-version"
-            " ~agora:msg:idempotency:* ~live:{f*}:course ~live:{w*}:wake +evalsha)",
+            f" ~agora:msg:idempotency:* {COURSE_FEEDS} ~live:{{w*}}:wake +evalsha)",
         ),
     ),
     # likes: its users' liked SETs, last operations and direct-write guards (a cache it expires
@@ -93,7 +101,7 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
             COURSE_APPEND,
             LIVE_WAKE,
             "(~forum:{ls*}:u:* ~forum:{ls*}:like-events ~forum:{ls*}:like-events:bytes"
-            " ~forum:{c*}:access-version ~forum:{dirty}:* ~live:{f*}:course ~live:{w*}:wake"
+            f" ~forum:{{c*}}:access-version ~forum:{{dirty}}:* {COURSE_FEEDS} ~live:{{w*}}:wake"
             " +evalsha)",
         ),
     ),
@@ -123,16 +131,21 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
             LIVE_APPEND,
             LIVE_WAKE,
             "(~agora:msg:* ~agora:prune:* ~agora:jobs:* ~forum:{ls*}:* ~forum:like-lease-members"
-            " ~forum:{dirty}:* ~live:{a*}:inbox ~live:{f*}:course ~live:{w*}:wake +evalsha)",
+            f" ~forum:{{dirty}}:* {INBOX_FEEDS} {COURSE_FEEDS} ~live:{{w*}}:wake +evalsha)",
         ),
     ),
-    # timeline: reads the live feeds (its script looks at a feed and reads it in one step) and
-    # the wake streams; writes nothing.
+    # timeline: reads the live feeds (its script checks a position and reads after it in one
+    # step; its periodic look asks each feed's meta) and the wake streams; it writes only a
+    # feed's first epoch, when a watch "from now on" finds none (a small hash, and the deletion
+    # of what an epochless feed held).
     "timeline": (
         "",
         (
-            "(~live:{a*}:inbox ~live:{f*}:course ~live:{w*}:wake +exists +xinfo|stream +xrange"
-            " +xread +evalsha)",
+            "(~live:{a*}:inbox ~live:{f*}:course +exists +xrange +del +time)",
+            "(~live:{a*}:inbox:meta ~live:{f*}:course:meta +hmget +hset +expire)",
+            "(~live:{a*}:inbox:versions* ~live:{f*}:course:versions* +hget +del)",
+            "(~live:{w*}:wake +exists +xinfo|stream +xread)",
+            f"({INBOX_FEEDS} {COURSE_FEEDS} +evalsha)",
         ),
     ),
     # gateway: its rate-limit logs (sliding windows on Redis's clock), trimmed, counted, expiring.

@@ -23,7 +23,6 @@ from services.domain.paging import MAX_LIKERS_LIMIT, MAX_MESSAGE_LIMIT, check_li
 from services.domain.text import MAX_BODY, MAX_TITLE, check_reason, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
-from services.runtime.stream_ids import Position
 
 _LIKE_KINDS = (like_service_pb2.TARGET_KIND_POST, like_service_pb2.TARGET_KIND_COMMENT)
 # The most targets one LikedMap asks about: a page of posts with their comments.
@@ -129,15 +128,6 @@ def time_cursor(time_field: str, id_field: str) -> Rule:
     return rule
 
 
-def position(request: Any) -> Iterator[FieldViolation]:
-    """A live feed's `after`: empty (from now on) or a position the feed gave."""
-    if request.after:
-        try:
-            Position.parse(request.after)
-        except ValueError as exc:
-            yield FieldViolation("after", str(exc))
-
-
 def parent_comment(request: Any) -> Iterator[FieldViolation]:
     """An optional parent of a reply: a comment's id when set."""
     if request.HasField("parent_id") and not 0 < request.parent_id <= MAX_ROW_ID:
@@ -201,7 +191,8 @@ _CONVERSATION = (account, zalo_id("conversation_key"))
 _THREAD_PAGE = (page_limit, row_cursor("after_id", 0))
 
 TIMELINE: RuleTable = {
-    _TIMELINE + "WatchInbox": (account, position),
+    # Its `after` is any text: one that is no position of the feed is answered with a reset.
+    _TIMELINE + "WatchInbox": (account,),
     _TIMELINE + "ListMessages": (
         *_CONVERSATION,
         message_page_limit,
@@ -210,6 +201,7 @@ TIMELINE: RuleTable = {
     _TIMELINE + "CountUnread": _CONVERSATION,
     _TIMELINE + "LatestIncoming": _CONVERSATION,
     _TIMELINE + "LatestOutgoing": _CONVERSATION,
+    _TIMELINE + "GetMessage": (account, zalo_id("msg_id")),
     _TIMELINE + "GetQuotePayload": (account, zalo_id("msg_id")),
     _TIMELINE + "ListConversations": (
         account,
@@ -220,7 +212,7 @@ TIMELINE: RuleTable = {
 
 FORUM_READ: RuleTable = {
     # Its user_id is required only for an end user's watch: the handler knows whose it is.
-    _FORUM_READ + "WatchCourse": (row_ids("course_id"), position),
+    _FORUM_READ + "WatchCourse": (row_ids("course_id"),),
     _FORUM_READ + "ListCourses": (row_ids("user_id"), page_limit, row_cursor("after_id", 0)),
     _FORUM_READ + "ListPosts": (
         row_ids("course_id", "user_id"),
@@ -228,6 +220,7 @@ FORUM_READ: RuleTable = {
         row_cursor("before_id", 1),
     ),
     _FORUM_READ + "GetPost": (row_ids("course_id", "post_id", "user_id"),),
+    _FORUM_READ + "GetComment": (row_ids("course_id", "comment_id", "user_id"),),
     _FORUM_READ + "ListComments": (row_ids("course_id", "post_id", "user_id"), *_THREAD_PAGE),
     _FORUM_READ + "ListReplies": (row_ids("course_id", "comment_id", "user_id"), *_THREAD_PAGE),
     _FORUM_READ + "ListRevisions": (

@@ -13,11 +13,11 @@ from agora.forum.v1 import forum_pb2
 from services.runtime.grpc_errors import abort
 
 POST_COLUMNS = (
-    "id, course_id, user_id, title, body, like_count, comment_count, created_at, edited_at"
+    "id, course_id, user_id, title, body, like_count, comment_count, created_at, edited_at, version"
 )
 COMMENT_COLUMNS = (
     "id, post_id, parent_id, user_id, body, like_count, reply_count, reply_to_comment_id,"
-    " reply_to_user_id, created_at, edited_at"
+    " reply_to_user_id, created_at, edited_at, version"
 )
 # Each column is the Post / Comment field of the same name.
 _POST_FIELDS = tuple(POST_COLUMNS.split(", "))

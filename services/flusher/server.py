@@ -20,6 +20,7 @@ from services.flusher.messages import builder as messages
 from services.runtime import redis_client, service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.readiness import Dependency
+from services.streams.live import LiveFeeds, LivePublisher, LiveRedis
 from services.streams.monitor import StreamMonitor
 
 
@@ -50,13 +51,13 @@ async def build(settings: FlusherSettings) -> service.Service:
         redis = stores.redis(settings.redis_url)
         mysql = await stores.mysql(settings.mysql_url, settings.mysql_pool_size)
         pg = await stores.postgres(settings.postgres_url, settings.postgres_pool_size, "flusher")
-        # Live feed appends are acknowledged like every producer's (REDIS_WAIT_REPLICAS): the
-        # batch is ACKed after them.
-        durable = redis_client.DurableScripts(
-            redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        # One publisher for every role: a feed a detached live Redis did not take is dropped
+        # before anything else is added to it from this process.
+        live_redis = LiveRedis.open(stores, settings, redis)
+        publisher = LivePublisher(
+            live_redis.client, LiveFeeds.from_settings(settings), detached=live_redis.detached
         )
-        resources.push_async_callback(durable.aclose)
-        live = messages.publication(settings, mysql, durable)
+        live = messages.publication(mysql, publisher)
         mysql_ready = functools.partial(schema.mysql_ready, mysql)
         pg_ready = functools.partial(schema.postgres_ready, pg)
 
@@ -67,16 +68,18 @@ async def build(settings: FlusherSettings) -> service.Service:
         # Nothing is consumed or maintained against a schema older than this build's.
         background: list[service.BackgroundJob] = [
             schema.after_schema(messages.supervisor(settings, redis, mysql, live).run, mysql_ready),
-            schema.after_schema(likes.supervisor(settings, redis, pg, durable).run, pg_ready),
-            schema.after_schema(maintenance.outbox_relay(settings, pg, durable).run, pg_ready),
+            schema.after_schema(likes.supervisor(settings, redis, pg, publisher).run, pg_ready),
+            schema.after_schema(maintenance.outbox_relay(settings, pg, publisher).run, pg_ready),
             monitor(settings, redis).run,
             *(
                 schema.after_schema(job, both_ready)
                 for job in maintenance.build(
-                    settings, redis, mysql, likes.reconciler(settings, redis, pg, durable)
+                    settings, redis, mysql, likes.reconciler(settings, redis, pg, publisher)
                 )
             ),
         ]
+        if live_redis.detached:
+            background.append(publisher.run)
         # The flusher serves no RPCs: only the plaintext health port, for the probes.
         server = GrpcServer(settings, health_port=settings.grpc_health_port)
         return service.Service(

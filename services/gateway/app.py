@@ -74,7 +74,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             )
             resources.push_async_callback(app.state.clients.close)
             app.state.live = Streams(
-                Feeds(settings.live_frames_per_feed),
+                Feeds(settings.live_window_bytes_per_feed, settings.live_window_bytes),
                 StreamSettings(
                     heartbeat_seconds=settings.live_heartbeat_seconds,
                     send_timeout_seconds=settings.live_send_timeout_seconds,

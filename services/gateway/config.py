@@ -48,9 +48,11 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     # How often a course stream asks whether its user is still enrolled (an inbox stream's
     # account is in its token, which it outlives by no second).
     live_recheck_seconds: float = Field(default=30.0, gt=0, le=3600)
-    # Events each followed feed keeps for streams resuming at a position within them; one
-    # further behind reads a watch of its own until it gets there.
-    live_frames_per_feed: int = Field(default=256, ge=1)
+    # The bytes of events each followed feed keeps for its live streams a little behind (one
+    # further behind reads a watch of its own until it gets there), and all of them together
+    # in this process: bytes, not events, since an event is up to LIVE_MAX_EVENT_BYTES.
+    live_window_bytes_per_feed: int = Field(default=256 * 1024, ge=4096)
+    live_window_bytes: int = Field(default=32 * 1024 * 1024, ge=65_536)
     gateway_host: str = "0.0.0.0"
     gateway_port: int = 8080
     # HTTP parsing and JSON are CPU-bound: one process per core by default (WORKERS).

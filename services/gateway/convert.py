@@ -6,9 +6,11 @@ import json
 import re
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from agora.forum.v1 import forum_pb2
+from agora.live.v1.changed_pb2 import Changed
 from agora.messaging.v1 import message_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
@@ -272,6 +274,7 @@ def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
         "comment_count": p.comment_count,
         "created_at": time_text(p.created_at),
         "edited_at": optional_time(p, "edited_at"),
+        "version": p.version,
         "liked_by_me": liked_by_me,
     }
 
@@ -290,5 +293,35 @@ def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, An
         "reply_to_user_id": c.reply_to_user_id if has("reply_to_user_id") else None,
         "created_at": time_text(c.created_at),
         "edited_at": optional_time(c, "edited_at"),
+        "version": c.version,
         "liked_by_me": liked_by_me,
     }
+
+
+def changed_json(
+    c: Changed, *, account_id: int | None = None, course_id: int | None = None
+) -> dict[str, Any]:
+    """A `changed` live event: the object named, why its content is not here (`too_large`,
+    `superseded`), its version, and the route that reads it (of the account's or course's
+    stream it is in)."""
+    kind = Changed.Kind.Name(c.kind).removeprefix("KIND_").lower()
+    data: dict[str, Any] = {
+        "kind": kind,
+        "reason": Changed.Reason.Name(c.reason).removeprefix("REASON_").lower(),
+        "version": c.version,
+    }
+    inbox = f"/api/zalo-accounts/{account_id}"
+    if kind == "message":
+        data["msg_id"], data["conversation_key"] = c.msg_id, c.conversation_key
+        data["href"] = f"{inbox}/messages/{quote(c.msg_id, safe='')}"
+    elif kind == "conversation":
+        data["conversation_key"] = c.conversation_key
+        data["href"] = f"{inbox}/conversations"
+    elif kind == "post":
+        data["post_id"] = c.post_id
+        data["href"] = f"/api/courses/{course_id}/posts/{c.post_id}"
+    elif kind == "comment":
+        data["comment_id"], data["post_id"] = c.comment_id, c.post_id
+        data["parent_id"] = c.parent_id if c.HasField("parent_id") else None
+        data["href"] = f"/api/courses/{course_id}/comments/{c.comment_id}"
+    return data

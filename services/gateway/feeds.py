@@ -4,10 +4,14 @@ browser stream of it (docs/live.md).
 A thousand browsers on one course cost timeline one watch per gateway process, not a thousand,
 and each event is turned into its Server-Sent Events text once. The gateway watches for itself
 (no end user's token: the access table lets it) and checks each stream on its own
-(routes/live.py). A feed keeps the frames it delivered lately, from `base` on: a stream at a
-position in that window reads from it; one behind it (resuming after a cut) or beyond it reads
-a watch of its own from its position until it reaches the window. Nothing is delivered from a
-buffer another process would not have: a gateway killed at any point loses nothing, the client
+(routes/live.py). A feed keeps the frames it delivered lately, from `base` on, within a byte
+budget per feed and one for the whole process: a live stream at a position in that window reads
+from it. A stream that resumes (its client's Last-Event-ID), or one behind the window, reads a
+watch of its own from its position until it reaches the window: timeline answers it from Redis,
+where an entry that a later edit or removal superseded comes without its text. So that no stream
+behind reads such a text from the window either, an edit or a removal empties the window before
+it is added (rare, and what the streams at the head read is unchanged). Nothing is delivered from
+a buffer another process would not have: a gateway killed at any point loses nothing, the client
 resumes elsewhere from its last position.
 """
 
@@ -24,7 +28,7 @@ import grpc
 from opentelemetry.trace import Link
 
 from services.domain.live import POSITION_HEADER
-from services.runtime.stream_ids import Position
+from services.runtime.stream_ids import FeedPosition
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +41,13 @@ _LINGER_SECONDS = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One event as a stream writes it: its position, its SSE text, the links to its write."""
+    """One event as a stream writes it: its position, its SSE text, the links to its write;
+    `supersedes` when it is an edit or a removal (the text of an earlier frame may be gone)."""
 
-    position: Position
+    position: FeedPosition
     text: bytes
     links: Sequence[Link]
+    supersedes: bool = False
 
 
 # Opens the watch from a position ("" for "from now on").
@@ -50,26 +56,49 @@ Watch = Callable[[str], Any]
 Encode = Callable[[Any], Frame]
 
 
-class Feed:
-    """One watch of a feed and the frames it delivered lately: every position in (base, head]
-    is in `frames`, in order. Its streams are woken on each new frame and when it ends."""
+class Budget:
+    """The bytes of frames every feed of this process holds, against their bound."""
 
-    def __init__(self, watch: Watch, encode: Encode, keep: int, *, own: bool) -> None:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.held = 0
+
+    @property
+    def over(self) -> bool:
+        return self.held > self.total
+
+
+class Feed:
+    """One watch of a feed and the frames it delivered lately: every position after `base`, up to
+    `head`, is in `frames`, in order. Its streams are woken on each new frame and when it ends."""
+
+    def __init__(
+        self,
+        watch: Watch,
+        encode: Encode,
+        keep_bytes: int,
+        budget: Budget,
+        *,
+        own: bool,
+    ) -> None:
         self._watch = watch
         self._encode = encode
-        self._keep = keep
-        # A stream's own watch hands resets out as frames; a shared one forgets what it has
-        # (its streams are then behind it, and their own watches tell each one the reset).
+        self._keep_bytes = keep_bytes
+        self._budget = budget
+        # A stream's own watch hands resets out as frames, as everything else; a shared one
+        # keeps its reset (and an edit or a removal) as the one frame after its old head (its
+        # streams there read it) and forgets what came before.
         self._own = own
         self.frames: deque[Frame] = deque()
-        self.base: Position | None = None
+        self.bytes = 0
+        self.base: FeedPosition | None = None
         self.ended: grpc.StatusCode | None = None
         self.woken: set[asyncio.Event] = set()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
 
     @property
-    def head(self) -> Position | None:
+    def head(self) -> FeedPosition | None:
         return self.frames[-1].position if self.frames else self.base
 
     async def start(self, after: str) -> None:
@@ -80,18 +109,20 @@ class Feed:
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        self._forget(len(self.frames))
 
-    def since(self, position: Position) -> list[Frame] | None:
+    def since(self, position: FeedPosition) -> list[Frame] | None:
         """The frames after `position`; None when this feed does not hold what comes after it
-        (it is behind `base` or beyond `head`)."""
-        head = self.head
-        if self.base is None or head is None or position < self.base or head < position:
-            return None
+        (it is not `base` nor one of the frames' positions)."""
         frames = self.frames
+        if position == self.base:
+            return list(frames)
         i = len(frames)
-        while i and position < frames[i - 1].position:
+        while i:
             i -= 1
-        return [frames[j] for j in range(i, len(frames))]
+            if frames[i].position == position:
+                return [frames[j] for j in range(i + 1, len(frames))]
+        return None
 
     async def _follow(self, after: str) -> None:
         position, failures = after, 0
@@ -105,7 +136,7 @@ class Feed:
                         failures = 0
                         position = position or str(start)
                         if self.base is None:
-                            self.base = Position.parse(str(start))
+                            self.base = FeedPosition.parse(str(start))
                             self._ready.set_result(None)
                     async for response in call:
                         failures = 0
@@ -135,17 +166,26 @@ class Feed:
             self._end(grpc.StatusCode.INTERNAL)
 
     def _add(self, response: Any) -> None:
-        # Both watch responses carry a change or a `reset` in their `item` oneof.
-        if response.WhichOneof("item") == "reset" and not self._own:
-            self.frames.clear()
-            self.base = Position.parse(response.position)
-            self._wake()
-            return
         frame = self._encode(response)
+        # Both watch responses carry a change or a `reset` in their `item` oneof.
+        resets = response.WhichOneof("item") == "reset"
+        if (resets or frame.supersedes) and not self._own:
+            self.base = self.head
+            self._forget(len(self.frames))
         self.frames.append(frame)
-        if len(self.frames) > self._keep:
-            self.base = self.frames.popleft().position
+        self._count(len(frame.text))
+        while self.frames and (self.bytes > self._keep_bytes or self._budget.over):
+            self.base = self.frames[0].position
+            self._forget(1)
         self._wake()
+
+    def _forget(self, n: int) -> None:
+        for _ in range(n):
+            self._count(-len(self.frames.popleft().text))
+
+    def _count(self, delta: int) -> None:
+        self.bytes += delta
+        self._budget.held += delta
 
     def _end(self, code: grpc.StatusCode) -> None:
         self.ended = code
@@ -157,10 +197,12 @@ class Feed:
 
 
 class Feeds:
-    """This process's shared feeds, by key, as long as a stream follows them."""
+    """This process's shared feeds, by key, as long as a stream follows them; and the byte budget
+    of every feed's frames, the streams' own watches' included."""
 
-    def __init__(self, keep: int) -> None:
-        self._keep = keep
+    def __init__(self, keep_bytes: int, total_bytes: int) -> None:
+        self._keep_bytes = keep_bytes
+        self.budget = Budget(total_bytes)
         self._shared: dict[Hashable, Feed] = {}
         self._starting: dict[Hashable, asyncio.Future[Feed]] = {}
 
@@ -188,7 +230,7 @@ class Feeds:
         return feed
 
     async def _open(self, key: Hashable, watch: Watch, encode: Encode) -> Feed:
-        feed = Feed(watch, encode, self._keep, own=False)
+        feed = Feed(watch, encode, self._keep_bytes, self.budget, own=False)
         try:
             await feed.start("")
         except BaseException:
@@ -212,13 +254,13 @@ class Feeds:
 
     async def own(
         self,
-        after: Position,
+        after: FeedPosition,
         watch: Watch,
         encode: Encode,
         woken: asyncio.Event,
     ) -> Feed:
         """A watch of one stream's own from `after`, until it reaches the shared feed's window."""
-        feed = Feed(watch, encode, self._keep, own=True)
+        feed = Feed(watch, encode, self._keep_bytes, self.budget, own=True)
         feed.woken.add(woken)
         try:
             await feed.start(str(after))

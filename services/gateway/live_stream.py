@@ -18,12 +18,14 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
 import grpc
+import orjson
 from opentelemetry import trace
 from starlette.types import Receive, Send
 
+from services.domain.live import reset_reason
 from services.gateway import sse
 from services.gateway.feeds import Encode, Feed, Feeds, Watch
-from services.runtime.stream_ids import Position
+from services.runtime.stream_ids import FeedPosition
 
 _tracer = trace.get_tracer(__name__)
 
@@ -86,6 +88,22 @@ class Streams:
                 stream.cut()
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a stream starts: after `position`; `resume` when the client named it (it reads a
+    watch of its own first); `reset` when what it named was no position (it is told so first)."""
+
+    position: FeedPosition
+    resume: bool = False
+    reset: str = ""
+
+
+# A stream opens a watch of its own at most once this long, doubling each time in a row it did
+# not reach the shared feed, up to the last: whatever a client sends, timeline sees at most one
+# watch per stream per interval.
+_OWN_WATCH_EVERY = (1.0, 30.0)
+
+
 @dataclass(eq=False)
 class LiveStream:
     """What a stream follows and how: its feed's key and watch, and its user's limits."""
@@ -103,13 +121,23 @@ class LiveStream:
     _task: asyncio.Task[None] | None = None
     _cut: bool = False
 
-    async def open(self, after: Position | None) -> Position | None:
-        """Joins the shared feed (raising the watch's refusal); the position the stream starts
-        after: `after`, or for a stream "from now on" the feed's newest."""
-        self.feed = await self.streams.feeds.join(self.key, self.watch, self.encode, self.woken)
-        return after if after is not None else self.feed.head
+    async def open(self, last_event_id: str) -> Start:
+        """Joins the shared feed (raising the watch's refusal); where the stream starts: after
+        the client's last event id, or for a stream "from now on" (or one whose id is no
+        position) the feed's newest."""
+        feed = await self.streams.feeds.join(self.key, self.watch, self.encode, self.woken)
+        self.feed = feed
+        head = feed.head
+        if head is None:  # a feed that started has the position its watch started at
+            raise RuntimeError("a shared feed without a position")
+        if not last_event_id:
+            return Start(head)
+        try:
+            return Start(FeedPosition.parse(last_event_id), resume=True)
+        except ValueError:
+            return Start(head, reset=reset_reason("malformed"))
 
-    async def run(self, start: Position | None, receive: Receive, send: Send) -> None:
+    async def run(self, start: Start, receive: Receive, send: Send) -> None:
         """Writes the stream until it ends, then leaves its feeds."""
         if self.feed is None:
             raise RuntimeError("a stream runs once it has opened")
@@ -120,11 +148,16 @@ class LiveStream:
         gone.add_done_callback(lambda _: self.woken.set())
         own: Feed | None = None
         try:
-            if not await self._write(send, sse.opening(_text(start), settings.retry_ms)):
+            opening = sse.opening(str(start.position), settings.retry_ms)
+            if start.reset:
+                opening += reset_event(start.position, start.reset)
+            if not await self._write(send, opening):
                 return
-            if start is None:  # a feed with no position yet cannot be: it started
-                return
-            position = start
+            position = start.position
+            # A resume reads its own watch first: the shared window may hold text that an edit
+            # or a removal superseded after it was delivered; timeline reads Redis, which knows.
+            needs_own = start.resume
+            own_not_before, own_every = 0.0, _OWN_WATCH_EVERY[0]
             beat = time.monotonic() + settings.heartbeat_seconds
             recheck = time.monotonic() + _jittered(settings.recheck_seconds)
             while not gone.done():
@@ -132,18 +165,35 @@ class LiveStream:
                     await self._end(send, "shutting down")
                     return
                 self.woken.clear()
+                # The deadlines first, on every turn: a busy feed does not put them off.
+                if time.time() >= self.token_expires:
+                    await self._end(send, "unauthenticated")
+                    return
+                now = time.monotonic()
+                if self.recheck is not None and now >= recheck:
+                    recheck = now + _jittered(settings.recheck_seconds)
+                    if await self.recheck() is not None:
+                        await self._end(send, "permission_denied")
+                        return
                 if own is not None and self.feed.since(position) is not None:
                     own.close()  # caught up: the shared feed holds what comes next
-                    own = None
+                    own, own_every = None, _OWN_WATCH_EVERY[0]
                 source = own or self.feed
-                frames = source.since(position)
-                if frames is None:
+                frames = None if needs_own else source.since(position)
+                if frames is None or (own is not None and own.ended is not None):
                     if own is not None:
                         own.close()
+                        own = None
+                    if now < own_not_before:
+                        self._sleep_until(min(own_not_before, beat, self._deadline(recheck)))
+                        await self._nap()
+                        continue
+                    own_not_before = now + own_every
+                    own_every = min(own_every * 2, _OWN_WATCH_EVERY[1])
+                    needs_own = False
                     try:
                         own = await streams.feeds.own(position, self.watch, self.encode, self.woken)
                     except grpc.aio.AioRpcError as refused:
-                        own = None
                         await self._end(send, refused.code().name.lower())
                         return
                     continue
@@ -158,34 +208,33 @@ class LiveStream:
                 if source.ended is not None:
                     await self._end(send, source.ended.name.lower())
                     return
-                now = time.monotonic()
-                if time.time() >= self.token_expires:
-                    await self._end(send, "unauthenticated")
-                    return
-                if self.recheck is not None and now >= recheck:
-                    recheck = now + _jittered(settings.recheck_seconds)
-                    if await self.recheck() is not None:
-                        await self._end(send, "permission_denied")
-                        return
-                    continue
                 if now >= beat:
                     if not await self._write(send, _PING):
                         return
                     beat = now + settings.heartbeat_seconds
                     continue
-                due = min(beat, self.token_expires - time.time() + now)
-                if self.recheck is not None:
-                    due = min(due, recheck)
-                if due != self.due:
-                    streams.wake_at(self, due)
-                if not self.woken.is_set():
-                    await self.woken.wait()
+                self._sleep_until(min(beat, self._deadline(recheck)))
+                await self._nap()
         finally:
             gone.cancel()
             streams._open.discard(self)
             if own is not None:
                 own.close()
             streams.feeds.leave(self.key, self.feed, self.woken)
+
+    def _deadline(self, recheck: float) -> float:
+        """The next time this stream must act without an event: its token's expiry, its recheck
+        (time.monotonic())."""
+        due = self.token_expires - time.time() + time.monotonic()
+        return min(due, recheck) if self.recheck is not None else due
+
+    def _sleep_until(self, when: float) -> None:
+        if when != self.due:
+            self.streams.wake_at(self, when)
+
+    async def _nap(self) -> None:
+        if not self.woken.is_set():
+            await self.woken.wait()
 
     async def _write(self, send: Send, body: bytes) -> bool:
         """False when the client has not taken it within the send timeout (the clock cuts the
@@ -225,8 +274,10 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-def _text(position: Position | None) -> str | None:
-    return None if position is None else str(position)
+def reset_event(position: FeedPosition, reason: str) -> bytes:
+    """A `reset` event: refetch, then go on from `position` (its id)."""
+    data = orjson.dumps({"reason": reason, "position": str(position)})
+    return sse.event(str(position), "reset", data)
 
 
 def _jittered(seconds: float) -> float:

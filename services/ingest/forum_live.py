@@ -19,7 +19,8 @@ from opentelemetry import trace
 from services.runtime.errors import is_transient
 from services.streams import course_events
 from services.streams.faults import fault
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import FeedEvent, LivePublisher
+from services.streams.live_entries import course_entry
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -30,20 +31,20 @@ DELETE_OUTBOX = "DELETE FROM live_outbox WHERE id = $1"
 
 @dataclass(frozen=True)
 class Pending:
-    """An event committed with its write, waiting in the outbox."""
+    """An event committed with its write, waiting in the outbox, and what its feed stores."""
 
     outbox_id: int
     feed: str
-    payload: bytes
+    entry: FeedEvent
 
 
 class CourseOutbox:
     """Adds a write's event in its transaction; publishes it after the COMMIT."""
 
-    def __init__(self, pool: asyncpg.Pool, publisher: LivePublisher, feeds: LiveFeeds) -> None:
+    def __init__(self, pool: asyncpg.Pool, publisher: LivePublisher) -> None:
         self._pool = pool
         self._publisher = publisher
-        self._feeds = feeds
+        self._feeds = publisher.feeds
 
     async def add(
         self, conn: asyncpg.Connection | PoolConnectionProxy, event: course_events.CourseEvent
@@ -54,7 +55,7 @@ class CourseOutbox:
         feed = self._feeds.course(event.course_id)
         payload = event.SerializeToString()
         outbox_id = await conn.fetchval(INSERT_OUTBOX, feed, payload)
-        return Pending(int(outbox_id), feed, payload)
+        return Pending(int(outbox_id), feed, course_entry(event, self._feeds.max_event_bytes))
 
     async def publish(self, pending: Pending) -> None:
         """After the COMMIT. Never fails the write, which stands (a caller told otherwise would
@@ -62,7 +63,7 @@ class CourseOutbox:
         fault("before_publish")
         try:
             with _tracer.start_as_current_span("live.publish course"):
-                await self._publisher.publish({pending.feed: [pending.payload]})
+                await self._publisher.publish({pending.feed: [pending.entry]})
         except Exception as exc:
             _left(exc, "course event %d left for the relay (%s)", pending.outbox_id, pending.feed)
             return

@@ -86,7 +86,7 @@ FIND_POST = "SELECT course_id, user_id, created_at FROM posts WHERE id = $1 AND 
 # teacher's delete of another member's post is logged in the same statement ($4: the reason).
 DELETE_POST = f"""
 WITH del AS (
-  UPDATE posts SET deleted_at = now()
+  UPDATE posts SET deleted_at = now(), version = version + 1
   WHERE id = $1 AND course_id = $2 AND deleted_at IS NULL
     AND (user_id = $3 OR {TEACHES_COURSE.format(course="$2", user="$3")})
   RETURNING {POST_COLUMNS}, deleted_at),
@@ -109,7 +109,7 @@ WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL
 # against the course of the comment's post) anyone's, logged with the reason ($4).
 DELETE_COMMENT = f"""
 WITH del AS (
-  UPDATE comments c SET deleted_at = now()
+  UPDATE comments c SET deleted_at = now(), version = c.version + 1
   WHERE id = $1 AND deleted_at IS NULL
     AND (user_id = $2 OR EXISTS (
       SELECT 1 FROM posts p WHERE p.id = c.post_id AND p.course_id = $3
@@ -153,7 +153,9 @@ WITH old AS (
     AND {_may_edit("o", "$6")}
   FOR UPDATE),
 upd AS (
-  UPDATE posts p SET title = COALESCE($4, p.title), body = COALESCE($5, p.body), edited_at = now()
+  UPDATE posts p
+  SET title = COALESCE($4, p.title), body = COALESCE($5, p.body), edited_at = now(),
+    version = p.version + 1
   FROM old
   WHERE p.id = old.id
     AND (old.title, old.body) IS DISTINCT FROM (COALESCE($4, old.title), COALESCE($5, old.body))
@@ -182,7 +184,7 @@ WITH old AS (
     AND {_may_edit("c", "$5")}
   FOR UPDATE OF c),
 upd AS (
-  UPDATE comments x SET body = $4, edited_at = now()
+  UPDATE comments x SET body = $4, edited_at = now(), version = x.version + 1
   FROM old
   WHERE x.id = old.id AND old.body IS DISTINCT FROM $4
   RETURNING {qualified(COMMENT_COLUMNS, "x")}),

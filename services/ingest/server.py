@@ -22,7 +22,7 @@ from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import AccessSignal, LikeStreams, LikeStreamSettings
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import LiveFeeds, LivePublisher, LiveRedis
 from services.streams.messages import MessageStreams
 from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
@@ -68,8 +68,11 @@ async def build(settings: IngestSettings) -> service.Service:
         # likes of the target at once (the key's layout: LIKE_STREAM_PREFIX, as likes reads it).
         signal = AccessSignal(redis, LikeStreams.from_settings(LikeStreamSettings()))
         # Each write's course event commits with it (the outbox) and is published right after.
-        feeds = LiveFeeds.from_settings(settings)
-        outbox = CourseOutbox(pool, LivePublisher(redis, feeds, durable), feeds)
+        live_redis = LiveRedis.open(stores, settings, redis)
+        publisher = LivePublisher(
+            live_redis.client, LiveFeeds.from_settings(settings), detached=live_redis.detached
+        )
+        outbox = CourseOutbox(pool, publisher)
         forum_repo = ForumWriteRepository(pool, outbox)
         forum = ForumWriteHandlers(
             forum_repo,
@@ -100,10 +103,13 @@ async def build(settings: IngestSettings) -> service.Service:
             ],
             access.policy(settings),
         )
+        background: list[service.BackgroundJob] = [forum_repo.sweep_keys_until]
+        if live_redis.detached:
+            background.append(publisher.run)
         return service.Service(
             server,
             resources,
-            background=[forum_repo.sweep_keys_until],
+            background=background,
             # Chat ingest needs Redis only: it keeps accepting messages while PostgreSQL is down,
             # and while MySQL is (for the accounts it has seen: a new one is UNAVAILABLE until
             # MySQL answers), so MySQL is no dependency of its health either.

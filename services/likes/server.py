@@ -23,7 +23,7 @@ from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.course_events import LikeCountPublication
 from services.streams.likes import LikeStreams
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import LiveFeeds, LivePublisher, LiveRedis
 
 log = logging.getLogger(__name__)
 LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
@@ -65,6 +65,7 @@ async def build(settings: LikesSettings) -> service.Service:
             targets=settings.access_cache_targets,
         )
         durable = direct = None
+        background: list[service.BackgroundJob] = []
         if redis is not None:
             durable = DurableScripts(
                 redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
@@ -108,8 +109,15 @@ async def build(settings: LikesSettings) -> service.Service:
             else:
                 # Its committed counts go to the courses' feeds; the buffered pods' are the
                 # flusher's, the counterless pods' the recount's.
-                feeds = LiveFeeds.from_settings(settings)
-                live = LikeCountPublication(LivePublisher(redis, feeds, durable), feeds)
+                live_redis = LiveRedis.open(stores, settings, redis)
+                publisher = LivePublisher(
+                    live_redis.client,
+                    LiveFeeds.from_settings(settings),
+                    detached=live_redis.detached,
+                )
+                if live_redis.detached:
+                    background.append(publisher.run)
+                live = LikeCountPublication(publisher)
                 mark_dirty = DirtyMarks(redis, streams).mark
             store = SyncLikes(checks, write_pool, direct, live, mark_dirty)
         else:
@@ -127,7 +135,7 @@ async def build(settings: LikesSettings) -> service.Service:
             ],
             access.policy(settings),
         )
-        return service.Service(server, resources, dependencies=dependencies)
+        return service.Service(server, resources, background, dependencies=dependencies)
 
 
 main = service.main("likes", LikesSettings, build)

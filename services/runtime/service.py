@@ -130,11 +130,12 @@ class Datastores:
         self._resources.push_async_callback(pool.close)
         return pool
 
-    def redis(self, url: str, **options: Any) -> redis.Redis:
+    def redis(self, url: str, *, cluster: bool | None = None, **options: Any) -> redis.Redis:
+        """A client of `url`, a Redis Cluster when REDIS_CLUSTER says so (or `cluster`)."""
         client = redis_client.connect(
             url,
             timeout=self._settings.redis_timeout_seconds,
-            cluster=self._settings.redis_cluster,
+            cluster=self._settings.redis_cluster if cluster is None else cluster,
             **options,
         )
         self._resources.push_async_callback(client.aclose)

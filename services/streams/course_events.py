@@ -3,10 +3,12 @@ place for every writer — ingest (posts and comments), the flusher and the like
 counts).
 
 A post or comment event carries the object as the forum's read routes return it (the writer
-converts its row as the reads do, services/domain/forum.py), with deleted_at for a delete. A like
-count is the target's stored like_count as committed, at most one per target per batch, and only
-for a target that is still visible (a deleted post, comment or thread is shown nowhere). Every
-event carries the W3C context of the span it was built in and when its write committed.
+converts its row as the reads do, services/domain/forum.py) with its version; a delete carries
+the object's ids, counts and deleted_at, never its text. A like count is the target's stored
+like_count as committed, at most one per target per batch, and only for a target that is still
+visible (a deleted post, comment or thread is shown nowhere). Every event carries the W3C context
+of the span it was built in and when its write committed. What the feed stores for each is
+services/streams/live_entries.py's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from opentelemetry import propagate, trace
 
 from services.runtime.timeutil import to_timestamp, utc_now
 from services.streams.likes import TargetKind
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import LivePublisher
+from services.streams.live_entries import course_entry
 
 CourseEvent = live_events_pb2.CourseEvent
 _tracer = trace.get_tracer(__name__)
@@ -32,7 +35,11 @@ _tracer = trace.get_tracer(__name__)
 def post_event(
     course_id: int, post: forum_pb2.Post, deleted_at: datetime | None = None
 ) -> CourseEvent:
-    """A post created (or deleted, with `deleted_at`) as its course's event."""
+    """A post created or edited (or deleted, with `deleted_at`: without its title and body) as
+    its course's event."""
+    if deleted_at is not None:
+        post.ClearField("title")
+        post.ClearField("body")
     change = _deleted_at(forum_read_service_pb2.PostEvent(post=post), deleted_at)
     return CourseEvent(course_id=course_id, post=change)
 
@@ -40,7 +47,10 @@ def post_event(
 def comment_event(
     course_id: int, comment: forum_pb2.Comment, deleted_at: datetime | None = None
 ) -> CourseEvent:
-    """A comment or reply created (or deleted, with `deleted_at`) as its course's event."""
+    """A comment or reply created or edited (or deleted, with `deleted_at`: without its body)
+    as its course's event."""
+    if deleted_at is not None:
+        comment.ClearField("body")
     change = _deleted_at(forum_read_service_pb2.CommentEvent(comment=comment), deleted_at)
     return CourseEvent(course_id=course_id, comment=change)
 
@@ -87,9 +97,9 @@ class LikeCount:
 class LikeCountPublication:
     """Puts like counts on their courses' feeds: one event per target per call."""
 
-    def __init__(self, publisher: LivePublisher, feeds: LiveFeeds) -> None:
+    def __init__(self, publisher: LivePublisher) -> None:
         self._publisher = publisher
-        self._feeds = feeds
+        self._feeds = publisher.feeds
 
     async def publish(self, counts: Iterable[LikeCount]) -> int:
         """Returns how many events were published; raises what the publisher raises."""
@@ -105,7 +115,8 @@ class LikeCountPublication:
                 feeds.setdefault(self._feeds.course(count.course_id), []).append(count.event())
             stamp(event for events in feeds.values() for event in events)
             span.set_attribute("agora.live.events", len(last))
+            budget = self._feeds.max_event_bytes
             await self._publisher.publish(
-                {feed: [e.SerializeToString() for e in events] for feed, events in feeds.items()}
+                {feed: [course_entry(e, budget) for e in events] for feed, events in feeds.items()}
             )
         return len(last)

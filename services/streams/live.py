@@ -1,19 +1,30 @@
 """The live change feeds: what committed, for whoever may watch it (docs/live.md).
 
 Each Zalo account and each course has one feed, a Redis stream under its own hash tag
-({a<account>} / {f<course>}), so a feed lives in one slot of a Redis Cluster and its entries keep
-the order they were added in. Writers add entries after their COMMIT: the flusher for what its
-batches stored (before it ACKs the batch, so a crash in between adds them again on the
-redelivery), the forum writers for posts and comments. An entry's id is its *position*: a watcher
-resumes after the last one it received. Entries are kept LIVE_RETENTION_SECONDS at least (trimmed
-by MINID as new ones come) and at most LIVE_MAX_EVENTS_PER_FEED per feed; a feed nobody wrote to
-for longer than the retention expires. A position older than what a feed keeps gets a reset,
-never a silent gap: Redis records the newest id a trim removed (max-deleted-entry-id), and a
-resume from before it may have missed something.
+({a<account>} / {f<course>}) with three small keys beside it in the same slot (services/streams/
+lua/live/feed.lua): so a feed lives in one slot of a Redis Cluster, and its entries keep the
+order they were added in. Writers add entries after their COMMIT: the flusher for what its
+batches stored and the like counts it applied, ingest for posts and comments, the likes service
+for the counts of its direct modes.
+
+A watcher's *position* names the feed's **epoch** and an entry: `<epoch>.<ms>-<seq>`. The epoch
+changes whenever the feed's history may have been lost — the feed was created anew, the node
+holding it restarted or was replaced by a replica (its `master_replid` changed), Redis refused an
+append, or it was dropped on purpose (a restore) — and a position of another epoch, one the feed
+never had, one ahead of it or one older than what it keeps gets a reset: the watcher refetches the
+state and goes on from the reset's position. Never a silent gap.
+
+The feed costs what it is budgeted: an event larger than LIVE_MAX_EVENT_BYTES is published as
+`changed` (named, not carried); a feed keeps at most LIVE_MAX_BYTES_PER_FEED and
+LIVE_MAX_EVENTS_PER_FEED of its newest entries, at least LIVE_RETENTION_SECONDS within them; and no
+feed takes memory past LIVE_MEMORY_CEILING of its node's maxmemory (the append is refused, the feed
+begins a new epoch): the durable streams on the same node keep their room. An entry carrying a
+post's or comment's text is delivered as its stub once a newer version of that object (an edit, a
+removal, its post's or root's removal) was published: removed text never comes back.
 
 Watchers are woken, not polling: after adding to a feed the writer adds the feed's key to one of
 LIVE_WAKE_SHARDS wake streams ({w<n>}); a process serving watchers reads those and re-reads only
-the feeds it has watchers of, from their positions (services/timeline/watch.py).
+the feeds it has watchers of, from their positions (services/timeline/feed_hub.py).
 """
 
 from __future__ import annotations
@@ -28,11 +39,14 @@ from typing import Any
 
 import redis.asyncio as redis
 from pydantic import Field
+from redis import exceptions as redis_errors
 
 from services.runtime import lua
 from services.runtime.config import EnvSettings
-from services.runtime.redis_client import DurableScripts
-from services.runtime.stream_ids import ORIGIN, Position
+from services.runtime.redis_client import REDIS_ERRORS
+from services.runtime.service import Datastores
+from services.runtime.stream_ids import FeedPosition, Position
+from services.streams import metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +54,44 @@ log = logging.getLogger(__name__)
 class LiveSettings(EnvSettings):
     """How the live feeds are kept; every writer and every watching process must agree."""
 
-    # A watcher that was away up to this long resumes without a gap.
+    # A watcher that was away up to this long resumes without a gap (within the byte budget).
     live_retention_seconds: int = Field(default=3600, ge=60, le=7 * 86_400)
     # And at most this many of one feed's newest entries (a bound per account and per course).
     live_max_events_per_feed: int = Field(default=20_000, ge=100, le=10_000_000)
+    # And at most this many bytes of them: one busy account or course cannot take the others'
+    # room. 4 MiB keeps an hour of an account at a message a second.
+    live_max_bytes_per_feed: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
+    # An event larger than this is published as `changed`: the object named, not carried.
+    live_max_event_bytes: int = Field(default=4096, ge=512, le=1024 * 1024)
+    # No feed grows its node past this fraction of its maxmemory (0: no ceiling): an append
+    # past it is refused and the feed begins a new epoch, so the durable streams on the same
+    # node keep the rest.
+    live_memory_ceiling: float = Field(default=0.8, ge=0, le=1)
     live_wake_shards: int = Field(default=8, ge=1, le=1024)
     live_prefix: str = "live"
+    # The Redis that holds the feeds, when it is not the service's REDIS_URL (docs/live.md says
+    # which to choose); the same server by default. LIVE_REDIS_CLUSTER: whether it is a Redis
+    # Cluster (unset: as REDIS_CLUSTER).
+    live_redis_url: str | None = None
+    live_redis_cluster: bool | None = None
+
+
+# A feed's epoch is remembered this long after its last write: a client idle that long (its
+# feed quiet too) resets once, and 100,000 accounts' metas stay a few MiB.
+EPOCH_KEPT_SECONDS = 7 * 86_400
 
 
 @dataclass(frozen=True)
 class LiveFeeds:
-    """Key names of the feeds and wake streams, and the retention."""
+    """Key names of the feeds and wake streams, and their budgets."""
 
     prefix: str
     retention_ms: int
     max_events: int
     wake_shards: int
+    max_bytes: int = 4 * 1024 * 1024
+    max_event_bytes: int = 4096
+    memory_ceiling: float = 0.8
 
     @classmethod
     def from_settings(cls, settings: LiveSettings) -> LiveFeeds:
@@ -64,6 +100,9 @@ class LiveFeeds:
             settings.live_retention_seconds * 1000,
             settings.live_max_events_per_feed,
             settings.live_wake_shards,
+            settings.live_max_bytes_per_feed,
+            settings.live_max_event_bytes,
+            settings.live_memory_ceiling,
         )
 
     def inbox(self, account_id: int) -> str:
@@ -71,6 +110,11 @@ class LiveFeeds:
 
     def course(self, course_id: int) -> str:
         return f"{self.prefix}:{{f{course_id}}}:course"
+
+    @staticmethod
+    def keys(feed: str) -> list[str]:
+        """The feed's keys, all in its slot: its stream, meta, versions and their times."""
+        return [feed, f"{feed}:meta", f"{feed}:versions", f"{feed}:versions-at"]
 
     def wake(self, shard: int) -> str:
         return f"{self.prefix}:{{w{shard}}}:wake"
@@ -81,45 +125,184 @@ class LiveFeeds:
     def wake_of(self, feed: str) -> str:
         return self.wake(zlib.crc32(feed.encode()) % self.wake_shards)
 
+    @property
+    def stream_ttl_seconds(self) -> int:
+        return self.retention_ms // 1000 * 2
 
-APPEND = lua.source(__package__, "live/append")
 
-READ = lua.source(__package__, "live/read")
+@dataclass(frozen=True)
+class LiveRedis:
+    """The Redis that holds the feeds, and whether it is one of their own (not the durable
+    streams' Redis)."""
+
+    client: redis.Redis
+    detached: bool
+
+    @classmethod
+    def open(
+        cls, stores: Datastores, settings: LiveSettings, durable: redis.Redis, **options: Any
+    ) -> LiveRedis:
+        """LIVE_REDIS_URL's client, or `durable` (the service's own Redis) when it is unset."""
+        if not settings.live_redis_url:
+            return cls(durable, detached=False)
+        client = stores.redis(
+            settings.live_redis_url, cluster=settings.live_redis_cluster, **options
+        )
+        return cls(client, detached=True)
+
+
+@dataclass(frozen=True)
+class FeedEvent:
+    """One entry to add: its payload and, for an object whose text a later version can
+    supersede (a post, a comment), what names it."""
+
+    payload: bytes
+    # "post:9", "comment:12": the object it carries; "" for events nothing supersedes.
+    target: str = ""
+    version: int = 0
+    # The targets whose removal removes this one too (a comment's post, a reply's root).
+    within: tuple[str, ...] = ()
+    # A removal of `target`: what is within it is withheld too.
+    removes: bool = False
+    # Delivered instead of `payload` once a newer version supersedes it.
+    stub: bytes = b""
+
+
+_FEED = lua.library(__package__, "live/feed")
+APPEND = lua.source(__package__, "live/append", before=(_FEED,))
+READ = lua.source(__package__, "live/read", before=(_FEED,))
+ENSURE = lua.source(__package__, "live/ensure", before=(_FEED,))
+DROP = lua.source(__package__, "live/drop", before=(_FEED,))
 
 # Wake streams only say "this feed has something new": a reader that fell behind their bound
-# re-reads every feed it watches.
-WAKE_MAXLEN = 100_000
+# re-reads every feed it watches. A few bytes an entry, so 10,000 of them cost little.
+WAKE_MAXLEN = 10_000
 WAKE = lua.source(__package__, "live/wake", before=(f"local WAKE_MAXLEN = {WAKE_MAXLEN}",))
 
 
 class LivePublisher:
-    """Adds committed changes to their feeds, then wakes the feeds' watchers."""
+    """Adds committed changes to their feeds, then wakes the feeds' watchers.
 
-    def __init__(self, client: redis.Redis, feeds: LiveFeeds, durable: DurableScripts) -> None:
+    `detached`: the feeds live on a Redis of their own (LIVE_REDIS_URL), so one the publisher
+    cannot reach must not hold up the durable work that publishes (the flusher ACKs its batch):
+    each feed that could not be written is remembered and dropped — a new epoch, its watchers
+    reset — as soon as that Redis answers, before anything else is added to it from here. On the
+    durable Redis itself, an unreachable Redis raises instead: the caller's own work cannot go on
+    either, and retries."""
+
+    def __init__(self, client: redis.Redis, feeds: LiveFeeds, *, detached: bool = False) -> None:
         self._redis = client
         self._feeds = feeds
-        self._durable = durable
+        self._detached = detached
         self._append = client.register_script(APPEND)
+        self._drop = client.register_script(DROP)
         self._wake = client.register_script(WAKE)
+        self._lost: set[str] = set()
 
-    async def publish(self, events: Mapping[str, Sequence[bytes]]) -> None:
-        """Each feed's payloads, in the order given. Raises a Redis error when any feed did not
-        take them (the caller retries: a repeat is harmless, delivery is at least once)."""
+    @property
+    def feeds(self) -> LiveFeeds:
+        return self._feeds
+
+    async def publish(self, events: Mapping[str, Sequence[FeedEvent]]) -> list[str]:
+        """Each feed's events, in the order given. Returns the feeds that could not take theirs
+        and began a new epoch instead (their watchers reset and refetch): nothing is left to
+        retry for them. Raises a Redis error when a feed could neither take its events nor be
+        dropped (the caller retries: a repeat is harmless, delivery is at least once)."""
+        events = {feed: batch for feed, batch in events.items() if batch}
         if not events:
-            return
-        cutoff = str(int(time.time() * 1000) - self._feeds.retention_ms)
-        ttl = self._feeds.retention_ms // 1000 * 2
-        await asyncio.gather(
-            *(
-                self._durable(
-                    self._append, [feed], [cutoff, self._feeds.max_events, ttl, *payloads]
-                )
-                for feed, payloads in events.items()
-                if payloads
-            )
+            return []
+        if self._lost:
+            await self.drop_lost()
+        results = await asyncio.gather(
+            *(self._add(feed, batch) for feed, batch in events.items()), return_exceptions=True
         )
+        dropped: list[str] = []
+        lost: list[str] = []
+        failed: BaseException | None = None
+        for feed, result in zip(events, results, strict=True):
+            if result is False:
+                dropped.append(feed)
+            elif isinstance(result, BaseException):
+                if self._detached and isinstance(result, REDIS_ERRORS):
+                    lost.append(feed)
+                else:
+                    failed = failed or result
+        if failed is not None:
+            raise failed
+        if lost:
+            self._lost.update(lost)
+            metrics.LIVE_FEEDS_DROPPED.labels("unreachable").inc(len(lost))
+            log.warning(
+                "live: %d feed(s) not written (%s): dropped once their Redis answers",
+                len(lost),
+                next(r for r in results if isinstance(r, BaseException)),
+            )
+        await self._wake_watchers([feed for feed in events if feed not in self._lost])
+        return dropped
+
+    async def _add(self, feed: str, batch: Sequence[FeedEvent]) -> bool:
+        """True once added; False when the feed was dropped instead (a new epoch)."""
+        feeds = self._feeds
+        now_ms = int(time.time() * 1000)
+        args: list[Any] = [
+            now_ms - feeds.retention_ms,
+            feeds.max_events,
+            feeds.max_bytes,
+            feeds.memory_ceiling,
+            feeds.stream_ttl_seconds,
+            EPOCH_KEPT_SECONDS,
+            now_ms - 2 * feeds.retention_ms,
+        ]
+        for event in batch:
+            args += [
+                event.payload,
+                event.stub,
+                event.target,
+                event.version,
+                " ".join(event.within),
+                "1" if event.removes else "",
+            ]
+        try:
+            reply: list[Any] = await self._append(keys=LiveFeeds.keys(feed), args=args)
+        except redis_errors.OutOfMemoryError:
+            await self._drop(keys=LiveFeeds.keys(feed), args=[EPOCH_KEPT_SECONDS])
+            metrics.LIVE_FEEDS_DROPPED.labels("redis_full").inc()
+            log.warning("live: Redis refused an append to %s (full): dropped it", feed)
+            return False
+        if int(reply[0]) == 0:
+            metrics.LIVE_FEEDS_DROPPED.labels("memory_ceiling").inc()
+            log.warning("live: %s past the memory ceiling: dropped it", feed)
+            return False
+        return True
+
+    async def drop_lost(self) -> None:
+        """Drop the feeds a detached Redis did not take (a new epoch each); those it still does
+        not answer for stay for the next try."""
+        dropped: list[str] = []
+        for feed in list(self._lost):
+            try:
+                await self._drop(keys=LiveFeeds.keys(feed), args=[EPOCH_KEPT_SECONDS])
+            except REDIS_ERRORS:
+                break
+            self._lost.discard(feed)
+            dropped.append(feed)
+        await self._wake_watchers(dropped)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Drops the lost feeds of a detached Redis every second until `stop` (a background
+        job, so that they do not wait for the next publication to them)."""
+        while not stop.is_set():
+            if self._lost:
+                await self.drop_lost()
+            try:
+                async with asyncio.timeout(1):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+
+    async def _wake_watchers(self, feeds: Sequence[str]) -> None:
         wakes: dict[str, list[str]] = {}
-        for feed in events:
+        for feed in feeds:
             wakes.setdefault(self._feeds.wake_of(feed), []).append(feed)
         # Not durable, and not the caller's failure: a lost wake-up only delays delivery until
         # the watchers' next look (LIVE_POLL_SECONDS); the events are in their feeds.
@@ -132,21 +315,33 @@ class LivePublisher:
             log.warning("live: %d wake-up(s) not sent: %s", len(failed), failed[0])
 
 
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One entry as a watcher gets it: its position, its payload, and whether that payload is
+    the entry's stub (its object superseded since)."""
+
+    position: FeedPosition
+    payload: bytes
+    superseded: bool = False
+
+
 @dataclass(frozen=True)
 class Entries:
-    """What a feed holds after a position: (position, payload) in order, and where to go on."""
+    """What a feed holds after a position: its entries in order, and where to go on."""
 
-    items: list[tuple[Position, bytes]]
-    position: Position
+    items: list[Item]
+    position: FeedPosition
     full: bool  # as many as asked: there may be more
 
 
 @dataclass(frozen=True)
 class Reset:
-    """The position is older than what the feed keeps, or not one of its positions."""
+    """The feed cannot go on from the position: refetch, then go on after `position`. `why`:
+    "epoch" (of another epoch), "trimmed" (older than what the feed keeps), "ahead" (ahead of
+    it), "unknown" (not one of its positions)."""
 
-    reason: str
-    position: Position  # go on after this, once the state is refetched
+    why: str
+    position: FeedPosition
 
 
 class FeedReader:
@@ -156,37 +351,44 @@ class FeedReader:
         self._client = client
         self._feeds = feeds
         self._read = client.register_script(READ)
+        self._ensure = client.register_script(ENSURE)
 
-    async def head(self, feed: str) -> Position:
-        """The newest position of `feed` (where a watch "from now on" starts)."""
-        reply: list[Any] = await self._read(keys=[feed], args=["0-0", 0])
-        return ORIGIN if not reply[0] else Position.parse(reply[1])
+    async def head(self, feed: str) -> FeedPosition:
+        """The newest position of `feed` (where a watch "from now on" starts), beginning its
+        first epoch if it has none."""
+        reply: list[Any] = await self._ensure(keys=LiveFeeds.keys(feed), args=[EPOCH_KEPT_SECONDS])
+        return FeedPosition(_text(reply[0]), Position.parse(reply[1]))
 
-    async def newest(self, feeds: Sequence[str]) -> list[bytes | None]:
-        """Each feed's newest entry id (None for no feed), all in one pipelined round trip."""
+    async def newest(self, feeds: Sequence[str]) -> list[FeedPosition | None]:
+        """Each feed's newest position (None for a feed with no epoch), all in one pipelined
+        round trip."""
         async with self._client.pipeline(transaction=False) as pipe:
             for feed in feeds:
-                pipe.xrevrange(feed, count=1)
+                pipe.hmget(f"{feed}:meta", "epoch", "last")
             replies: list[Any] = await pipe.execute()
-        return [reply[0][0] if reply else None for reply in replies]
+        return [
+            None if epoch is None else FeedPosition(_text(epoch), Position.parse(last))
+            for epoch, last in replies
+        ]
 
-    async def after(self, feed: str, after: Position, count: int) -> Entries | Reset:
-        reply: list[Any] = await self._read(keys=[feed], args=[str(after), count])
-        if not reply[0]:
-            # No feed: nothing was added for longer than the retention. A position from within
-            # the retention missed nothing; an older one may have.
-            if after.ms and after.ms < time.time() * 1000 - self._feeds.retention_ms:
-                return Reset("the position is older than the feed's retention", ORIGIN)
-            return Entries([], after, False)
-        last, deleted = Position.parse(reply[1]), Position.parse(reply[2])
-        if last < after:
-            return Reset("the position is not one of this feed's", last)
-        if after < deleted:
-            return Reset("the position is older than what the feed keeps", last)
-        items = [(Position.parse(i), dict(_pairs(fields))[b"e"]) for i, fields in reply[3]]
-        position = items[-1][0] if items else after
+    async def after(self, feed: str, after: FeedPosition, count: int) -> Entries | Reset:
+        keys = LiveFeeds.keys(feed)[:3]
+        reply: list[Any] = await self._read(keys=keys, args=[after.epoch, str(after.entry), count])
+        if int(reply[0]) == 0:
+            # No epoch: nothing was written for as long as an epoch is kept. Whatever the
+            # position was, the feed's history is gone; the new epoch starts empty.
+            return Reset("epoch", await self.head(feed))
+        epoch = _text(reply[1])
+        if int(reply[0]) == 2:
+            return Reset(_text(reply[3]), FeedPosition(epoch, Position.parse(reply[2])))
+        flat = reply[3:]
+        items = [
+            Item(FeedPosition(epoch, Position.parse(flat[i])), flat[i + 1], bool(flat[i + 2]))
+            for i in range(0, len(flat), 3)
+        ]
+        position = items[-1].position if items else after
         return Entries(items, position, len(items) >= count)
 
 
-def _pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:
-    return list(zip(flat[0::2], flat[1::2], strict=True))
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -98,3 +98,12 @@ DEAD_LETTER_OLDEST = Gauge(
 BACKLOG_BYTES = Gauge(
     "agora_backlog_bytes", "Bytes appended and not yet flushed, per stream family", ["family"]
 )
+
+# The live feeds (services/streams/live.py).
+
+LIVE_FEEDS_DROPPED = Counter(
+    "agora_live_feeds_dropped",
+    "Feeds that could not take an append and began a new epoch (their watchers reset): past the"
+    " memory ceiling, Redis full, or a detached live Redis out of reach",
+    ["reason"],
+)

@@ -25,8 +25,9 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from services.domain.live import reset_reason
 from services.runtime.redis_client import REDIS_ERRORS
-from services.runtime.stream_ids import ORIGIN, Position
+from services.runtime.stream_ids import FeedPosition
 from services.streams.live import Entries, FeedReader, LiveFeeds, Reset
 
 log = logging.getLogger(__name__)
@@ -37,11 +38,13 @@ PAGE = 200
 
 @dataclass(frozen=True)
 class Delivery:
-    """One entry of a feed (payload set) or a reset (payload None), with its position."""
+    """One entry of a feed (payload set; its stub when `superseded`) or a reset (payload None),
+    with its position."""
 
-    position: Position
+    position: FeedPosition
     payload: bytes | None
     reason: str = ""
+    superseded: bool = False
 
 
 class FeedHub:
@@ -82,10 +85,10 @@ class FeedHub:
         self._last_wake: dict[str, int] = {}
         self._next_look: dict[str, float] = {}
         # Where each waiting watcher has read up to (by its event).
-        self._waits_at: dict[asyncio.Event, Position] = {}
-        self._shared: dict[tuple[str, Position], _SharedRead] = {}
+        self._waits_at: dict[asyncio.Event, FeedPosition] = {}
+        self._shared: dict[tuple[str, FeedPosition], _SharedRead] = {}
 
-    async def head(self, feed: str) -> Position:
+    async def head(self, feed: str) -> FeedPosition:
         async with self._reads:
             return await self.reader.head(feed)
 
@@ -131,7 +134,7 @@ class FeedHub:
         for feed in list(self._watchers):
             self._wake(feed)
 
-    async def read(self, feed: str, after: Position) -> Entries | Reset:
+    async def read(self, feed: str, after: FeedPosition) -> Entries | Reset:
         """The feed after `after` (a page), shared with the other watchers asking the same."""
         key = (feed, after)
         shared = self._shared.get(key)
@@ -143,14 +146,14 @@ class FeedHub:
         return await asyncio.shield(shared.result)
 
     def _forget(
-        self, key: tuple[str, Position], shared: _SharedRead, done: asyncio.Future[Any]
+        self, key: tuple[str, FeedPosition], shared: _SharedRead, done: asyncio.Future[Any]
     ) -> None:
         if self._shared.get(key) is shared:
             del self._shared[key]
         if not done.cancelled():
             done.exception()  # retrieved: the watchers that left do not leave it unheard
 
-    async def _read(self, feed: str, after: Position) -> Entries | Reset:
+    async def _read(self, feed: str, after: FeedPosition) -> Entries | Reset:
         async with self._reads:
             return await self.reader.after(feed, after, PAGE)
 
@@ -197,11 +200,10 @@ class FeedHub:
             return feeds
         behind = []
         for feed, top in zip(feeds, newest, strict=True):
-            if top is None:
-                continue  # no feed (nothing added within the retention): nothing to read
-            last = Position.parse(top)
-            # A watcher not waiting (reading, or yet to read) reads anyway: waking it is harmless.
-            if any(self._waits_at.get(w, ORIGIN) < last for w in self._watchers.get(feed, ())):
+            # A watcher waits at the newest position, or it has something to read (a new entry,
+            # or a reset: the feed has no epoch now, or another one). One not waiting (reading,
+            # or yet to read) reads anyway: waking it is harmless.
+            if any(self._waits_at.get(w) != top for w in self._watchers.get(feed, ())):
                 behind.append(feed)
         return behind
 
@@ -236,14 +238,15 @@ class FeedHub:
     async def follow(
         self,
         feed: str,
-        after: Position,
+        after: FeedPosition,
         until: float,
         *,
         woken: asyncio.Event | None = None,
         stop: Callable[[], object] | None = None,
     ) -> AsyncIterator[Delivery]:
         """Every entry of `feed` after `after`, then each new one as it comes; a reset (payload
-        None) when `after` is older than what the feed keeps. Returns at `until` (time.time()).
+        None) when the feed cannot go on from `after` (then on from the reset's position). Returns
+        at `until` (time.time()), checked before every read however busy the feed.
 
         With `woken` (from `watch(feed)`, held by the caller across calls) the first look waits
         for a wake-up: the caller read up to `after` while watching, and what came since has set
@@ -259,6 +262,8 @@ class FeedHub:
         while True:
             if stop is not None and stop():
                 return
+            if time.time() >= until:
+                return
             if woken.is_set():
                 # Cleared before the read: a wake-up that comes during it is not lost.
                 woken.clear()
@@ -266,18 +271,16 @@ class FeedHub:
                 if isinstance(got, Reset):
                     position = got.position
                     woken.set()  # and on from there at once
-                    yield Delivery(position, None, got.reason)
+                    yield Delivery(position, None, reset_reason(got.why))
                     continue
-                for at, payload in got.items:
-                    yield Delivery(at, payload)
+                for item in got.items:
+                    yield Delivery(item.position, item.payload, superseded=item.superseded)
                 position = got.position
                 if got.full:
                     woken.set()
                     continue
             self._waits_at[woken] = position
             timeout = until - time.time()
-            if timeout <= 0:
-                return
             # Not wait_for: on Python 3.11 it swallows a cancellation that comes as the event
             # is set, and a watch whose caller left would go on reading.
             with contextlib.suppress(TimeoutError):

@@ -28,7 +28,7 @@ from services.domain.paging import Page
 from services.runtime.grpc_errors import abort, abort_invalid
 from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
 from services.timeline.forum_repository import Checked, ForumReadRepository
-from services.timeline.watch import Watches, feed_response, parse_after
+from services.timeline.watch import Watches, feed_response
 
 POST_NOT_FOUND = "post not found in this course"
 COMMENT_NOT_FOUND = "comment not found in this course"
@@ -55,7 +55,6 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         for_user = self._watches.token_expires(context) is not None
         if for_user and (violation := check_row_id(request.user_id, "user_id")) is not None:
             await abort_invalid(context, [violation])
-        after = parse_after(request.after)
         course, user = request.course_id, request.user_id
 
         async def still_allowed() -> str | None:
@@ -66,7 +65,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         async for response in self._watches.stream(
             context,
             self._watches.feeds.course(course),
-            after,
+            request.after,
             ("member", course, user),
             still_allowed,
             _COURSE_RESPONSE,
@@ -110,6 +109,13 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         checked = await self._repo.post(request.course_id, request.post_id, request.user_id)
         await _require_visible(checked, context, POST_NOT_FOUND)
         return pb.GetPostResponse(post=post_fields(checked.rows[0]))
+
+    async def GetComment(
+        self, request: pb.GetCommentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCommentResponse:
+        checked = await self._repo.comment(request.course_id, request.comment_id, request.user_id)
+        await _require_visible(checked, context, COMMENT_NOT_FOUND)
+        return pb.GetCommentResponse(comment=comment_fields(checked.rows[0]))
 
     async def ListComments(
         self, request: pb.ListCommentsRequest, context: grpc.aio.ServicerContext

@@ -53,6 +53,10 @@ _GET_POST = f"""
 SELECT {POST_COLUMNS} FROM posts
 WHERE {{gate}}id = $1 AND course_id = $2 AND deleted_at IS NULL"""
 
+_GET_COMMENT = f"""
+SELECT {COMMENT_COLUMNS} FROM comments
+WHERE {{gate}}id = $1 AND deleted_at IS NULL"""
+
 _COMMENTS_PAGE = f"""
 SELECT {COMMENT_COLUMNS} FROM comments
 WHERE {{gate}}post_id = $1 AND parent_id IS NULL AND id > $2 AND deleted_at IS NULL
@@ -101,6 +105,14 @@ ORDER BY {order}"""
 FEED_FIRST_CHECKED = _checked(_FEED_FIRST, "page.id DESC", course="$1", user="$3")
 FEED_NEXT_CHECKED = _checked(_FEED_NEXT, "page.id DESC", course="$1", user="$4")
 GET_POST_CHECKED = _checked(_GET_POST, "page.id", course="$2", user="$3")
+# Found only when the comment, its root and its post are live and the post is in the course.
+GET_COMMENT_CHECKED = _checked(
+    _GET_COMMENT,
+    "page.id",
+    course="$2",
+    user="$3",
+    found=LIVE_COMMENT_IN_COURSE.format(target="$1", course="$2"),
+)
 
 
 def _thread_checked(page: str, found: str) -> str:
@@ -288,6 +300,12 @@ class ForumReadRepository:
         """The post's row when it is live in the course (found: it is)."""
         checked = Checked.of(await self._pool.fetch(GET_POST_CHECKED, post_id, course_id, user_id))
         return Checked(checked.enrolled, bool(checked.rows), checked.rows, checked.allowed)
+
+    async def comment(self, course_id: int, comment_id: int, user_id: int) -> Checked:
+        """The comment's row when it is visible in the course (found: it is)."""
+        return Checked.of(
+            await self._pool.fetch(GET_COMMENT_CHECKED, comment_id, course_id, user_id)
+        )
 
     async def comments(
         self, course_id: int, post_id: int, user_id: int, limit: int, after_id: int | None

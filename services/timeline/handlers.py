@@ -25,7 +25,7 @@ from services.runtime.grpc_errors import abort
 from services.runtime.mysql import Row
 from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
 from services.timeline.repository import TimelineRepository
-from services.timeline.watch import Watches, feed_response, parse_after
+from services.timeline.watch import Watches, feed_response
 
 T = TypeVar("T")
 LatestResponse = TypeVar("LatestResponse", pb.LatestIncomingResponse, pb.LatestOutgoingResponse)
@@ -41,8 +41,6 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     async def WatchInbox(
         self, request: pb.WatchInboxRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchInboxResponse]:
-        # The field rules have refused an `after` that is no position.
-        after = parse_after(request.after)
         account = request.account_id
 
         async def still_allowed() -> str | None:
@@ -53,7 +51,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         async for response in self._watches.stream(
             context,
             self._watches.feeds.inbox(account),
-            after,
+            request.after,
             ("account", account),
             still_allowed,
             _INBOX_RESPONSE,
@@ -120,6 +118,14 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             return response(found=False)
         msg_id, sent_at = latest
         return response(found=True, msg_id=msg_id, sent_at=to_timestamp(sent_at))
+
+    async def GetMessage(
+        self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetMessageResponse:
+        row = await self._repo.message(request.account_id, request.msg_id)
+        if row is None:
+            await abort(context, grpc.StatusCode.NOT_FOUND, "message not found")
+        return pb.GetMessageResponse(message=stored_message_fields(row))
 
     async def GetQuotePayload(
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext

@@ -60,6 +60,14 @@ LATEST_INCOMING, LATEST_OUTGOING = LATEST["in"], LATEST["out"]
 
 ACCOUNT_EXISTS = "SELECT 1 FROM zalo_accounts WHERE id = %s"
 
+# One message by its msg_id, on the (account, msg_id) unique index; the archive's index of the
+# same columns, partition by partition, when it is no longer live.
+MESSAGE_BY_MSG_ID = f"""{_SELECT_MESSAGES}
+WHERE zalo_account_id = %s AND msg_id = %s"""
+ARCHIVED_MESSAGE_BY_MSG_ID = MESSAGE_BY_MSG_ID.replace(
+    "FROM zalo_messages", "FROM zalo_messages_archive"
+)
+
 QUOTE_PAYLOAD = """
 SELECT quote_payload FROM zalo_messages WHERE zalo_account_id = %s AND msg_id = %s"""
 
@@ -174,6 +182,14 @@ class TimelineRepository:
         'out'); ties on sent_at go to the greater msg_id."""
         row = await self._db.fetchone(LATEST[direction], (conversation_id,))
         return None if row is None else (str(row[0]), row[1])
+
+    async def message(self, account_id: int, msg_id: str) -> Row | None:
+        """The stored message `msg_id` of the account, live or archived."""
+        for query in (MESSAGE_BY_MSG_ID, ARCHIVED_MESSAGE_BY_MSG_ID):
+            row = await self._db.fetchone(query, (account_id, msg_id))
+            if row is not None:
+                return row
+        return None
 
     async def quote_payload(self, account_id: int, msg_id: str) -> tuple[bool, str | None]:
         """(message exists, its quote payload)."""

@@ -29,7 +29,14 @@ async def build(settings: TimelineSettings) -> service.Service:
         stores = service.Datastores(resources, settings)
         mysql = await stores.mysql(settings.mysql_url, settings.mysql_pool_size)
         pool = await stores.postgres(settings.postgres_url, settings.postgres_pool_size, "timeline")
-        redis = stores.redis(settings.redis_url, max_connections=64)
+        # The live feeds are all timeline reads of Redis: LIVE_REDIS_URL when they have a Redis
+        # of their own.
+        if settings.live_redis_url:
+            redis = stores.redis(
+                settings.live_redis_url, max_connections=64, cluster=settings.live_redis_cluster
+            )
+        else:
+            redis = stores.redis(settings.redis_url, max_connections=64)
         # One blocking read per wake stream, shorter than a Redis call's deadline.
         hub = FeedHub(
             redis,

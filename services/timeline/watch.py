@@ -20,9 +20,9 @@ from cachetools import LRUCache
 from google.protobuf.message import Message
 from opentelemetry import trace
 
-from services.domain.live import POSITION_HEADER
+from services.domain.live import POSITION_HEADER, reset_reason
 from services.runtime.grpc_errors import abort
-from services.runtime.stream_ids import Position
+from services.runtime.stream_ids import FeedPosition
 from services.runtime.tokens import TokenError, TokenVerifier
 from services.runtime.trace_context import links_to
 from services.timeline.feed_hub import Delivery, FeedHub, jittered
@@ -43,7 +43,7 @@ class WatchEnded(Exception):
 async def watching(
     hub: FeedHub,
     feed: str,
-    after: Position,
+    after: FeedPosition,
     woken: asyncio.Event,
     *,
     token_expires: float | None,
@@ -81,14 +81,15 @@ class _Subject:
     ended: WatchEnded | None = None
 
 
-def parse_after(text: str) -> Position | None:
-    """A request's `after`: None for "from now on"; ValueError when it is no position."""
-    return Position.parse(text) if text else None
+def parse_after(text: str) -> FeedPosition | None:
+    """A request's `after`: None for "from now on"; ValueError when it is no position a feed
+    gives (the watch answers it with a reset)."""
+    return FeedPosition.parse(text) if text else None
 
 
-# Responses kept for the other watchers of the same feed: a burst's worth at the fan-out of a
-# hot course (each is one event, a few hundred bytes).
-_RESPONSES = 4096
+# Responses kept for the other watchers of the same feed, by bytes: a burst's worth at the
+# fan-out of a hot course (an event is at most LIVE_MAX_EVENT_BYTES).
+RESPONSE_CACHE_BYTES = 8 * 1024 * 1024
 
 
 class Watches:
@@ -115,8 +116,8 @@ class Watches:
         self._recheck = recheck_seconds
         self._max_watches = max_watches
         self._max_watch_seconds = max_watch_seconds
-        self._responses: LRUCache[tuple[str, Position], tuple[Any, Mapping[str, str]]]
-        self._responses = LRUCache(_RESPONSES)
+        self._responses: LRUCache[tuple[str, FeedPosition, bool], _Response]
+        self._responses = LRUCache(RESPONSE_CACHE_BYTES, getsizeof=lambda made: made.size)
         self._subjects: dict[Hashable, _Subject] = {}
 
     async def rechecks(self, stop: asyncio.Event) -> None:
@@ -183,13 +184,14 @@ class Watches:
         self,
         context: grpc.aio.ServicerContext,
         feed: str,
-        after: Position | None,
+        after: str,
         subject: Hashable,
         still_allowed: Callable[[], Awaitable[str | None]],
         respond: Callable[[Delivery], tuple[R, Mapping[str, str]]],
     ) -> AsyncIterator[R]:
-        """The watch of `feed` from `after` while `still_allowed` (about `subject`: asked afresh
-        at the start, then with the other watches of `subject` once a recheck period)."""
+        """The watch of `feed` from `after` (the request's text: empty for "from now on", and a
+        reset at once when it is no position) while `still_allowed` (about `subject`: asked
+        afresh at the start, then with the other watches of `subject` once a recheck period)."""
         if self.hub.watching >= self._max_watches:
             await abort(
                 context,
@@ -204,8 +206,20 @@ class Watches:
         # (with the headers, at once: the gateway answers its HTTP request only then, and the
         # first event may be minutes away): cut before any event, it resumes from there, not
         # from a later "now" that would skip what came between.
-        start = after if after is not None else await self.hub.head(feed)
+        try:
+            start = parse_after(after)
+        except ValueError:
+            start, malformed = await self.hub.head(feed), True
+        else:
+            malformed = False
+        if start is None:
+            start = await self.hub.head(feed)
         await context.send_initial_metadata(((POSITION_HEADER, str(start)),))
+        if malformed:
+            # A position no feed gave (another format, made up, cut short): the client refetches
+            # and goes on from here, at once, as from any position the feed cannot go on from.
+            reset = Delivery(start, None, reset_reason("malformed"))
+            yield respond(reset)[0]
         try:
             with (
                 self.hub.watch(feed) as woken,
@@ -238,11 +252,24 @@ class Watches:
     ) -> tuple[R, Mapping[str, str]]:
         if delivery.payload is None:  # a reset: about this watcher's position
             return respond(delivery)
-        key = (feed, delivery.position)
+        # The stub of an entry superseded since is another response than its payload was.
+        key = (feed, delivery.position, delivery.superseded)
         made = self._responses.get(key)
         if made is None:
-            made = self._responses[key] = respond(delivery)
-        return made
+            response, written_in = respond(delivery)
+            made = _Response(response, written_in, len(delivery.payload) + 256)
+            if made.size <= RESPONSE_CACHE_BYTES // 64:
+                self._responses[key] = made
+        return made.response, made.written_in
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    """A response made once for every watcher of its feed, with what it costs to keep."""
+
+    response: Any
+    written_in: Mapping[str, str]
+    size: int
 
 
 def feed_response(

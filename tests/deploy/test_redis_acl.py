@@ -11,9 +11,12 @@ stop a service that declares the policy."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import tempfile
+import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,10 +27,18 @@ import redis.asyncio as redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from services.runtime import redis_client
-from services.runtime.redis_client import DurableScripts
-from services.runtime.stream_ids import ORIGIN, Position
+from services.runtime.stream_ids import ORIGIN, FeedPosition, Position
 from services.streams import live
-from services.streams.live import Entries, FeedReader, LiveFeeds, LivePublisher, LiveSettings, Reset
+from services.streams.live import (
+    Entries,
+    FeedEvent,
+    FeedReader,
+    LiveFeeds,
+    LivePublisher,
+    LiveSettings,
+    Reset,
+)
+from services.timeline.feed_hub import FeedHub
 from tests.helpers import ROOT
 from tests.stack import Env
 from tools import redis_server
@@ -118,9 +129,13 @@ INHERENT = {
         (writer, command, feed)
         for writer, feeds in FEED_WRITERS.items()
         for feed in feeds
-        for command in ("XADD", "XTRIM", "XSETID", "EXPIRE")
+        for command in ("XADD", "XTRIM", "EXPIRE", "DEL")
     ),
     *((writer, "XADD", WAKE) for writer in FEED_WRITERS),
+    # A feed's first epoch deletes what an epochless feed held (services/streams/lua/live/
+    # feed.lua): a watch "from now on" may begin it. Its watchers are told to reset.
+    ("timeline", "DEL", INBOX),
+    ("timeline", "DEL", COURSE),
 }
 
 # Server-wide erasures: tried with ACL DRYRUN only (the test database is not the only one).
@@ -128,37 +143,62 @@ SERVER_WIDE: list[Command] = [("FLUSHALL",), ("SWAPDB", 0, 1), ("FLUSHDB",)]
 
 
 def appending(feed: str) -> list[Command]:
-    """What a feed writer runs on `feed` (live.APPEND: add, find what to trim, trim, record the
-    newest id removed, expire when idle) and on a wake stream (live.WAKE), any hash tag."""
+    """What a feed writer runs on `feed` and the keys beside it (live.APPEND: check the epoch,
+    add, find what to trim by age, count and bytes, trim, record a superseding version, forget
+    old ones, expire; live.DROP: a new epoch) and on a wake stream (live.WAKE), any hash tag."""
+    meta, versions, versions_at = LiveFeeds.keys(feed)[1:]
     return [
-        ("XADD", feed, "*", "e", "x"),
-        ("XREVRANGE", feed, "(1-0", "-", "COUNT", 1),
-        ("XRANGE", feed, "-", "+", "COUNT", 1),
+        ("HMGET", meta, "epoch", "node", "last", "deleted", "bytes"),
+        ("HSET", meta, "last", "1-0", "deleted", "0-0", "bytes", 10),
+        ("EXPIRE", meta, 604_800),
+        ("EXISTS", feed),
+        ("DEL", feed, versions, versions_at),
+        ("TIME",),
+        ("INFO", "replication"),
+        ("INFO", "memory"),
+        ("XADD", feed, "*", "e", "x", "s", "y", "t", "post:1", "v", 2, "w", ""),
+        ("HGET", versions, "post:1"),
+        ("HSET", versions, "post:1", "2d"),
+        ("ZADD", versions_at, 1, "post:1"),
+        ("ZRANGEBYSCORE", versions_at, "-inf", "(1", "LIMIT", 0, 1000),
+        ("HDEL", versions, "post:1"),
+        ("ZREM", versions_at, "post:1"),
+        ("XRANGE", feed, "-", "+", "COUNT", 100),
         ("XLEN", feed),
         ("XTRIM", feed, "MINID", "1"),
-        ("XTRIM", feed, "MAXLEN", 20_000),
-        ("XSETID", feed, "9999999999999-0", "MAXDELETEDID", "1-0"),
+        ("XTRIM", feed, "MAXLEN", 0),
         ("EXPIRE", feed, 7200),
-        ("EVALSHA", "0" * 40, 1, feed),
+        ("EXPIRE", versions, 7200),
+        ("EVALSHA", "0" * 40, 4, feed, meta, versions, versions_at),
         ("XADD", WAKE, "MAXLEN", "~", live.WAKE_MAXLEN, "*", "k", feed),
         ("XADD", FEEDS_LAYOUT.wake(7), "*", "k", feed),
         ("EVALSHA", "0" * 40, 1, WAKE),
     ]
 
 
-# The feeds' watcher: the feed READ script (EXISTS, XINFO STREAM, XRANGE) and the hub's reads of
-# the wake streams (EXISTS, XINFO STREAM, a blocking XREAD).
+# The feeds' watcher: the feed READ script (HMGET, EXISTS, XRANGE, HGET of versions), ENSURE
+# (a first epoch: HMGET, DEL, TIME, INFO, HSET, EXPIRE), the hub's look (HMGET of each meta) and
+# its reads of the wake streams (EXISTS, XINFO STREAM, a blocking XREAD).
 WATCHING: list[Command] = [
     *(
         command
         for feed in (INBOX, COURSE, FEEDS_LAYOUT.inbox(123456), FEEDS_LAYOUT.course(9))
+        for meta, versions, versions_at in [LiveFeeds.keys(feed)[1:]]
         for command in (
+            ("HMGET", meta, "epoch", "last", "deleted"),
             ("EXISTS", feed),
-            ("XINFO", "STREAM", feed),
             ("XRANGE", feed, "(0-0", "+", "COUNT", 200),
-            ("EVALSHA", "0" * 40, 1, feed),
+            ("HGET", versions, "post:1"),
+            ("DEL", feed),
+            ("DEL", versions, versions_at),
+            ("HSET", meta, "epoch", "e", "node", "n", "last", "0-0", "deleted", "0-0"),
+            ("EXPIRE", meta, 604_800),
+            ("EVALSHA", "0" * 40, 3, feed, meta, versions),
+            ("EVALSHA", "0" * 40, 4, feed, meta, versions, versions_at),
         )
     ),
+    ("TIME",),
+    ("INFO", "replication"),
     ("EXISTS", WAKE),
     ("XINFO", "STREAM", WAKE),
     ("XREAD", "COUNT", 1000, "BLOCK", 1, "STREAMS", WAKE, "0-0"),
@@ -279,13 +319,13 @@ FEED_REFUSED: dict[str, list[Command]] = {
     "inbox": [
         ("XADD", INBOX, "*", "e", "x"),
         ("XADD", FEEDS_LAYOUT.inbox(99), "*", "e", "x"),
-        ("XREVRANGE", INBOX, "+", "-", "COUNT", 1),
+        ("HSET", f"{INBOX}:meta", "epoch", "forged"),
+        ("DEL", f"{INBOX}:versions"),
         ("XLEN", INBOX),
         ("EVALSHA", "0" * 40, 1, INBOX),
     ],
     "read": [
         ("XINFO", "STREAM", COURSE),
-        ("EXISTS", COURSE),
         ("XREAD", "COUNT", 1, "STREAMS", WAKE, "0"),
         ("XRANGE", WAKE, "-", "+"),
         ("XINFO", "STREAM", WAKE),
@@ -362,13 +402,17 @@ REFUSED: dict[str, list[Command]] = {
         ("XADD", WAKE, "*", "k", COURSE),
     ],
     "timeline": [
-        # Writes nothing: not to a feed, not to a wake stream, not from a script.
+        # Adds nothing to a feed or a wake stream, trims none, records no version: it only
+        # begins a feed's first epoch.
         ("XADD", INBOX, "*", "e", "x"),
         ("XADD", COURSE, "*", "e", "x"),
         ("XADD", WAKE, "*", "k", INBOX),
         ("XDEL", INBOX, "0-1"),
+        ("XTRIM", COURSE, "MAXLEN", 0),
         ("XLEN", COURSE),
         ("XREVRANGE", INBOX, "+", "-", "COUNT", 1),
+        ("HSET", f"{COURSE}:versions", "post:1", "9d"),
+        ("ZADD", f"{COURSE}:versions-at", 1, "post:1"),
         ("XINFO", "GROUPS", INBOX),
         ("XGROUP", "CREATE", WAKE, "hub", "$", "MKSTREAM"),
         ("XREADGROUP", "GROUP", "hub", "t", "COUNT", 1, "STREAMS", WAKE, ">"),
@@ -464,9 +508,13 @@ async def seed(admin: redis.Redis) -> None:
     for counter in COUNTERS:
         await admin.set(counter, "5")
     await admin.set(RATE, "1")
+    writer = LivePublisher(admin, FEEDS_LAYOUT)
     for feed in FEEDS:
-        for n in (1, 2):
-            await admin.xadd(feed, {"e": str(n)})
+        if feed == WAKE:
+            for n in (1, 2):
+                await admin.xadd(feed, {"k": str(n)})
+        else:
+            await writer.publish({feed: [FeedEvent(b"1"), FeedEvent(b"2")]})
 
 
 async def intact(admin: redis.Redis) -> dict[str, object]:
@@ -483,7 +531,9 @@ async def intact(admin: redis.Redis) -> dict[str, object]:
         info = await admin.xinfo_stream(feed)
         state[feed] = (info["length"], info["last-generated-id"], info["max-deleted-entry-id"])
     for key in (*STREAMS, *COUNTERS, *FEEDS):
-        state[f"ttl {key}"] = await admin.pttl(key)
+        # In minutes: a feed's time to live runs down while the test runs (an erasure's is 1 s).
+        ttl = await admin.pttl(key)
+        state[f"ttl {key}"] = ttl if ttl < 0 else round(ttl / 60_000)
     return state
 
 
@@ -566,7 +616,7 @@ async def test_what_no_acl_can_refuse_reaches_only_the_users_own_streams(
 
 # ---- the live feeds: the code's own scripts, as each user runs them ----
 
-# One entry kept per feed: APPEND then trims on every call (XRANGE, XTRIM, XSETID run too).
+# One entry kept per feed: APPEND then trims on every call (XRANGE, XTRIM run too).
 TIGHT = LiveFeeds(FEEDS_LAYOUT.prefix, FEEDS_LAYOUT.retention_ms, 1, FEEDS_LAYOUT.wake_shards)
 
 
@@ -577,46 +627,95 @@ def refused(error: BaseException) -> bool:
     )
 
 
-async def test_feed_writers_append_and_wake_and_timeline_reads_with_the_codes_scripts(
-    users: dict[str, redis.Redis], env: Env
+def edited(author: str) -> list[FeedEvent]:
+    """A post and its edit: the edit records its version, which supersedes the first."""
+    return [
+        FeedEvent(f"{author} 1".encode(), target="post:1", version=1, stub=b"stub"),
+        FeedEvent(f"{author} 2".encode(), target="post:1", version=2, stub=b"stub"),
+    ]
+
+
+async def test_every_feed_path_runs_as_its_services_user(
+    users: dict[str, redis.Redis], env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A writer appends (live.APPEND: add, trim, record what the trim removed, expire) to the
-    feeds it writes and wakes their watchers (live.WAKE); timeline reads a feed after a position
-    (live.READ) and is told to reset from before the trim."""
+    """Each path the code takes on the live feeds, run by the code as the user of the service
+    that takes it: a writer appends (live.APPEND: epoch, add, record a version, trim by count,
+    expire) and wakes the watchers (live.WAKE); past the memory ceiling it drops the feed (a new
+    epoch), and past Redis's maxmemory it runs live.DROP. timeline begins an epoch for a watch
+    "from now on" (live.ENSURE), reads after a position (live.READ), follows the wake streams and
+    looks at every watched feed's newest position (the hub's look, which logs instead of raising:
+    the log is checked)."""
     admin = redis.Redis.from_url(env.redis_url)
+    maxmemory: Any = (await admin.config_get("maxmemory"))["maxmemory"]
     try:
         for writer, feeds in FEED_WRITERS.items():
             await admin.delete(*TIGHT.all_wakes())
             client = users[writer]
-            publisher = LivePublisher(client, TIGHT, DurableScripts(client, 0, 1000))
-            await publisher.publish(
-                {feed: [f"{writer} 1".encode(), f"{writer} 2".encode()] for feed in feeds}
-            )
+            publisher = LivePublisher(client, TIGHT)
+            assert await publisher.publish({feed: edited(writer) for feed in feeds}) == []
             for feed in feeds:
-                info = await admin.xinfo_stream(feed)
-                assert info["length"] == 1, (writer, feed)
-                assert info["last-entry"][1] == {b"e": f"{writer} 2".encode()}, (writer, feed)
-                assert info["max-deleted-entry-id"] != b"0-0", (writer, feed)
+                meta: Any = await admin.hgetall(f"{feed}:meta")
+                assert await admin.xlen(feed) == 1, (writer, feed)
+                assert meta[b"deleted"] != b"0-0", (writer, feed)
+                assert await admin.hget(f"{feed}:versions", "post:1") == b"2", (writer, feed)
                 assert 0 < await admin.ttl(feed) <= TIGHT.retention_ms // 1000 * 2, (writer, feed)
                 # Its watchers are woken (publish logs a refused wake-up and goes on: look).
                 woken: Any = await admin.xrange(TIGHT.wake_of(feed))
                 assert feed.encode() in {fields[b"k"] for _, fields in woken}, (writer, feed)
+            # Past the ceiling (a maxmemory far away, a ceiling nearer still): dropped.
+            await admin.config_set("maxmemory", str(64 * 1024**3))
+            ceiling = LivePublisher(client, replace(TIGHT, memory_ceiling=1e-9))
+            assert await ceiling.publish({feed: edited(writer) for feed in feeds}) == list(feeds)
+            await admin.config_set("maxmemory", maxmemory)
+            for feed in feeds:
+                assert await admin.exists(feed) == 0, (writer, feed)
+                await client.register_script(live.DROP)(keys=LiveFeeds.keys(feed), args=[60])
+                assert await admin.hget(f"{feed}:meta", "last") == b"0-0", (writer, feed)
+            await publisher.publish({feed: edited(writer) for feed in feeds})
 
         reader = FeedReader(users["timeline"], FEEDS_LAYOUT)
         for feed in (INBOX, COURSE):
-            info = await admin.xinfo_stream(feed)
-            last = Position.parse(info["last-generated-id"])
-            trimmed = Position.parse(info["max-deleted-entry-id"])
-            assert await reader.head(feed) == last
-            assert isinstance(await reader.after(feed, ORIGIN, 10), Reset)
+            meta = await admin.hgetall(f"{feed}:meta")
+            head = FeedPosition(meta[b"epoch"].decode(), Position.parse(meta[b"last"]))
+            assert await reader.head(feed) == head
+            assert await reader.newest([feed]) == [head]
+            trimmed = FeedPosition(head.epoch, Position.parse(meta[b"deleted"]))
+            assert isinstance(await reader.after(feed, replace(trimmed, entry=ORIGIN), 10), Reset)
             resumed = await reader.after(feed, trimmed, 10)
             assert isinstance(resumed, Entries)
-            assert [payload for _, payload in resumed.items] == [info["last-entry"][1][b"e"]]
-            assert resumed.position == last
-        # No feed at all (nothing written for longer than the retention): nothing to read.
-        nothing = await reader.after(FEEDS_LAYOUT.inbox(555), ORIGIN, 10)
-        assert nothing == Entries([], ORIGIN, False)
+            last_writer = "flusher" if feed == INBOX else "likes"
+            assert [item.payload for item in resumed.items] == [f"{last_writer} 2".encode()]
+            assert resumed.position == head
+        # A feed never written: its first epoch, begun by the watch.
+        fresh = FEEDS_LAYOUT.inbox(555)
+        start = await reader.head(fresh)
+        assert start.entry == ORIGIN
+        assert await reader.after(fresh, start, 10) == Entries([], start, False)
+        assert await reader.newest([fresh, FEEDS_LAYOUT.inbox(556)]) == [start, None]
+
+        # The hub as timeline runs it: the wake streams, and the look every poll period.
+        hub = FeedHub(users["timeline"], FEEDS_LAYOUT, poll_seconds=0.5, block_ms=100)
+        stop = asyncio.Event()
+        running = asyncio.create_task(hub.run(stop))
+        caplog.clear()
+        try:
+            with caplog.at_level(logging.WARNING, logger="services.timeline.feed_hub"):
+                follow: Any = hub.follow(fresh, start, time.time() + 10)
+                first: asyncio.Task[Any] = asyncio.ensure_future(anext(follow))
+                await asyncio.sleep(0.3)
+                await LivePublisher(users["flusher"], FEEDS_LAYOUT).publish(
+                    {fresh: [FeedEvent(b"woken")]}
+                )
+                delivery = await asyncio.wait_for(first, 5)
+                await asyncio.sleep(1.5)  # looks at the followed feed, every poll period
+                await follow.aclose()
+            assert delivery.payload == b"woken"
+            assert caplog.records == []
+        finally:
+            stop.set()
+            await running
     finally:
+        await admin.config_set("maxmemory", maxmemory)
         await admin.aclose()
 
 
@@ -638,20 +737,20 @@ async def test_the_feed_scripts_write_only_their_writers_feeds(
     try:
         before = await intact(admin)
         client = users[user]
-        publisher = LivePublisher(client, FEEDS_LAYOUT, DurableScripts(client, 0, 1000))
+        publisher = LivePublisher(client, FEEDS_LAYOUT)
         for feed in APPEND_REFUSED[user]:
             with pytest.raises(ResponseError) as error:
-                await publisher.publish({feed: [b"forged"]})
+                await publisher.publish({feed: [FeedEvent(b"forged")]})
             assert refused(error.value), (user, feed, error.value)
         if user not in FEED_WRITERS:
             # Nor wake anyone.
             with pytest.raises(ResponseError) as error:
                 await client.register_script(live.WAKE)(keys=[WAKE], args=[COURSE])
             assert refused(error.value), (user, error.value)
-        if user != "timeline":
-            # Reading a feed is the watchers': READ's EXISTS and XINFO STREAM are timeline's.
+        if user not in FEED_WRITERS and user != "timeline":
+            # Reading a feed is the watchers' (and its writers' own scripts').
             with pytest.raises(ResponseError) as error:
-                await FeedReader(client, FEEDS_LAYOUT).after(COURSE, ORIGIN, 10)
+                await FeedReader(client, FEEDS_LAYOUT).after(COURSE, FeedPosition("e", ORIGIN), 9)
             assert refused(error.value), (user, error.value)
         assert await intact(admin) == before
     finally:
@@ -661,12 +760,12 @@ async def test_the_feed_scripts_write_only_their_writers_feeds(
 async def test_a_feed_writer_can_cut_only_the_feeds_it_writes(
     users: dict[str, redis.Redis], env: Env
 ) -> None:
-    """APPEND trims and expires the feeds it writes, so their writers hold XTRIM, XSETID and
-    EXPIRE there and no ACL tells APPEND's trim from any other: a writer's credentials can cut
-    or expire those feeds (and cap a wake stream). The feeds are derived (what they carry is
-    stored in MariaDB and PostgreSQL): a cut loses live events, never data, and a client's next
-    refetch has everything. Never another writer's feeds, never the message or like streams
-    (docs/security.md)."""
+    """APPEND trims and expires the feeds it writes and DROP deletes them (a new epoch), so their
+    writers hold XTRIM, EXPIRE and DEL there and no ACL tells APPEND's trim from any other: a
+    writer's credentials can cut, expire or delete those feeds (and cap a wake stream). The feeds
+    are derived (what they carry is stored in MariaDB and PostgreSQL): a cut loses live events,
+    never data, and the watchers reset and refetch. Never another writer's feeds, never the
+    message or like streams (docs/security.md)."""
     admin = redis.Redis.from_url(env.redis_url)
     try:
         await users["ingest"].execute_command("XTRIM", COURSE, "MAXLEN", 0)

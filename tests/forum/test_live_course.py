@@ -36,10 +36,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.flusher.config import FlusherSettings
 from services.flusher.maintenance import builder as maintenance
 from services.runtime.grpc_server import GrpcServer
-from services.runtime.redis_client import DurableScripts
-from services.runtime.stream_ids import Position
+from services.runtime.stream_ids import FeedPosition
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from services.streams.live import LiveFeeds, LiveSettings
+from services.streams.live import LiveFeeds, LivePublisher, LiveSettings
 from tests.gateway import sse_client as sse
 from tests.helpers import (
     ROOT,
@@ -190,7 +189,7 @@ async def test_a_post_comment_and_reply_each_arrive_once_as_the_read_routes_retu
     assert replied.comment.comment.parent_id == comment.comment.id
 
     positions = [post.position, commented.position, replied.position]
-    assert positions == sorted(positions, key=Position.parse)
+    assert positions == sorted(positions, key=lambda p: FeedPosition.parse(p).entry)
     assert await feed_length(redis_client) == 3  # each once
     assert await outbox_rows(pg_admin) == 0  # published, so ingest deleted its rows
     stream.cancel()
@@ -206,15 +205,14 @@ async def test_a_deleted_post_and_comment_arrive_with_deleted_at(
     assert comment.WhichOneof("item") == "comment"
     assert comment.comment.comment.id == 1
     assert comment.comment.HasField("deleted_at")
+    assert (comment.comment.comment.body, comment.comment.comment.version) == ("", 2)
     assert comment.comment.deleted_at.ToSeconds() >= comment.comment.comment.created_at.ToSeconds()
 
     await writes.DeletePost(write_pb.DeletePostRequest(course_id=42, post_id=1, user_id=1))
     [post] = await take(stream, 1)
-    assert (post.WhichOneof("item"), post.post.post.id, post.post.post.title) == (
-        "post",
-        1,
-        "Thông báo: lịch thi giữa kỳ",
-    )
+    # A removal names the post, its counts and when: never its text, and a newer version.
+    assert (post.WhichOneof("item"), post.post.post.id, post.post.post.version) == ("post", 1, 2)
+    assert (post.post.post.title, post.post.post.body) == ("", "")
     assert post.post.HasField("deleted_at")
     assert post.post.post.comment_count == 1  # comment 1 went, comment 2 stays
     stream.cancel()
@@ -347,8 +345,8 @@ async def test_the_relay_publishes_what_a_writer_killed_after_its_commit_left(
     assert await outbox_rows(pg_admin) == 1
     assert await feed_length(redis_client) == 0
 
-    durable = DurableScripts(redis_client, 0, 1000)
-    relay = maintenance.outbox_relay(flusher_settings, pg_flusher, durable)
+    publisher = LivePublisher(redis_client, LiveFeeds.from_settings(flusher_settings))
+    relay = maintenance.outbox_relay(flusher_settings, pg_flusher, publisher)
     assert await relay.relay_once() == 0  # younger than LIVE_OUTBOX_RELAY_AFTER_SECONDS
     assert await relay.relay_once(older_than=0) == 1
     [post] = await take(stream, 1)
@@ -517,7 +515,7 @@ async def test_the_gateway_streams_posts_comments_and_likes_in_the_rest_shapes(
         assert gone.data["deleted_at"] >= gone.data["created_at"]
         assert [post.id, comment.id, likes.id, gone.id] == sorted(
             [post.id, comment.id, likes.id, gone.id],
-            key=lambda p: tuple(map(int, str(p).split("-"))),
+            key=lambda p: FeedPosition.parse(str(p)).entry,
         )
 
 

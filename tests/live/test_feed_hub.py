@@ -15,16 +15,15 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 
-from services.runtime.redis_client import DurableScripts
-from services.runtime.stream_ids import ORIGIN, Position
-from services.streams.live import Entries, LiveFeeds, LivePublisher, Reset
+from services.runtime.stream_ids import FeedPosition, Position
+from services.streams.live import Entries, FeedEvent, LiveFeeds, LivePublisher, Reset
 from services.timeline.feed_hub import FeedHub
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -42,7 +41,7 @@ class CountingHub(FeedHub):
         super().__init__(*args, **kwargs)
         self.reads_of: Counter[str] = Counter()
 
-    async def _read(self, feed: str, after: Position) -> Entries | Reset:
+    async def _read(self, feed: str, after: FeedPosition) -> Entries | Reset:
         self.reads += 1
         self.reads_of[feed] += 1
         got = await super()._read(feed, after)
@@ -59,7 +58,7 @@ async def running_hub(
     stop = asyncio.Event()
     running = asyncio.create_task(hub.run(stop))
     try:
-        yield hub, LivePublisher(redis_client, feeds, DurableScripts(redis_client, 0, 0))
+        yield hub, LivePublisher(redis_client, feeds)
     finally:
         stop.set()
         await running
@@ -71,13 +70,26 @@ async def hub(redis_client: redis.Redis) -> AsyncIterator[tuple[CountingHub, Liv
         yield started
 
 
-async def feed_positions(client: redis.Redis, feed: str) -> list[Position]:
+async def feed_positions(client: redis.Redis, feed: str) -> list[FeedPosition]:
     entries: Any = await client.xrange(feed)
-    return [Position.parse(entry_id) for entry_id, _ in entries]
+    epoch: Any = await client.hget(f"{feed}:meta", "epoch")
+    epoch = epoch.decode() if epoch else ""
+    return [FeedPosition(epoch, Position.parse(entry_id)) for entry_id, _ in entries]
 
 
-async def collect(hub: FeedHub, feed: str, after: Position, want: int) -> list[Position]:
-    seen: list[Position] = []
+def events(*payloads: str) -> list[FeedEvent]:
+    return [FeedEvent(p.encode()) for p in payloads]
+
+
+class WakelessPublisher(LivePublisher):
+    """A publisher that dies between adding to a feed and waking its watchers."""
+
+    async def _wake_watchers(self, feeds: Sequence[str]) -> None:
+        pass
+
+
+async def collect(hub: FeedHub, feed: str, after: FeedPosition, want: int) -> list[FeedPosition]:
+    seen: list[FeedPosition] = []
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(30):
             async for delivery in hub.follow(feed, after, time.time() + 60):
@@ -100,7 +112,7 @@ async def test_watchers_of_one_feed_share_reads_and_each_gets_every_entry_in_ord
     ]
     await asyncio.sleep(0.2)
     for burst in range(bursts):
-        await publisher.publish({feed: [f"{burst}-{i}".encode() for i in range(3)]})
+        await publisher.publish({feed: events(*(f"{burst}-{i}" for i in range(3)))})
         await asyncio.sleep(random.uniform(0, 0.03))
     got = await asyncio.gather(*followers)
     stored = await feed_positions(redis_client, feed)
@@ -120,31 +132,31 @@ async def test_watchers_coming_and_going_while_entries_come_miss_nothing(
     feeds_hub, publisher = hub
     feeds_hub.reply_delay = 0.003
     feed = feeds_hub.feeds.inbox(1)
-    staying: dict[int, list[Position]] = {}
+    staying: dict[int, list[FeedPosition]] = {}
+    start = await feeds_hub.head(feed)
 
-    async def stay(n: int, start: Position) -> None:
+    async def stay(n: int, start: FeedPosition) -> None:
         seen = staying[n] = []
         async for delivery in feeds_hub.follow(feed, start, time.time() + 600):
             seen.append(delivery.position)
             if n % 2:  # slower readers: at a position when others have a read of it in flight
                 await asyncio.sleep(random.uniform(0, 0.003))
 
-    async def come_and_go() -> list[Position]:
-        seen: list[Position] = []
+    async def come_and_go() -> list[FeedPosition]:
+        seen: list[FeedPosition] = []
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(random.uniform(0.01, 0.3)):
-                async for delivery in feeds_hub.follow(feed, ORIGIN, time.time() + 60):
+                async for delivery in feeds_hub.follow(feed, start, time.time() + 60):
                     seen.append(delivery.position)
         return seen
 
-    start = await feeds_hub.head(feed)
     stayers = [asyncio.create_task(stay(n, start)) for n in range(40)]
-    passing: list[asyncio.Task[list[Position]]] = []
+    passing: list[asyncio.Task[list[FeedPosition]]] = []
     behind = 0
     try:
         for burst in range(14):
             for i in range(random.randint(5, 40)):
-                await publisher.publish({feed: [f"{burst}-{i}".encode()]})
+                await publisher.publish({feed: events(f"{burst}-{i}")})
                 passing.append(asyncio.create_task(come_and_go()))
                 await asyncio.sleep(random.uniform(0, 0.002))
             await asyncio.sleep(0.3)
@@ -159,7 +171,7 @@ async def test_watchers_coming_and_going_while_entries_come_miss_nothing(
     assert behind == 0
     for seen in staying.values():
         assert seen == stored
-    for seen in came:  # from the origin: the feed's first entries, in order
+    for seen in came:  # from the epoch's start: the feed's first entries, in order
         assert seen == stored[: len(seen)]
 
 
@@ -171,13 +183,15 @@ async def test_the_look_finds_an_entry_whose_wake_up_was_lost_and_leaves_quiet_f
     looked at without being read, so thousands of quiet watches cost one round trip a tick."""
     async with running_hub(redis_client, poll_seconds=1) as (feeds_hub, publisher):
         quiet, lost = feeds_hub.feeds.inbox(1), feeds_hub.feeds.inbox(2)
-        await publisher.publish({quiet: [b"before"], lost: [b"before"]})
+        await publisher.publish({quiet: events("before"), lost: events("before")})
         starts = [await feeds_hub.head(quiet), await feeds_hub.head(lost)]
         stay = asyncio.create_task(collect(feeds_hub, quiet, starts[0], 1))
         follow = asyncio.create_task(collect(feeds_hub, lost, starts[1], 1))
         await asyncio.sleep(0.5)
         assert feeds_hub.reads_of == {quiet: 1, lost: 1}  # each watcher's first read
-        lost_at = Position.parse(await redis_client.xadd(lost, {"e": b"no wake-up"}))
+        dying = WakelessPublisher(redis_client, feeds_hub.feeds)
+        await dying.publish({lost: events("no wake-up")})
+        lost_at = (await feed_positions(redis_client, lost))[-1]
         got = await asyncio.wait_for(follow, 5)
         await asyncio.sleep(3)  # more looks at the quiet feed
         stay.cancel()

@@ -14,8 +14,9 @@ from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2 as pb
 
+from services.domain.live import POSITION_HEADER
 from services.runtime.grpc_server import GrpcServer
-from services.runtime.stream_ids import Position
+from services.runtime.stream_ids import ORIGIN, FeedPosition, Position
 from services.streams.live import LiveFeeds, LiveSettings
 from tests.helpers import Flusher, at, gateway_stub, message
 from tests.live.watching import started, take
@@ -94,7 +95,7 @@ async def test_a_stored_message_and_its_conversation_reach_the_watcher_after_the
     assert sent.message.HasField("created_at")
     assert state.WhichOneof("item") == "conversation"
     assert (state.conversation.thread_id, state.conversation.unread_count) == ("t1", 1)
-    assert Position.parse(sent.position) < Position.parse(state.position)
+    assert FeedPosition.parse(sent.position).entry < FeedPosition.parse(state.position).entry
     assert "traceparent" in sent.trace_context  # the flusher's batch, linked to ingest
 
     read = ingest_pb.MarkReadRequest(account_id=1, conversation_key="t1")
@@ -152,36 +153,60 @@ async def test_a_watch_sees_only_its_own_account(
     stream.cancel()
 
 
-async def test_a_position_older_than_the_feed_keeps_gets_a_reset_then_the_live_events(
+async def starts_at(stream: Stream) -> FeedPosition:
+    """Where a watch starts (its initial metadata)."""
+    return FeedPosition.parse(dict(await stream.initial_metadata())[POSITION_HEADER])
+
+
+async def test_a_position_of_another_epoch_gets_a_reset_then_the_live_events(
     watch: TimelineStub, inbox: Inbox, env: Env
 ) -> None:
-    # Nothing was published for account 1 within the retention: a position from 1970 may have
-    # missed anything, so the watcher must refetch.
-    stream = open_watch(watch, env, after="1000-0")
+    # A position of a feed that lost its history since (it expired, its node restarted): what
+    # came between may be gone, so the watcher must refetch; then it goes on from the reset.
+    stream = open_watch(watch, env, after="olderepoch.1000-0")
     [reset] = await take(stream, 1)
     assert reset.WhichOneof("item") == "reset"
-    assert "retention" in reset.reset.reason
+    assert "epoch" in reset.reset.reason
+    # From the feed's current epoch, which has nothing yet.
+    assert FeedPosition.parse(reset.position).epoch != "olderepoch"
+    assert FeedPosition.parse(reset.position).entry == ORIGIN
     await inbox.receive(("m1", "t1"))
     [sent, _state] = await take(stream, 2)
     assert sent.message.msg_id == "m1"
     stream.cancel()
 
 
+@pytest.mark.parametrize("ahead", [True, False])
 async def test_a_position_the_feed_never_had_gets_a_reset(
-    watch: TimelineStub, inbox: Inbox, env: Env
+    watch: TimelineStub, inbox: Inbox, env: Env, ahead: bool
 ) -> None:
+    """Ahead of the feed (its newest entries lost in a failover or a restore), or between two of
+    its entries: not one of its positions."""
     await inbox.receive(("m1", "t1"))
-    stream = open_watch(watch, env, after="99999999999999-0")
+    head = await starts_at(open_watch(watch, env))
+    entry = Position(99999999999999, 0) if ahead else Position(head.entry.ms - 1, 0)
+    stream = open_watch(watch, env, after=str(FeedPosition(head.epoch, entry)))
     [reset] = await take(stream, 1)
     assert reset.WhichOneof("item") == "reset"
+    assert ("ahead" if ahead else "not one of") in reset.reset.reason
+    assert FeedPosition.parse(reset.position) == head
     stream.cancel()
 
 
-async def test_a_position_that_is_no_position_is_invalid(watch: TimelineStub, env: Env) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await take(open_watch(watch, env, after="yesterday"), 1)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "after" in (refused.value.details() or "")
+@pytest.mark.parametrize("after", ["yesterday", "1733000000000-0", "x" * 1000, "0-0"])
+async def test_a_position_that_is_no_position_gets_a_reset_at_once(
+    watch: TimelineStub, env: Env, after: str
+) -> None:
+    """A client holding what no feed gives (another version's position, a made-up one) is
+    answered as any position the feed cannot go on from: one reset, from where it starts."""
+    stream = open_watch(watch, env, after=after)
+    [reset] = await take(stream, 1, within=2)
+    assert reset.WhichOneof("item") == "reset"
+    assert "not one a feed gives" in reset.reset.reason
+    assert FeedPosition.parse(reset.position) == await starts_at(stream)
+    with pytest.raises(TimeoutError):
+        await take(stream, 1, within=1)
+    stream.cancel()
 
 
 async def test_another_accounts_token_is_refused_and_a_bad_token_is_unauthenticated(

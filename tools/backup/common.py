@@ -76,6 +76,9 @@ class Config:
     mysql_db: str = "agora"
     pg_db: str = "agora"
     redis_url: str = ""
+    # The Redis of the live feeds when they have one of their own (LIVE_REDIS_URL); empty: in
+    # redis_url's.
+    live_redis_url: str = ""
     # Admin access goes through the unix sockets in var/run with OS-user authentication, as
     # deploy/local/stack.sh does (mysql_root, psql_admin): no admin password exists.
     mysql_socket: Path = ROOT / "var/run/mysqld.sock"
@@ -106,6 +109,7 @@ class Config:
         auth = f":{password}@" if password else ""
         defaults: dict[str, Any] = {
             "redis_url": f"redis://{auth}127.0.0.1:{e.get('REDIS_PORT', '16379')}/0",
+            "live_redis_url": e.get("LIVE_REDIS_ADMIN_URL", ""),
             "mysql_socket": var / "run/mysqld.sock",
             "mysql_admin": "root" if _is_root() else getpass.getuser(),
             "pg_socket_dir": var / "run",

@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 import redis.asyncio as redis
 
 from services.streams.likes import LikeStreams, LikeStreamSettings
+from services.streams.live import LiveSettings
 from services.streams.messages import MessageStreams
 from tools import redis_server
 from tools.backup.common import REDIS_FILE, CommandFailed, Config, Out, file_size, iso, run, utc_now
@@ -328,6 +329,30 @@ async def drop_liked_sets(url: str) -> int:
     try:
         batch: list[bytes] = []
         async for key in client.scan_iter(match=f"{prefix}:{{ls*}}:u:*:c:*:liked", count=1000):
+            batch.append(key)
+            if len(batch) == 500:
+                dropped += int(await client.unlink(*batch))
+                batch = []
+        if batch:
+            dropped += int(await client.unlink(*batch))
+    finally:
+        await client.aclose()
+    return dropped
+
+
+async def drop_live_feeds(url: str) -> int:
+    """Delete every live feed key (each feed's stream, meta and versions; the wake streams).
+
+    A feed's history is the restored Redis's, not the restored databases': the databases were
+    dumped after the Redis snapshot, so events of writes they hold may be missing from it. Without
+    their epochs every feed begins a new one, and every watcher resets and refetches instead of
+    resuming across that gap."""
+    prefix = LiveSettings().live_prefix
+    client = redis_client(url)
+    dropped = 0
+    try:
+        batch: list[bytes] = []
+        async for key in client.scan_iter(match=f"{prefix}:{{*}}:*", count=1000):
             batch.append(key)
             if len(batch) == 500:
                 dropped += int(await client.unlink(*batch))

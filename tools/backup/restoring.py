@@ -36,6 +36,7 @@ from tools.backup.mariadb import (
 from tools.backup.postgres import pg_acls, pg_checksums, pg_role_missing, restore_postgres
 from tools.backup.redis_data import (
     drop_liked_sets,
+    drop_live_feeds,
     redis_address,
     redis_digest,
     restore_redis,
@@ -188,6 +189,8 @@ async def restore(
     if drop_liked:
         report.liked_sets_dropped = await drop_liked_sets(cfg.redis_url)
         out(f"redis: {report.liked_sets_dropped} liked SETs dropped (warmed again on next use)")
+    feeds = await drop_live_feeds(cfg.live_redis_url or cfg.redis_url)
+    out(f"redis: {feeds} live feed keys dropped (every watcher resets: a new epoch per feed)")
 
     if cfg.services_start is not None:
         out(f"starting the services ({' '.join(cfg.services_start)})")

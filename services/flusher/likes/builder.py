@@ -11,7 +11,6 @@ from services.flusher.likes.handler import LikeEntryHandler, LikeEvent
 from services.flusher.likes.reconcile import Reconciler
 from services.flusher.likes.repository import LikeRepository
 from services.flusher.shards import leased_supervisor, shard_consumer
-from services.runtime.redis_client import DurableScripts
 from services.streams import likes
 from services.streams.consumer import Backlog, ConsumerConfig, ShardConsumer
 from services.streams.course_events import LikeCountPublication
@@ -32,17 +31,10 @@ def consumer_config(settings: FlusherSettings) -> ConsumerConfig:
     )
 
 
-def publication(
-    settings: FlusherSettings, client: redis.Redis, durable: DurableScripts | None = None
-) -> LikeCountPublication:
-    """What puts committed like counts on the courses' live feeds, acknowledged like every
-    producer's write (REDIS_WAIT_REPLICAS)."""
-    if durable is None:
-        durable = DurableScripts(
-            client, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
-        )
-    feeds = LiveFeeds.from_settings(settings)
-    return LikeCountPublication(LivePublisher(client, feeds, durable), feeds)
+def publication(settings: FlusherSettings, client: redis.Redis) -> LikeCountPublication:
+    """What puts committed like counts on the courses' live feeds (on the streams' Redis: a
+    consumer built alone, as tests build one)."""
+    return LikeCountPublication(LivePublisher(client, LiveFeeds.from_settings(settings)))
 
 
 def consumer(
@@ -76,22 +68,21 @@ def reconciler(
     settings: FlusherSettings,
     client: redis.Redis,
     pg: asyncpg.Pool,
-    durable: DurableScripts | None = None,
+    publisher: LivePublisher | None = None,
 ) -> Reconciler:
-    return Reconciler(
-        LikeRepository(pg), client, streams(settings), live=publication(settings, client, durable)
-    )
+    live = LikeCountPublication(publisher) if publisher else publication(settings, client)
+    return Reconciler(LikeRepository(pg), client, streams(settings), live=live)
 
 
 def supervisor(
     settings: FlusherSettings,
     client: redis.Redis,
     pg: asyncpg.Pool,
-    durable: DurableScripts | None = None,
+    publisher: LivePublisher | None = None,
 ) -> ShardSupervisor:
     """Follows this replica's like shard leases, running a consumer per shard held."""
     repo = LikeRepository(pg)
-    live = publication(settings, client, durable)
+    live = LikeCountPublication(publisher) if publisher else publication(settings, client)
     return leased_supervisor(
         settings,
         client,

@@ -16,9 +16,8 @@ from services.flusher.maintenance.retention import RetentionJobs
 from services.flusher.maintenance.retention_repository import RetentionRepository
 from services.runtime.loops import until_done
 from services.runtime.mysql import MysqlDatabase
-from services.runtime.redis_client import DurableScripts
 from services.runtime.service import BackgroundJob
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import LivePublisher
 
 PRUNE_PREFIX = "agora:prune"
 JOBS_PREFIX = "agora:jobs"
@@ -46,13 +45,12 @@ def pruner(settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase)
 
 
 def outbox_relay(
-    settings: FlusherSettings, pg: asyncpg.Pool, durable: DurableScripts
+    settings: FlusherSettings, pg: asyncpg.Pool, publisher: LivePublisher
 ) -> OutboxRelay:
     """The relay of course events a forum writer left in the outbox."""
-    feeds = LiveFeeds.from_settings(settings)
     return OutboxRelay(
         pg,
-        LivePublisher(durable.client, feeds, durable),
+        publisher,
         after_seconds=settings.live_outbox_relay_after_seconds,
         every_seconds=settings.live_outbox_poll_seconds,
     )

@@ -19,7 +19,8 @@ import asyncpg
 from opentelemetry import trace
 
 from services.runtime.loops import repeat
-from services.streams.live import LivePublisher
+from services.streams.live import FeedEvent, LivePublisher
+from services.streams.live_entries import CourseEvent, course_entry
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -43,6 +44,11 @@ class OutboxRelay:
     every_seconds: float
     batch: int = 500
 
+    def entry(self, payload: bytes) -> FeedEvent:
+        """What the feed stores for an outbox row's event, as its writer would have added it."""
+        event = CourseEvent.FromString(payload)
+        return course_entry(event, self.publisher.feeds.max_event_bytes)
+
     async def relay_once(self, older_than: float | None = None) -> int:
         """Relay one batch of rows older than `older_than` seconds (default: the setting);
         returns how many."""
@@ -51,9 +57,9 @@ class OutboxRelay:
             rows = await conn.fetch(TAKE, age, self.batch)
             if not rows:
                 return 0
-            feeds: dict[str, list[bytes]] = {}
+            feeds: dict[str, list[FeedEvent]] = {}
             for row in sorted(rows, key=lambda r: r["id"]):
-                feeds.setdefault(row["feed"], []).append(row["payload"])
+                feeds.setdefault(row["feed"], []).append(self.entry(row["payload"]))
             with _tracer.start_as_current_span("live.relay course outbox") as span:
                 span.set_attribute("agora.live.events", len(rows))
                 await self.publisher.publish(feeds)

@@ -11,10 +11,9 @@ from services.flusher.messages.live import InboxPublication
 from services.flusher.messages.repository import MessageRepository
 from services.flusher.shards import leased_supervisor, shard_consumer
 from services.runtime.mysql import MysqlDatabase
-from services.runtime.redis_client import DurableScripts
 from services.streams import messages
 from services.streams.consumer import Backlog, ConsumerConfig, ShardConsumer
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import LivePublisher
 from services.streams.supervisor import ShardSupervisor
 
 MessageConsumer = ShardConsumer[messages.MessageStreamEntry]
@@ -70,9 +69,6 @@ def supervisor(
     )
 
 
-def publication(
-    settings: FlusherSettings, mysql: MysqlDatabase, durable: DurableScripts
-) -> InboxPublication:
+def publication(mysql: MysqlDatabase, publisher: LivePublisher) -> InboxPublication:
     """What puts each committed batch's changes on the accounts' live feeds."""
-    feeds = LiveFeeds.from_settings(settings)
-    return InboxPublication(mysql, LivePublisher(durable.client, feeds, durable), feeds)
+    return InboxPublication(mysql, publisher)

@@ -28,7 +28,8 @@ from services.domain.messaging import (
 )
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import to_timestamp, utc_now
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import FeedEvent, LivePublisher
+from services.streams.live_entries import inbox_entry
 
 # A batch spans hundreds of accounts at the peak: read back by (account, key) pairs, one query
 # for all of them (a range over each unique index, as many rows as pairs), not two per account.
@@ -45,10 +46,10 @@ _tracer = trace.get_tracer(__name__)
 class InboxPublication:
     """Publishes what a committed batch changed, account by account."""
 
-    def __init__(self, db: MysqlDatabase, publisher: LivePublisher, feeds: LiveFeeds) -> None:
+    def __init__(self, db: MysqlDatabase, publisher: LivePublisher) -> None:
         self._db = db
         self._publisher = publisher
-        self._feeds = feeds
+        self._feeds = publisher.feeds
 
     async def publish(self, entries: Sequence[message_events_pb2.MessageStreamEntry]) -> None:
         msg_ids: dict[int, list[str]] = defaultdict(list)
@@ -69,7 +70,8 @@ class InboxPublication:
             committed_at = to_timestamp(utc_now())
             stored = await self._stored(msg_ids)
             conversations = await self._conversations(threads)
-            feeds: dict[str, list[bytes]] = {}
+            feeds: dict[str, list[FeedEvent]] = {}
+            budget = self._feeds.max_event_bytes
             for account in sorted(threads):
                 events = [
                     live_events_pb2.InboxEvent(account_id=account, message=message)
@@ -81,7 +83,7 @@ class InboxPublication:
                 for event in events:
                     event.trace_context.update(context)
                     event.committed_at.CopyFrom(committed_at)
-                feeds[self._feeds.inbox(account)] = [e.SerializeToString() for e in events]
+                feeds[self._feeds.inbox(account)] = [inbox_entry(e, budget) for e in events]
             span.set_attribute("agora.live.events", sum(len(p) for p in feeds.values()))
             await self._publisher.publish(feeds)
 

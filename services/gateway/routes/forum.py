@@ -244,6 +244,24 @@ async def create_comment(
 
 
 @router.get(
+    "/comments/{comment_id}",
+    summary="One comment or reply (404 once it, its root or its post is deleted)",
+    response_model=schemas.CommentResponse,
+)
+async def get_comment(
+    clients: RequestClients, user: CurrentUser, course_id: CourseId, comment_id: RowId
+) -> JsonBytes:
+    reply = await clients.forum_read.GetComment(
+        read_pb.GetCommentRequest(course_id=course_id, comment_id=comment_id, user_id=user.user_id),
+        **clients.options,
+    )
+    [comment] = await _with_likes(
+        clients, user, course_id, _comments, comment_json, [reply.comment]
+    )
+    return ok({"data": comment})
+
+
+@router.get(
     "/comments/{comment_id}/replies",
     summary="Replies of a top-level comment, oldest first",
     response_model=schemas.CommentsPage,

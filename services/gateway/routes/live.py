@@ -31,6 +31,7 @@ from services.gateway import sse
 from services.gateway.auth import CurrentUser, Principal, require_account
 from services.gateway.clients import RequestClients
 from services.gateway.convert import (
+    changed_json,
     comment_json,
     conversation_json,
     message_json,
@@ -42,21 +43,23 @@ from services.gateway.feeds import Frame, Watch
 from services.gateway.live_stream import LiveStream, Recheck
 from services.gateway.params import AccountId, CourseId
 from services.gateway.sse import EventStreamResponse
-from services.runtime.stream_ids import Position
+from services.runtime.stream_ids import FeedPosition
 from services.runtime.trace_context import links_to
 
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
 STREAM_PATH = re.compile(r"/api/(zalo-accounts|courses)/[^/]+/events")
 
-# A string, possibly empty (no id yet), never null: a header has no null to send.
+# A string, possibly empty (no id yet), never null: a header has no null to send. Any text: one
+# that is no position of the feed (another format, cut short, made up) is answered with a reset.
 LastEventId = Annotated[
     str,
     Header(
         alias="Last-Event-ID",
-        max_length=40,
-        pattern=r"^(\d{1,15}-\d{1,19})?$",
-        description="The id of the last event received: the stream resumes after it",
+        description=(
+            "The id of the last event received: the stream resumes after it, or begins with a"
+            " `reset` when it cannot (refetch, then go on)"
+        ),
     ),
 ]
 # One event of the stream, as a client's parser hands it over (OpenAPI describes a stream by its
@@ -65,10 +68,10 @@ _EVENT = {
     "type": "object",
     "required": ["id", "event", "data"],
     "properties": {
-        "id": {"type": "string", "pattern": r"^\d{1,15}-\d{1,19}$"},
+        "id": {"type": "string", "description": "Opaque: send it back as Last-Event-ID"},
         "event": {
             "type": "string",
-            "enum": ["message", "conversation", "post", "comment", "likes", "reset"],
+            "enum": ["message", "conversation", "post", "comment", "likes", "changed", "reset"],
         },
         "data": {"type": "string", "contentMediaType": "application/json"},
         "retry": {"type": "integer", "minimum": 0},
@@ -79,8 +82,11 @@ _STREAM_DOC = {
         "content": {"text/event-stream": {"schema": _EVENT, "itemSchema": _EVENT}},
         "description": (
             "An event stream: each event has `id:` (its position: send it back as Last-Event-ID "
-            "to resume), `event:` and `data:` (one JSON object). `reset` means the position is "
-            "older than what is kept: refetch, then go on."
+            "to resume), `event:` and `data:` (one JSON object). `changed` names an object too "
+            "large for the stream, or one whose text was edited or removed since (`href` reads "
+            "it). `reset` means the stream cannot go on from the position (older than what is "
+            "kept, of a feed that lost its history since, not one of its positions): refetch, "
+            "then go on."
         ),
     }
 }
@@ -139,7 +145,8 @@ async def inbox_events(
     last_event_id: LastEventId = "",
 ) -> EventStreamResponse:
     """Events: `message` (a stored message, as in GET …/messages), `conversation` (its state,
-    as in GET …/conversations), `reset`."""
+    as in GET …/conversations), `changed` (a message too large for the stream: GET its
+    `href`), `reset`."""
     require_account(user, account_id)
 
     def watch(after: str) -> Any:
@@ -149,7 +156,7 @@ async def inbox_events(
             timeline_pb.WatchInboxRequest(account_id=account_id, after=after)
         )
 
-    stream = _live(request, ("inbox", account_id), watch, _inbox_event, user)
+    stream = _live(request, ("inbox", account_id), watch, _inbox_event(account_id), user)
     return await _stream(request, user.user_id, stream, last_event_id)
 
 
@@ -164,8 +171,10 @@ async def course_events(
     course_id: CourseId,
     last_event_id: LastEventId = "",
 ) -> EventStreamResponse:
-    """Events: `post` and `comment` (created, or deleted with `deleted_at`), `likes` (a
-    target's new like count), `reset`."""
+    """Events: `post` and `comment` (created, edited — a higher `version` — or deleted with
+    `deleted_at` and no text), `likes` (a target's new like count), `changed` (a post or comment
+    too large for the stream, or whose text was edited or removed since: GET its `href`),
+    `reset`."""
 
     async def enrolled() -> None:
         # The cheapest read an enrolled user may make, and PERMISSION_DENIED for anyone else.
@@ -194,24 +203,31 @@ async def course_events(
             forum_pb.WatchCourseRequest(course_id=course_id, after=after)
         )
 
-    stream = _live(request, ("course", course_id), watch, _course_event, user, recheck)
+    stream = _live(request, ("course", course_id), watch, _course_event(course_id), user, recheck)
     return await _stream(request, user.user_id, stream, last_event_id)
+
+
+# What a stream event of a watch response is: its kind, its data, and whether it is an edit or
+# a removal (feeds.py: the window holds no text it superseded).
+EventData = tuple[str, dict[str, Any], bool]
+EventOf = Callable[[Any], EventData]
 
 
 def _live(
     request: Request,
     key: tuple[str, int],
     watch: Watch,
-    event_of: Callable[[Any], tuple[str, dict[str, Any]]],
+    event_of: EventOf,
     user: Principal,
     recheck: Recheck | None = None,
 ) -> LiveStream:
     """The stream of `key` for `user`: each event encoded once per process, in the REST shapes."""
 
     def encode(response: Any) -> Frame:
-        kind, data = event_of(response)
+        kind, data, supersedes = event_of(response)
         text = sse.event(response.position, kind, orjson.dumps(data))
-        return Frame(Position.parse(response.position), text, links_to(response.trace_context))
+        position = FeedPosition.parse(response.position)
+        return Frame(position, text, links_to(response.trace_context), supersedes)
 
     return LiveStream(
         request.app.state.live,
@@ -231,7 +247,7 @@ async def _stream(
     bounds = _bounds(request)
     bounds.admit(user_id)
     try:
-        start = await stream.open(Position.parse(last_event_id) if last_event_id else None)
+        start = await stream.open(last_event_id)
     except grpc.aio.AioRpcError as refused:
         bounds.release(user_id)
         raise ApiError.from_grpc(refused) from refused
@@ -248,35 +264,60 @@ async def _stream(
     return EventStreamResponse(body)
 
 
-def _inbox_event(response: timeline_pb.WatchInboxResponse) -> tuple[str, dict[str, Any]]:
-    item = response.WhichOneof("item")
-    if item == "message":
-        return "message", message_json(response.message)
-    if item == "conversation":
-        return "conversation", conversation_json(response.conversation)
-    return "reset", {"reason": response.reset.reason, "position": response.position}
+def _inbox_event(account_id: int) -> EventOf:
+    def event_of(response: timeline_pb.WatchInboxResponse) -> EventData:
+        item = response.WhichOneof("item")
+        if item == "message":
+            return "message", message_json(response.message), False
+        if item == "conversation":
+            return "conversation", conversation_json(response.conversation), False
+        if item == "changed":
+            return "changed", changed_json(response.changed, account_id=account_id), False
+        return "reset", _reset(response), False
+
+    return event_of
 
 
-def _course_event(response: forum_pb.WatchCourseResponse) -> tuple[str, dict[str, Any]]:
-    item = response.WhichOneof("item")
-    if item == "post":
-        data = post_json(response.post.post, None)
-        if response.post.HasField("deleted_at"):
-            data["deleted_at"] = time_text(response.post.deleted_at)
-        return "post", data
-    if item == "comment":
-        data = comment_json(response.comment.comment, None)
-        if response.comment.HasField("deleted_at"):
-            data["deleted_at"] = time_text(response.comment.deleted_at)
-        return "comment", data
-    if item == "likes":
-        likes = response.likes
-        return "likes", {
-            "target": {"kind": _kind(likes.target.kind), "id": likes.target.id},
-            "like_count": likes.like_count,
-            "post_id": likes.post_id,
-        }
-    return "reset", {"reason": response.reset.reason, "position": response.position}
+def _course_event(course_id: int) -> EventOf:
+    def event_of(response: forum_pb.WatchCourseResponse) -> EventData:
+        item = response.WhichOneof("item")
+        if item == "post":
+            data = post_json(response.post.post, None)
+            if response.post.HasField("deleted_at"):
+                data["deleted_at"] = time_text(response.post.deleted_at)
+                del data["title"], data["body"]
+            post = response.post
+            return "post", data, _supersedes(post.post.version, post.HasField("deleted_at"))
+        if item == "comment":
+            data = comment_json(response.comment.comment, None)
+            if response.comment.HasField("deleted_at"):
+                data["deleted_at"] = time_text(response.comment.deleted_at)
+                del data["body"]
+            comment = response.comment
+            deleted = comment.HasField("deleted_at")
+            return "comment", data, _supersedes(comment.comment.version, deleted)
+        if item == "likes":
+            likes = response.likes
+            data = {
+                "target": {"kind": _kind(likes.target.kind), "id": likes.target.id},
+                "like_count": likes.like_count,
+                "post_id": likes.post_id,
+            }
+            return "likes", data, False
+        if item == "changed":
+            return "changed", changed_json(response.changed, course_id=course_id), False
+        return "reset", _reset(response), False
+
+    return event_of
+
+
+def _supersedes(version: int, deleted: bool) -> bool:
+    """An edit (a version past the first) or a removal: a text delivered earlier may be gone."""
+    return deleted or version > 1
+
+
+def _reset(response: Any) -> dict[str, Any]:
+    return {"reason": response.reset.reason, "position": response.position}
 
 
 def _kind(kind: int) -> str:

@@ -135,6 +135,24 @@ async def ingest_messages(
 
 
 @router.get(
+    "/messages/{msg_id}",
+    summary="One stored message by its msg_id, live or archived",
+    response_model=schemas.MessageResponse,
+)
+async def get_message(
+    clients: RequestClients,
+    user: CurrentUser,
+    account_id: AccountId,
+    msg_id: Annotated[str, Path(pattern=ID_PATTERN)],
+) -> JsonBytes:
+    require_account(user, account_id)
+    reply = await clients.timeline.GetMessage(
+        timeline_pb.GetMessageRequest(account_id=account_id, msg_id=msg_id), **clients.options
+    )
+    return ok({"data": message_json(reply.message)})
+
+
+@router.get(
     "/messages/{msg_id}/quote",
     summary="The quote payload stored with a message",
     response_model=schemas.QuotePayloadResponse,

@@ -21,6 +21,14 @@ EditedAt = Annotated[
     Field(description="When it was last edited; null if never (its earlier texts: …/revisions)"),
 ]
 
+Version = Annotated[
+    int,
+    Field(
+        description="1 when written, one more with each edit and with the removal: of two states"
+        " of one object, keep the higher version"
+    ),
+]
+
 
 class Post(BaseModel):
     id: int
@@ -32,6 +40,7 @@ class Post(BaseModel):
     comment_count: int
     created_at: str
     edited_at: EditedAt
+    version: Version
     liked_by_me: LikedByMe
 
 
@@ -47,6 +56,7 @@ class Comment(BaseModel):
     reply_to_user_id: int | None = Field(description="For a reply to a reply: whose")
     created_at: str
     edited_at: EditedAt
+    version: Version
     liked_by_me: LikedByMe
 
 

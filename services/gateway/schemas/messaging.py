@@ -53,6 +53,10 @@ class MessagePagination(Pagination):
     next_before_id: int | None
 
 
+class MessageResponse(Success):
+    data: Message
+
+
 class MessagesPage(Success):
     data: list[Message]
     pagination: MessagePagination
