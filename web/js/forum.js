@@ -40,7 +40,7 @@ export async function forumView(main, [coursePart, section, postPart]) {
   // Held while the page reads, applied on top after; a reset reads the page's lists again.
   const live = gate((kind, data) => {
     if (kind === 'reset') live.during(() => shown.reload());
-    else shown.onEvent(kind, data);
+    else shown.onEvent(kind, data, live);
   });
   // The stream first, then the lists: whatever commits after the read is in the stream.
   await follow(`api/courses/${course}/events`, (kind, data) => live.take(kind, data));
@@ -63,6 +63,27 @@ class CommentTally {
     if (!deleted) return 1;
     return comment.parent_id == null ? -1 - comment.reply_count : -1;
   }
+}
+
+/**
+ * A `changed` event: a post or comment whose text is not in the stream (too large for it, or
+ * edited or removed since that entry was written). Read it (held like a list read, so that the
+ * events after it apply on top), then `apply(item)`: the object as it is now, or null once it is
+ * gone.
+ */
+function withheld(course, data, gated, apply) {
+  return gated.during(async () => {
+    let item = null;
+    try {
+      item = (await api(data.href.replace(/^\//, ''))).data;
+    } catch (error) {
+      if (error.status !== 404) {
+        notify(explain(error, `course ${course}`), 'error');
+        return;
+      }
+    }
+    apply(item);
+  });
 }
 
 /** A comment or post that reached this reader by the stream was just written: not liked yet. */
@@ -359,16 +380,30 @@ class FeedPage {
     this.cards.delete(postId);
   }
 
-  onEvent(kind, data) {
+  onEvent(kind, data, gated) {
     if (kind === 'post') {
       if (data.deleted_at != null) this.remove(data.id);
       else if (this.cards.has(data.id)) this.cards.get(data.id).update(data);
       else this.place(fresh(data));
     } else if (kind === 'comment') {
-      this.cards.get(data.post_id)?.commentCount(this.tally.delta(data));
+      // An edit moves no count; a creation or a removal once each.
+      if (data.deleted_at != null || data.version <= 1) {
+        this.cards.get(data.post_id)?.commentCount(this.tally.delta(data));
+      }
     } else if (kind === 'likes' && data.target.kind === 'post') {
       this.cards.get(data.target.id)?.likeCount(data.like_count);
+    } else if (kind === 'changed') {
+      return withheld(this.course, data, gated, (item) => {
+        if (data.kind === 'post') {
+          if (item) this.onEvent('post', item, gated);
+          else this.remove(data.post_id);
+        } else if (data.version <= 1) {
+          // A comment's creation: it counts, even if it is gone since (its removal follows).
+          this.cards.get(data.post_id)?.commentCount(this.tally.delta({ id: data.comment_id, parent_id: data.parent_id }));
+        }
+      });
     }
+    return null;
   }
 }
 
@@ -440,8 +475,10 @@ function postCard(course, post, { full = false, onDeleted }) {
   card.update = (latest) => {
     card.commentCount(latest.comment_count - post.comment_count);
     card.likeCount(latest.like_count);
-    if (latest.edited_at != null && latest.edited_at !== post.edited_at) {
-      Object.assign(post, { title: latest.title, body: latest.body, edited_at: latest.edited_at });
+    // Only a newer version: a late event (a relay, a repeat) never brings an older text back.
+    if (latest.version > post.version) {
+      const { title, body, edited_at, version } = latest;
+      Object.assign(post, { title, body, edited_at, version });
       paintText();
     }
   };
@@ -578,8 +615,8 @@ class PostPage {
     fill(this.body, this.back, h('div', { class: 'error-panel post-gone', role: 'status' }, 'This post was deleted.'));
   }
 
-  onEvent(kind, data) {
-    if (!this.thread) return;
+  onEvent(kind, data, gated) {
+    if (!this.thread) return null;
     if (kind === 'post' && data.id === this.postId) {
       if (data.deleted_at != null) this.deleted();
       else this.thread.card.update(data);
@@ -588,7 +625,20 @@ class PostPage {
     } else if (kind === 'likes' && data.post_id === this.postId) {
       if (data.target.kind === 'post') this.thread.card.likeCount(data.like_count);
       else this.thread.likeCount(data.target.id, data.like_count);
+    } else if (kind === 'changed' && data.post_id === this.postId) {
+      return withheld(this.course, data, gated, (item) => {
+        if (data.kind === 'post') {
+          if (item) this.thread?.card.update(item);
+          else this.deleted();
+        } else if (item) {
+          // As its own event would have come: a creation counts once, an edit repaints.
+          this.thread?.arrived({ ...item, version: data.version <= 1 ? 1 : item.version }, item);
+        } else if (data.version <= 1) {
+          this.thread?.card.commentCount(this.thread.tally.delta({ id: data.comment_id, parent_id: data.parent_id }));
+        }
+      });
     }
+    return null;
   }
 }
 
@@ -640,13 +690,15 @@ class Thread {
 
   /** A comment of this post from the stream: new ones where the pages would put them (a root
    * after the loaded ones only once every page is in), deleted ones out; counts once each. */
-  arrived(comment) {
+  arrived(comment, shown = comment) {
     const deleted = comment.deleted_at != null;
-    if (!deleted && comment.edited_at != null) {
-      // An edit: the text of the comment where it is shown; no count moves.
-      this.list.querySelector(`.comment[data-id="${comment.id}"] > .comment-block`)?.update(comment);
+    const block = this.list.querySelector(`.comment[data-id="${comment.id}"] > .comment-block`);
+    if (!deleted && (comment.version > 1 || block)) {
+      // An edit (or a creation already shown): the text where it is shown; no count moves.
+      block?.update(shown);
       return;
     }
+    comment = { ...shown, deleted_at: comment.deleted_at };
     const delta = this.tally.delta(comment);
     this.card.commentCount(delta);
     if (comment.parent_id == null) {
@@ -758,8 +810,8 @@ class Thread {
       slot);
     /** An edit of this comment (its answer, or its event): the new text. */
     block.update = (latest) => {
-      if (latest.edited_at == null || latest.edited_at === comment.edited_at) return;
-      Object.assign(comment, { body: latest.body, edited_at: latest.edited_at });
+      if (!(latest.version > comment.version)) return;
+      Object.assign(comment, { body: latest.body, edited_at: latest.edited_at, version: latest.version });
       paintText();
     };
     return block;

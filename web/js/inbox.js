@@ -54,7 +54,22 @@ function markCurrent(v, key, item) {
 function onEvent(v, kind, data) {
   if (kind === 'conversation') placeConversation(v, data);
   else if (kind === 'message' && v.timeline?.key === data.thread_id) v.timeline.arrived(data);
+  else if (kind === 'changed') changed(v, data);
   else if (kind === 'reset') refetch(v);
+}
+
+/** An object too large for the stream, named: read it, then apply it as its event. */
+function changed(v, data) {
+  if (data.kind === 'conversation') return refetch(v);
+  if (data.kind !== 'message' || v.timeline?.key !== data.conversation_key) return null;
+  return v.live.during(async () => {
+    try {
+      const message = (await api(data.href.replace(/^\//, ''))).data;
+      if (v.timeline?.key === message.thread_id) v.timeline.arrived(message);
+    } catch (error) {
+      if (error.status !== 404) notify(explain(error, 'a new message'), 'error');
+    }
+  });
 }
 
 /** After a reset: the lists again; the open timeline takes what it lacks, in place. */
