@@ -166,6 +166,11 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         except BaseException:
             await asyncio.shield(self._kept.release(claim))
             raise
+        if isinstance(answer, pb.IngestMessagesResponse) and not answer.accepted:
+            # Nothing was stored (every message refused): nothing to answer a retry with, and
+            # the client's corrected retry with the same key must run.
+            await self._kept.release(claim)
+            return answer
         await self._kept.keep(claim, answer.SerializeToString())
         return answer
 

@@ -76,6 +76,31 @@ async def test_the_key_with_a_different_batch_is_422_and_appends_nothing(
     assert await downstream.entries() == entries
 
 
+async def test_a_keyed_call_that_stored_nothing_keeps_no_key(
+    gateway: httpx.AsyncClient, token: str, downstream: Downstream, admin_db: MysqlDatabase
+) -> None:
+    """Every message refused (here by ingest: sent a year ahead of its clock): nothing stored,
+    so nothing to answer a retry with; the corrected retry with the same key is stored."""
+    key = str(uuid.uuid4())
+    ahead = [{**item, "sent_at": "2099-01-01T00:00:00Z"} for item in items("n1", "n2")]
+    refused = await gateway.post(MESSAGES, json={"messages": ahead}, headers=keyed(token, key))
+    assert refused.status_code == 200, refused.text
+    assert refused.json()["data"]["accepted"] == 0
+    corrected = await gateway.post(
+        MESSAGES, json={"messages": items("n1", "n2")}, headers=keyed(token, key)
+    )
+    assert corrected.status_code == 200, corrected.text
+    assert corrected.json()["data"]["accepted"] == 2
+    await downstream.drain()
+    rows = await admin_db.fetchall("SELECT msg_id FROM zalo_messages ORDER BY msg_id")
+    assert [r[0] for r in rows] == ["n1", "n2"]
+    # Stored now: the key answers its repeats.
+    again = await gateway.post(
+        MESSAGES, json={"messages": items("n1", "n2")}, headers=keyed(token, key)
+    )
+    assert again.json() == corrected.json()
+
+
 async def test_a_retried_agent_sent_record_is_appended_once(
     gateway: httpx.AsyncClient, token: str, downstream: Downstream, admin_db: MysqlDatabase
 ) -> None:
