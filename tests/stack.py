@@ -158,7 +158,14 @@ def gateway_settings(
     **overrides: Any,
 ) -> GatewaySettings:
     """The gateway's settings for the test servers, as a deployment gives them; `overrides` on
-    top."""
+    top. The limits of forum and inbox writes are out of reach (tests and their properties write
+    much faster than people do), but where a test sets them (tests/gateway/test_rate_limit.py)."""
+    limits = {
+        "forum_writes_per_minute": 100_000,
+        "ingest_calls_per_minute_per_account": 100_000,
+        "ingest_calls_per_minute_per_user": 100_000,
+        "inbox_writes_per_minute": 100_000,
+    }
     return GatewaySettings(
         jwt_secret=env.jwt_secret,  # type: ignore[arg-type]
         ingest_addr=f"127.0.0.1:{ingest_server.port}",
@@ -167,7 +174,7 @@ def gateway_settings(
         likes_addr=f"127.0.0.1:{likes_server.port}",
         redis_url=env.redis_gateway_url,
         **callers.tls_files("gateway"),
-        **overrides,
+        **{**limits, **overrides},
     )
 
 

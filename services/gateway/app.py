@@ -29,7 +29,7 @@ from services.gateway.config import GatewaySettings
 from services.gateway.feeds import Feeds
 from services.gateway.live_stream import Streams, StreamSettings
 from services.gateway.load_shedding import InFlightLimit
-from services.gateway.rate_limit import RateLimiter
+from services.gateway.rate_limit import Limits
 from services.gateway.request_body import BodyLimit
 from services.gateway.routes import forum, live, messaging
 from services.gateway.schemas import MAX_UINT64, ErrorResponse, IncomingMessage
@@ -89,8 +89,13 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 settings.redis_url, max_connections=32, cluster=settings.redis_cluster
             )
             resources.push_async_callback(redis.aclose)
-            app.state.like_limiter = RateLimiter(
-                redis, "agora:ratelimit:like", settings.like_toggles_per_minute, 60
+            app.state.limits = Limits.open(
+                redis,
+                likes=settings.like_toggles_per_minute,
+                forum_writes=settings.forum_writes_per_minute,
+                ingest_calls_per_account=settings.ingest_calls_per_minute_per_account,
+                ingest_calls_per_user=settings.ingest_calls_per_minute_per_user,
+                inbox_writes=settings.inbox_writes_per_minute,
             )
             yield
 

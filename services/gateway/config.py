@@ -30,7 +30,14 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     likes_addr: str
     # Rate-limit counters only: the gateway keeps no other state.
     redis_url: str
+    # Writes a user makes, per minute (services/gateway/rate_limit.py): past one, 429.
     like_toggles_per_minute: int = Field(default=60, ge=1)
+    forum_writes_per_minute: int = Field(default=30, ge=1)
+    # The batch ingest route, per account and per user (a forwarder's token holds many
+    # accounts): each call carries up to 500 messages.
+    ingest_calls_per_minute_per_account: int = Field(default=600, ge=1)
+    ingest_calls_per_minute_per_user: int = Field(default=6000, ge=1)
+    inbox_writes_per_minute: int = Field(default=600, ge=1)
     # Requests in flight past this are answered 503 at once (load shedding, not timeouts). Event
     # streams do not count: they have bounds of their own.
     gateway_max_in_flight: int = Field(default=256, ge=1)

@@ -34,7 +34,6 @@ from services.gateway.convert import (
     revision_json,
     time_text,
 )
-from services.gateway.errors import ApiError
 from services.gateway.params import (
     CourseId,
     CursorId,
@@ -46,7 +45,7 @@ from services.gateway.params import (
     TimeCursor,
     request_time,
 )
-from services.gateway.rate_limit import LikeLimiter, RateLimiter
+from services.gateway.rate_limit import FORUM_WRITE, LikeLimiter, RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +141,11 @@ async def list_posts(
 
 
 @router.post(
-    "/posts", summary="Create a post", response_model=schemas.PostResponse, status_code=201
+    "/posts",
+    summary="Create a post",
+    response_model=schemas.PostResponse,
+    status_code=201,
+    dependencies=[FORUM_WRITE],
 )
 async def create_post(
     clients: RequestClients,
@@ -222,6 +225,7 @@ async def list_comments(
     summary="Comment on a post, or reply to a comment with parent_id",
     response_model=schemas.CommentResponse,
     status_code=201,
+    dependencies=[FORUM_WRITE],
 )
 async def create_comment(
     clients: RequestClients,
@@ -310,6 +314,7 @@ async def delete_comment(
     "/posts/{post_id}",
     summary="Edit a post's title or body: yours within the edit window; a teacher any (logged)",
     response_model=schemas.PostResponse,
+    dependencies=[FORUM_WRITE],
 )
 async def edit_post(
     clients: RequestClients,
@@ -337,6 +342,7 @@ async def edit_post(
     "/comments/{comment_id}",
     summary="Edit a comment's or reply's body, on a post's rules",
     response_model=schemas.CommentResponse,
+    dependencies=[FORUM_WRITE],
 )
 async def edit_comment(
     clients: RequestClients,
@@ -529,11 +535,7 @@ async def _set_like(
     target: Target,
     like: bool,
 ) -> JsonBytes:
-    decision = await limiter.hit(user.user_id)
-    if not decision.allowed:
-        error = ApiError(429, "resource_exhausted", "too many like toggles; try again later")
-        error.retry_after = decision.retry_after
-        raise error
+    await limiter.enforce(user.user_id, "like toggles")
     reply = await clients.likes.SetLike(
         like_pb.SetLikeRequest(user_id=user.user_id, course_id=course_id, target=target, like=like),
         **clients.options,

@@ -38,6 +38,7 @@ from services.gateway.params import (
     TimeCursor,
     request_time,
 )
+from services.gateway.rate_limit import INBOX_WRITE, INGEST_CALL
 from services.runtime.grpc_errors import FieldViolation
 
 router = APIRouter(prefix="/api/zalo-accounts/{account_id}", tags=["messaging"])
@@ -101,6 +102,7 @@ async def list_messages(
     summary="Ingest a batch of forwarded messages (for forwarders that cannot speak gRPC)",
     response_model=schemas.IngestResponse,
     openapi_extra={"x-batch-limit": schemas.MAX_BATCH},
+    dependencies=[INGEST_CALL],
 )
 async def ingest_messages(
     clients: RequestClients,
@@ -235,6 +237,7 @@ async def _count_unread(
     summary="Mark a conversation read up to an instant (default: now); applied asynchronously",
     response_model=schemas.MarkReadResponse,
     status_code=202,
+    dependencies=[INBOX_WRITE],
 )
 async def mark_read(
     clients: RequestClients,
@@ -316,6 +319,7 @@ def _latest(
     summary="Record a message an agent sent from the app, before Zalo echoes it",
     response_model=schemas.AcceptedResponse,
     status_code=202,
+    dependencies=[INBOX_WRITE],
 )
 async def record_agent_sent(
     clients: RequestClients,
