@@ -148,10 +148,15 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
             f"({INBOX_FEEDS} {COURSE_FEEDS} +evalsha)",
         ),
     ),
-    # gateway: its rate-limit logs (sliding windows on Redis's clock), trimmed, counted, expiring.
+    # gateway: its rate-limit logs (sliding windows on Redis's clock), trimmed, counted, expiring;
+    # the leases of its users' open event streams (services/gateway/stream_bounds.py).
     "gateway": (
         "",
-        ("(~agora:ratelimit:* +time +zremrangebyscore +zcard +zadd +zrange +pexpire +evalsha)",),
+        (
+            "(~agora:ratelimit:* +time +zremrangebyscore +zcard +zadd +zrange +pexpire +evalsha)",
+            "(~agora:live-streams:* +time +zremrangebyscore +zcard +zadd +zrange +zrem +pexpire"
+            " +evalsha)",
+        ),
     ),
 }
 

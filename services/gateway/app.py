@@ -35,6 +35,7 @@ from services.gateway.routes import forum, live, messaging
 from services.gateway.schemas import MAX_UINT64, ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, hardening
 from services.gateway.sse import Handoff
+from services.gateway.stream_bounds import StreamBounds
 from services.gateway.tracing import TraceContext
 from services.runtime import redis_client
 from services.runtime.metrics import HttpMetrics
@@ -89,6 +90,14 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 settings.redis_url, max_connections=32, cluster=settings.redis_cluster
             )
             resources.push_async_callback(redis.aclose)
+            app.state.stream_bounds = StreamBounds(
+                redis,
+                settings.live_streams_per_user,
+                settings.live_streams_per_process,
+                settings.live_stream_lease_seconds,
+            )
+            renewing = asyncio.create_task(app.state.stream_bounds.renewing())
+            resources.callback(renewing.cancel)
             app.state.limits = Limits.open(
                 redis,
                 likes=settings.like_toggles_per_minute,
@@ -119,9 +128,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(forum.router)
     app.include_router(live.router)
     app.state.settings = settings
-    app.state.stream_bounds = live.StreamBounds(
-        settings.live_streams_per_user, settings.live_streams_per_process
-    )
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

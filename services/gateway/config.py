@@ -41,10 +41,13 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     # Requests in flight past this are answered 503 at once (load shedding, not timeouts). Event
     # streams do not count: they have bounds of their own.
     gateway_max_in_flight: int = Field(default=256, ge=1)
-    # Server-Sent Event streams (…/events) this process holds, in all and per user; past either
-    # a new one is answered 503 with Retry-After.
+    # Server-Sent Event streams (…/events) this process holds in all, and a user holds across
+    # every gateway process and replica (counted in Redis, each stream a lease renewed by its
+    # process: a killed gateway's streams count until their leases end); past either a new one
+    # is answered 503 with Retry-After.
     live_streams_per_process: int = Field(default=20_000, ge=1)
     live_streams_per_user: int = Field(default=16, ge=1)
+    live_stream_lease_seconds: float = Field(default=90.0, ge=3)
     # A comment this often keeps proxies from closing an idle stream.
     live_heartbeat_seconds: float = Field(default=15.0, gt=0)
     # A client that has not taken an event within this is disconnected (it resumes) instead of

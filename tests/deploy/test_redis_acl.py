@@ -310,6 +310,13 @@ ALLOWED: dict[str, list[Command]] = {
         ("ZADD", RATE, 2, "2:0"),
         ("ZRANGE", RATE, 0, 0, "WITHSCORES"),
         ("PEXPIRE", RATE, 60000),
+        # The leases of its users' open event streams.
+        ("ZREMRANGEBYSCORE", "agora:live-streams:7", "-inf", 1),
+        ("ZCARD", "agora:live-streams:7"),
+        ("ZADD", "agora:live-streams:7", 2, "m"),
+        ("ZRANGE", "agora:live-streams:7", 0, 0, "WITHSCORES"),
+        ("ZREM", "agora:live-streams:7", "m"),
+        ("PEXPIRE", "agora:live-streams:7", 90_000),
     ],
     "timeline": WATCHING,
 }

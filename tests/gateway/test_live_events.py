@@ -12,9 +12,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
+from services.gateway import stream_bounds
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import FeedPosition
 from services.timeline import server as timeline_service
@@ -131,6 +133,40 @@ async def test_streams_past_the_per_user_bound_are_refused_with_retry_after(
     # Closed streams give their places back.
     async with events(base_url, "/api/zalo-accounts/1/events", token) as again:
         assert again.response.status_code == 200
+
+
+async def test_streams_per_user_are_counted_across_gateway_processes(
+    gateway: Gateway, env: Env, clean: None, redis_client: redis.Redis
+) -> None:
+    """Two gateway processes (or replicas): a user's streams on both count against one bound;
+    one that ends gives its place back on either; the leases a killed gateway leaves end by
+    themselves (LIVE_STREAM_LEASE_SECONDS) and the refusal says when."""
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    route = "/api/zalo-accounts/1/events"
+    async with (
+        gateway(live_streams_per_user=3) as (first, _),
+        gateway(live_streams_per_user=3) as (second, _),
+        contextlib.AsyncExitStack() as open_streams,
+    ):
+        for url in (first, second, first):
+            stream = await open_streams.enter_async_context(events(url, route, token))
+            assert stream.response.status_code == 200
+        for url in (first, second):
+            async with events(url, route, token) as refused:
+                assert refused.response.status_code == 503
+                assert 1 <= int(refused.response.headers["retry-after"]) <= 30
+        await open_streams.aclose()
+        async with events(second, route, token) as back:
+            assert back.response.status_code == 200
+        # A killed gateway's three streams: leases nobody renews, ending in two seconds.
+        ends = int((await redis_client.time())[0]) * 1000 + 2000
+        await redis_client.zadd(f"{stream_bounds.PREFIX}:7", {f"dead-{n}": ends for n in range(3)})
+        async with events(first, route, token) as refused:
+            assert refused.response.status_code == 503
+            assert int(refused.response.headers["retry-after"]) <= 2
+        await asyncio.sleep(2.1)
+        async with events(first, route, token) as admitted:
+            assert admitted.response.status_code == 200
 
 
 async def test_open_streams_take_no_in_flight_slot(base_url: str, env: Env, clean: None) -> None:

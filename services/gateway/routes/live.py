@@ -12,8 +12,8 @@ in-flight slots meant for short requests.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -43,6 +43,7 @@ from services.gateway.feeds import Frame, Watch
 from services.gateway.live_stream import LiveStream, Recheck
 from services.gateway.params import AccountId, CourseId
 from services.gateway.sse import EventStreamResponse
+from services.gateway.stream_bounds import StreamBounds
 from services.runtime.stream_ids import FeedPosition
 from services.runtime.trace_context import links_to
 
@@ -90,32 +91,6 @@ _STREAM_DOC = {
         ),
     }
 }
-
-
-class StreamBounds:
-    """How many streams this process holds, in all and per user."""
-
-    def __init__(self, per_user: int, per_process: int) -> None:
-        self.per_user = per_user
-        self.per_process = per_process
-        self._open: Counter[int] = Counter()
-
-    @property
-    def open(self) -> int:
-        return self._open.total()
-
-    def admit(self, user_id: int) -> None:
-        """Count a new stream of `user_id`, or refuse it with 503 and Retry-After."""
-        if self._open.total() >= self.per_process:
-            raise ApiError.unavailable("this gateway holds as many streams as it may", 5)
-        if self._open[user_id] >= self.per_user:
-            raise ApiError.unavailable(f"at most {self.per_user} open streams per user", 30)
-        self._open[user_id] += 1
-
-    def release(self, user_id: int) -> None:
-        self._open[user_id] -= 1
-        if self._open[user_id] <= 0:
-            del self._open[user_id]
 
 
 def _stream_route(path: str, summary: str) -> Callable[[DecoratedCallable], DecoratedCallable]:
@@ -245,21 +220,21 @@ async def _stream(
     """Joins the feed (a refusal of its watch is this request's answer: 4xx JSON), then answers
     with the stream, written after the request's handling (services/gateway/sse.py)."""
     bounds = _bounds(request)
-    bounds.admit(user_id)
+    member = await bounds.admit(user_id)
     try:
         start = await stream.open(last_event_id)
     except grpc.aio.AioRpcError as refused:
-        bounds.release(user_id)
+        await bounds.release(user_id, member)
         raise ApiError.from_grpc(refused) from refused
     except BaseException:
-        bounds.release(user_id)
+        await asyncio.shield(bounds.release(user_id, member))
         raise
 
     async def body(receive: Receive, send: Send) -> None:
         try:
             await stream.run(start, receive, send)
         finally:
-            bounds.release(user_id)
+            await asyncio.shield(bounds.release(user_id, member))
 
     return EventStreamResponse(body)
 
