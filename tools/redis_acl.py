@@ -55,7 +55,7 @@ CLUSTER = (
 INBOX_FEEDS = "~live:{a*}:inbox ~live:{a*}:inbox:*"
 COURSE_FEEDS = "~live:{f*}:course ~live:{f*}:course:*"
 _FEED_WRITES = (
-    "+xadd +xrange +xlen +xtrim +exists +expire +del +hmget +hget +hset +hdel +zadd"
+    "+xadd +xrange +xlen +xtrim +xsetid +exists +expire +del +hmget +hget +hset +hdel +zadd"
     " +zrangebyscore +zrem +time"
 )
 LIVE_APPEND = f"({INBOX_FEEDS} {COURSE_FEEDS} {_FEED_WRITES})"

@@ -8,9 +8,10 @@ batches stored and the like counts it applied, ingest for posts and comments, th
 for the counts of its direct modes.
 
 A watcher's *position* names the feed's **epoch** and an entry: `<epoch>.<ms>-<seq>`. The epoch
-changes whenever the feed's history may have been lost — the feed was created anew, the node
-holding it restarted or was replaced by a replica (its `master_replid` changed), Redis refused an
-append, or it was dropped on purpose (a restore) — and a position of another epoch, one the feed
+changes whenever the feed's history may have been lost — the feed was created anew, another
+Redis process holds it now (a restart, a failover to a replica, a resharding: its `run_id` is not
+the one that last wrote it), Redis refused an append, or it was dropped on purpose (a restore) —
+and a position of another epoch, one the feed
 never had, one ahead of it or one older than what it keeps gets a reset: the watcher refetches the
 state and goes on from the reset's position. Never a silent gap.
 

@@ -129,7 +129,7 @@ INHERENT = {
         (writer, command, feed)
         for writer, feeds in FEED_WRITERS.items()
         for feed in feeds
-        for command in ("XADD", "XTRIM", "EXPIRE", "DEL")
+        for command in ("XADD", "XTRIM", "XSETID", "EXPIRE", "DEL")
     ),
     *((writer, "XADD", WAKE) for writer in FEED_WRITERS),
     # A feed's first epoch deletes what an epochless feed held (services/streams/lua/live/
@@ -167,6 +167,7 @@ def appending(feed: str) -> list[Command]:
         ("XLEN", feed),
         ("XTRIM", feed, "MINID", "1"),
         ("XTRIM", feed, "MAXLEN", 0),
+        ("XSETID", feed, "9999999999999-0", "MAXDELETEDID", "1-0"),
         ("EXPIRE", feed, 7200),
         ("EXPIRE", versions, 7200),
         ("EVALSHA", "0" * 40, 4, feed, meta, versions, versions_at),

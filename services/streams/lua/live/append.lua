@@ -18,8 +18,8 @@ local ENTRY_OVERHEAD, VERSION_OVERHEAD = 48, 64
 local state = redis.call('HMGET', meta, 'epoch', 'node', 'last', 'deleted', 'bytes')
 local epoch, last, deleted, bytes = state[1], state[3], state[4], tonumber(state[5] or '0')
 if not epoch or state[2] ~= node_history() then
-  -- No epoch yet, or the node's history changed (a failover, a restart): entries this feed had
-  -- may be lost, so positions of the old epoch must not go on.
+  -- No epoch yet, or another process holds it now (a restart, a failover, a resharding):
+  -- entries this feed had may be lost, so positions of the old epoch must not go on.
   epoch = begin_epoch(stream, meta, versions, versions_at, epoch, meta_ttl)
   last, deleted, bytes = '0-0', '0-0', 0
 elseif redis.call('EXISTS', stream) == 0 and last ~= deleted then
@@ -95,6 +95,8 @@ end
 if removed then
   if kept then redis.call('XTRIM', stream, 'MINID', kept) else redis.call('XTRIM', stream, 'MAXLEN', 0) end
   deleted = removed
+  -- The stream's own record too (Redis keeps only what XDEL removes): XINFO tells the truth.
+  redis.call('XSETID', stream, last, 'MAXDELETEDID', deleted)
 end
 if bytes < 0 then bytes = 0 end
 
