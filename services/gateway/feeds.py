@@ -203,6 +203,8 @@ class Feeds:
     def __init__(self, keep_bytes: int, total_bytes: int) -> None:
         self._keep_bytes = keep_bytes
         self.budget = Budget(total_bytes)
+        # Watches opened upstream, shared and streams' own: what this process asks of timeline.
+        self.watches_opened = 0
         self._shared: dict[Hashable, Feed] = {}
         self._starting: dict[Hashable, asyncio.Future[Feed]] = {}
 
@@ -230,6 +232,7 @@ class Feeds:
         return feed
 
     async def _open(self, key: Hashable, watch: Watch, encode: Encode) -> Feed:
+        self.watches_opened += 1
         feed = Feed(watch, encode, self._keep_bytes, self.budget, own=False)
         try:
             await feed.start("")
@@ -260,6 +263,7 @@ class Feeds:
         woken: asyncio.Event,
     ) -> Feed:
         """A watch of one stream's own from `after`, until it reaches the shared feed's window."""
+        self.watches_opened += 1
         feed = Feed(watch, encode, self._keep_bytes, self.budget, own=True)
         feed.woken.add(woken)
         try:

@@ -72,20 +72,23 @@ class Streams:
         heapq.heappush(self._due, (when, next(self._order), stream))
 
     async def tick(self) -> None:
-        """Wakes each stream that is due and cuts each stalled write, a few times a heartbeat
-        period (a background job)."""
-        period = min(1.0, self.settings.heartbeat_seconds / 4)
+        """Wakes each stream that is due and cuts each stalled write — one that has waited on
+        its client past the send timeout, or past its token's expiry (a stream to a slow client
+        writes for seconds at a time: it ends with its token all the same) — twice a second
+        (a background job)."""
+        period = min(0.5, self.settings.heartbeat_seconds / 4)
         while True:
             await asyncio.sleep(period)
-            now = time.monotonic()
+            now, wall = time.monotonic(), time.time()
             due = self._due
             while due and due[0][0] <= now:
                 when, _, stream = heapq.heappop(due)
                 if stream.due == when:
                     stream.woken.set()
             stalled = now - self.settings.send_timeout_seconds
-            for stream in [s for s, since in self._writing.items() if since <= stalled]:
-                stream.cut()
+            for stream, since in list(self._writing.items()):
+                if since <= stalled or wall >= stream.token_expires:
+                    stream.cut()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ event per target per batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ from typing import Any, TypeAlias
 import asyncpg
 import grpc
 import httpx
+import orjson
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
@@ -522,3 +524,71 @@ async def test_the_gateway_streams_posts_comments_and_likes_in_the_rest_shapes(
 def without_liked(data: dict[str, Any]) -> dict[str, Any]:
     """A post or comment object without liked_by_me (a feed is the same for every watcher)."""
     return {k: v for k, v in data.items() if k != "liked_by_me"}
+
+
+SECRETS = ("bí mật", "sẽ sửa", "phản hồi kín", "tiêu đề cũ")
+
+
+async def test_removed_or_replaced_text_never_comes_back_from_any_position(
+    base_url: str, env: Env, clean: None, pg_admin: asyncpg.Pool
+) -> None:
+    """A student writes; the teacher removes a comment (its reply goes with it) and edits the
+    post and another comment. Afterwards no stream — new, or resumed from 0-0 or from any
+    position before them — delivers any of the removed or replaced texts, and the removal
+    carries no body: what a stream holds back it names as `changed` (superseded)."""
+    await pg_admin.execute("TRUNCATE live_outbox")
+    student, teacher, reader = (mint_token(env.jwt_secret, sub=u, accounts=[]) for u in (8, 1, 9))
+    async with (
+        events(base_url, "/api/courses/42/events", reader) as live,
+        httpx.AsyncClient(base_url=base_url, timeout=10) as rest,
+    ):
+        await asyncio.sleep(0.3)
+
+        async def write(method: str, path: str, token: str, body: Any = None) -> Any:
+            response = await rest.request(
+                method, path, json=body, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert response.is_success, response.text
+            return response.json()["data"]
+
+        course = "/api/courses/42"
+        post = await write(
+            "POST", f"{course}/posts", student, {"title": "tiêu đề cũ", "body": "bí mật 1"}
+        )
+        root = await write(
+            "POST", f"{course}/posts/{post['id']}/comments", student, {"body": "bí mật 2"}
+        )
+        reply = {"body": "phản hồi kín", "parent_id": root["id"]}
+        await write("POST", f"{course}/posts/{post['id']}/comments", student, reply)
+        edited = await write(
+            "POST", f"{course}/posts/{post['id']}/comments", student, {"body": "sẽ sửa"}
+        )
+        before = [str((await live.next()).id) for _ in range(4)]
+        start = next(line for line in await live.opening() if line.startswith("id: "))[4:]
+
+        await write("DELETE", f"{course}/comments/{root['id']}?reason=spam", teacher)
+        await write("PATCH", f"{course}/comments/{edited['id']}", teacher, {"body": "đã sửa"})
+        cleaned = {"title": "tiêu đề mới", "body": "nội dung mới"}
+        await write("PATCH", f"{course}/posts/{post['id']}", teacher, cleaned)
+        removal, *_ = [await live.next() for _ in range(3)]
+        assert removal.event == "comment"
+        assert removal.data["deleted_at"] is not None
+        assert "body" not in removal.data
+
+        for last_event_id in ["0-0", start, *before]:
+            async with events(base_url, "/api/courses/42/events", reader, last_event_id) as again:
+                got = []
+                with contextlib.suppress(TimeoutError):
+                    while True:
+                        got.append(await again.next(within=1.5))
+            text = orjson.dumps([(e.event, e.data) for e in got]).decode()
+            for secret in SECRETS:
+                assert secret not in text, (last_event_id, secret, text)
+            if last_event_id == start:
+                # The post's creation, the reply, the root: withheld and named.
+                withheld = [e.data for e in got if e.event == "changed"]
+                assert {(w["kind"], w["reason"]) for w in withheld} == {
+                    ("post", "superseded"),
+                    ("comment", "superseded"),
+                }
+                assert all(w["href"].startswith("/api/courses/42/") for w in withheld)

@@ -89,29 +89,37 @@ class Event:
 
 
 class EventStream:
-    """One open SSE response, read event by event (comments are kept apart)."""
+    """One open SSE response, read event by event (comments are kept apart). A task of its own
+    reads the lines, so a read that times out leaves the stream readable."""
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
-        self._lines = response.aiter_lines()
         self.comments: list[str] = []
         self.retry: int | None = None
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._last_line = ""
+        self.received = 0  # events read off the wire so far
+        self.lines: list[str] = []
+        self._opened = asyncio.Event()
+        # A refusal's JSON body is the test's to read.
+        streaming = response.status_code == 200
+        self._reader = asyncio.create_task(self._read() if streaming else asyncio.sleep(0))
 
-    async def ending(self, within: float = 10) -> str:
-        """The stream's last line, once it has ended (its `: ended: <why>` comment)."""
-        async with asyncio.timeout(within):
-            rest = [line async for line in self._lines]
-        return [line for line in rest if line][-1]
-
-    async def next(self, within: float = 10) -> Event:
+    async def _read(self) -> None:
         fields: dict[str, str] = {}
-        async with asyncio.timeout(within):
-            async for line in self._lines:
+        try:
+            async for line in self.response.aiter_lines():
+                self.lines.append(line)
+                if line:
+                    self._last_line = line
+                else:
+                    self._opened.set()
                 if not line:
                     if "data" in fields:
-                        return Event(
-                            fields.get("id"), fields.get("event"), orjson.loads(fields["data"])
-                        )
+                        self.received += 1
+                        data = orjson.loads(fields["data"])
+                        self._events.put_nowait(Event(fields.get("id"), fields.get("event"), data))
+                    fields = {}
                     continue
                 name, _, value = line.partition(":")
                 value = value.removeprefix(" ")
@@ -121,7 +129,35 @@ class EventStream:
                     self.retry = int(value)
                 else:
                     fields[name] = value
-        raise AssertionError("the stream ended")
+        except httpx.HTTPError:
+            pass
+        finally:
+            self._events.put_nowait(None)
+
+    async def opening(self, within: float = 5) -> list[str]:
+        """The stream's first lines, up to the blank line that ends its first event."""
+        async with asyncio.timeout(within):
+            await self._opened.wait()
+        return self.lines[: self.lines.index("")]
+
+    async def ending(self, within: float = 10) -> str:
+        """The stream's last line, once it has ended (its `: ended: <why>` comment)."""
+        async with asyncio.timeout(within):
+            await asyncio.shield(self._reader)
+        return self._last_line
+
+    async def next(self, within: float = 10) -> Event:
+        async with asyncio.timeout(within):
+            event = await self._events.get()
+        if event is None:
+            self._events.put_nowait(None)  # ended: every later read says so too
+            raise AssertionError("the stream ended")
+        return event
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
 
 
 @contextlib.asynccontextmanager
@@ -137,4 +173,8 @@ async def events(
         httpx.AsyncClient(base_url=base_url, timeout=30) as client,
         client.stream("GET", path, headers=headers) as response,
     ):
-        yield EventStream(response)
+        stream = EventStream(response)
+        try:
+            yield stream
+        finally:
+            await stream.close()

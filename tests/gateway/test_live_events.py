@@ -7,18 +7,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from typing import Any
 
 import httpx
+import jwt
 import orjson
 import pytest
 import redis.asyncio as redis
+from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
-from agora.messaging.v1 import ingest_service_pb2_grpc
+from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
 from services.gateway import stream_bounds
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import FeedPosition
+from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
 from tests.gateway import sse_client as sse
@@ -33,6 +37,7 @@ gateway = sse.gateway
 events = sse.events
 Gateway = sse.Gateway
 STREAMS_PER_USER = sse.STREAMS_PER_USER
+FEEDS = LiveFeeds.from_settings(LiveSettings())
 
 
 async def send(
@@ -81,12 +86,7 @@ async def test_a_stream_starts_with_its_position_and_idles_with_heartbeats(
 ) -> None:
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with events(base_url, "/api/zalo-accounts/1/events", token) as stream:
-        first: list[str] = []
-        async with asyncio.timeout(5):
-            async for line in stream._lines:
-                if not line:
-                    break
-                first.append(line)
+        first = await stream.opening()
         # Where "now" was, as an id-only event: a client cut before any event resumes there.
         assert any(line.startswith("id: ") for line in first), first
         assert any(line.startswith("retry: ") for line in first), first
@@ -348,3 +348,69 @@ async def test_a_stream_ends_when_its_token_expires(base_url: str, env: Env, cle
     async with events(base_url, "/api/zalo-accounts/1/events", token) as stream:
         assert stream.response.status_code == 200
         assert await stream.ending() == ": ended: unauthenticated"
+
+
+async def busy(feed: str, client: redis.Redis, stop: asyncio.Event) -> int:
+    """Bursts of 250 events on the inbox feed of account 1 every 50 ms until `stop`: more than a
+    read takes (a page is 200) and than a slow client drains, so a stream always has something
+    to write. Returns how many."""
+    publisher = LivePublisher(client, LiveFeeds.from_settings(LiveSettings()))
+    n = 0
+    while not stop.is_set():
+        burst = []
+        for _ in range(250):
+            message = message_pb2.StoredMessage(
+                id=n + 1,
+                zalo_account_id=1,
+                msg_id=f"busy-{n}",
+                thread_id="t1",
+                thread_type=message_pb2.THREAD_TYPE_USER,
+                direction=message_pb2.DIRECTION_IN,
+                content="x" * 200,
+            )
+            message.sent_at.GetCurrentTime()
+            event = live_events_pb2.InboxEvent(account_id=1, message=message)
+            burst.append(FeedEvent(event.SerializeToString()))
+            n += 1
+        await publisher.publish({feed: burst})
+        await asyncio.sleep(0.05)
+    return n
+
+
+async def test_a_busy_stream_ends_within_a_second_of_its_tokens_expiry(
+    gateway: Gateway, env: Env, clean: None, redis_client: redis.Redis
+) -> None:
+    """The deadlines are checked on every turn of a stream, however much it has to write: a
+    stream to a client that reads slowly while events keep coming always had an event waiting,
+    and outlived its token (the check came only when it was idle)."""
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1], ttl=4)
+    expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    stop = asyncio.Event()
+    async with gateway(live_send_timeout_seconds=30) as (url, server):
+        app: Any = server.config.app
+        bounds = app.state.stream_bounds
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port), limit=4096)
+        writer.write(
+            f"GET /api/zalo-accounts/1/events HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n".encode()
+        )
+        publishing = asyncio.create_task(busy(FEEDS.inbox(1), redis_client, stop))
+        read = 0
+        try:
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            ended = None
+            async with asyncio.timeout(15):
+                while ended is None:
+                    read += len(await reader.read(2048))  # a slow client: 40 KB a second
+                    if not bounds.open:
+                        ended = time.time()
+                    await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            sent = await publishing
+            writer.close()
+    assert sent > 2000  # it was busy throughout
+    assert read > 40_000
+    assert ended is not None
+    assert ended - expires < 1.0, ended - expires

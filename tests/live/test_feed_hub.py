@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import grpc
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
@@ -25,6 +26,7 @@ import redis.asyncio as redis
 from services.runtime.stream_ids import FeedPosition, Position
 from services.streams.live import Entries, FeedEvent, LiveFeeds, LivePublisher, Reset
 from services.timeline.feed_hub import FeedHub
+from services.timeline.watch import WatchEnded, watching
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -197,3 +199,48 @@ async def test_the_look_finds_an_entry_whose_wake_up_was_lost_and_leaves_quiet_f
         stay.cancel()
         assert got == [lost_at]
         assert feeds_hub.reads_of == {quiet: 1, lost: 2}
+
+
+async def test_a_busy_watch_ends_within_a_second_of_its_tokens_expiry(
+    hub: tuple[CountingHub, LivePublisher],
+) -> None:
+    """A watch of an end user ends when their token expires (WatchEnded UNAUTHENTICATED), checked
+    before every read: on a feed written faster than its watcher reads, every read a full page,
+    it outlived its token (the check came only when a read left it idle)."""
+    feeds_hub, publisher = hub
+    feed = feeds_hub.feeds.inbox(3)
+    stop = asyncio.Event()
+
+    async def write() -> int:
+        n = 0
+        while not stop.is_set():
+            await publisher.publish({feed: events(*(f"busy-{n + i}" for i in range(250)))})
+            n += 250
+            await asyncio.sleep(0.05)
+        return n
+
+    start = await feeds_hub.head(feed)
+    expires = time.time() + 2
+    writing = asyncio.create_task(write())
+    read = 0
+
+    async def follow() -> None:
+        nonlocal read
+        with feeds_hub.watch(feed) as woken:
+            async for _ in watching(
+                feeds_hub, feed, start, woken, token_expires=expires, ended=lambda: None
+            ):
+                read += 1
+                await asyncio.sleep(0.0005)  # slower than the feed is written
+
+    try:
+        with pytest.raises(WatchEnded) as ended:
+            await follow()
+        ended_at = time.time()
+    finally:
+        stop.set()
+        written = await writing
+    assert ended.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert read > 1000
+    assert written > read  # it always had more to read
+    assert ended_at - expires < 1.0, ended_at - expires
