@@ -12,6 +12,7 @@ the feed begins a new epoch.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,11 +25,20 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
+from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import POST
-from services.streams.live import FeedReader, LiveFeeds, LiveSettings, Reset
+from services.streams.live import (
+    FeedEvent,
+    FeedReader,
+    LiveFeeds,
+    LivePublisher,
+    LiveSettings,
+    Reset,
+)
 from tests.helpers import Flusher, at, message
 from tests.live.rebirth import Client
+from tools import redis_server
 from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
@@ -219,3 +229,36 @@ async def test_a_feed_that_cannot_take_an_append_never_holds_up_the_flush(
     assert stored[0] == "kept"
     assert await redis_client.xlen(FEEDS.inbox(1)) == 0  # nothing added, nothing pending
     assert isinstance(await reader.after(account, watcher.position, 10), Reset)
+
+
+async def test_a_feed_redis_of_its_own_out_of_reach_holds_nothing_up() -> None:
+    """Feeds on a Redis of their own (LIVE_REDIS_URL) that stops answering: publishing goes on at
+    once (the flusher ACKs its batch, ingest deletes its outbox row), the feeds it could not write
+    are remembered and dropped once that Redis answers, so their watchers reset instead of
+    missing what was not added."""
+    async with redis_server.running() as url:
+        admin = redis.Redis.from_url(url)
+        live = redis_client.connect(url, timeout=0.5)
+        try:
+            feeds = LiveFeeds("detached", 3_600_000, 1000, 2)
+            publisher = LivePublisher(live, feeds, detached=True)
+            reader = FeedReader(admin, feeds)
+            feed = feeds.inbox(1)
+            watcher, published = Client(await reader.head(feed)), [b"e1"]
+            await publisher.publish({feed: [FeedEvent(b"e1")]})
+            await watcher.resume(reader, feed, published)
+
+            await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+            started = time.monotonic()
+            assert await publisher.publish({feed: [FeedEvent(b"e2")]}) == []
+            assert time.monotonic() - started < 1.2  # not waiting on it
+            published.append(b"e2")
+            await asyncio.sleep(1.6)  # it answers again
+            await publisher.drop_lost()
+            await publisher.publish({feed: [FeedEvent(b"e3")]})
+            published.append(b"e3")
+            await watcher.resume(reader, feed, published)
+            assert (watcher.missing(published), watcher.resets) == ([], 1)
+        finally:
+            await live.aclose()
+            await admin.aclose()
