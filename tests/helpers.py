@@ -142,7 +142,7 @@ class Flusher:
         self.likes = LikeRepository(pg)
         # As the process publishes: each batch's changes on the live feeds before its ACK.
         self.publisher = LivePublisher(client, LiveFeeds.from_settings(settings))
-        self.live = messages.publication(db, self.publisher)
+        self.live = messages.publication(self.publisher)
         self.consumers = [
             messages.consumer(settings, client, self.repo, shard, live=self.live)
             for shard in range(settings.message_stream_shards)

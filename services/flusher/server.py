@@ -20,7 +20,7 @@ from services.flusher.messages import builder as messages
 from services.runtime import redis_client, service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.readiness import Dependency
-from services.streams.live import LiveFeeds, LivePublisher, LiveRedis
+from services.streams.live import LiveRedis
 from services.streams.monitor import StreamMonitor
 
 
@@ -54,10 +54,8 @@ async def build(settings: FlusherSettings) -> service.Service:
         # One publisher for every role: a feed a detached live Redis did not take is dropped
         # before anything else is added to it from this process.
         live_redis = LiveRedis.open(stores, settings, redis)
-        publisher = LivePublisher(
-            live_redis.client, LiveFeeds.from_settings(settings), detached=live_redis.detached
-        )
-        live = messages.publication(mysql, publisher)
+        publisher = live_redis.publisher(settings)
+        live = messages.publication(publisher)
         mysql_ready = functools.partial(schema.mysql_ready, mysql)
         pg_ready = functools.partial(schema.postgres_ready, pg)
 

@@ -22,7 +22,7 @@ from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.likes import AccessSignal, LikeStreams, LikeStreamSettings
-from services.streams.live import LiveFeeds, LivePublisher, LiveRedis
+from services.streams.live import LiveRedis
 from services.streams.messages import MessageStreams
 from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
@@ -69,9 +69,7 @@ async def build(settings: IngestSettings) -> service.Service:
         signal = AccessSignal(redis, LikeStreams.from_settings(LikeStreamSettings()))
         # Each write's course event commits with it (the outbox) and is published right after.
         live_redis = LiveRedis.open(stores, settings, redis)
-        publisher = LivePublisher(
-            live_redis.client, LiveFeeds.from_settings(settings), detached=live_redis.detached
-        )
+        publisher = live_redis.publisher(settings)
         outbox = CourseOutbox(pool, publisher)
         forum_repo = ForumWriteRepository(pool, outbox)
         forum = ForumWriteHandlers(

@@ -23,7 +23,7 @@ from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
 from services.streams.course_events import LikeCountPublication
 from services.streams.likes import LikeStreams
-from services.streams.live import LiveFeeds, LivePublisher, LiveRedis
+from services.streams.live import LiveRedis
 
 log = logging.getLogger(__name__)
 LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
@@ -110,11 +110,7 @@ async def build(settings: LikesSettings) -> service.Service:
                 # Its committed counts go to the courses' feeds; the buffered pods' are the
                 # flusher's, the counterless pods' the recount's.
                 live_redis = LiveRedis.open(stores, settings, redis)
-                publisher = LivePublisher(
-                    live_redis.client,
-                    LiveFeeds.from_settings(settings),
-                    detached=live_redis.detached,
-                )
+                publisher = live_redis.publisher(settings)
                 if live_redis.detached:
                     background.append(publisher.run)
                 live = LikeCountPublication(publisher)

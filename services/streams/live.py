@@ -34,7 +34,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ from redis import exceptions as redis_errors
 
 from services.runtime import lua
 from services.runtime.config import EnvSettings
-from services.runtime.redis_client import REDIS_ERRORS
+from services.runtime.redis_client import REDIS_ERRORS, as_cluster
 from services.runtime.service import Datastores
 from services.runtime.stream_ids import FeedPosition, Position
 from services.streams import metrics
@@ -65,9 +65,10 @@ class LiveSettings(EnvSettings):
     # An event larger than this is published as `changed`: the object named, not carried.
     live_max_event_bytes: int = Field(default=4096, ge=512, le=1024 * 1024)
     # No feed grows its node past this fraction of its maxmemory (0: no ceiling): an append
-    # past it is refused and the feed begins a new epoch, so the durable streams on the same
-    # node keep the rest.
-    live_memory_ceiling: float = Field(default=0.8, ge=0, le=1)
+    # past it is refused and the feed begins a new epoch. Unset: 0.5 on the durable streams'
+    # Redis (they keep the other half, at least their backlog bounds: docs/live.md, "Where the
+    # feeds live"), 0.9 on a Redis of their own (LIVE_REDIS_URL).
+    live_memory_ceiling: float | None = Field(default=None, ge=0, le=1)
     live_wake_shards: int = Field(default=8, ge=1, le=1024)
     live_prefix: str = "live"
     # The Redis that holds the feeds, when it is not the service's REDIS_URL (docs/live.md says
@@ -76,6 +77,10 @@ class LiveSettings(EnvSettings):
     live_redis_url: str | None = None
     live_redis_cluster: bool | None = None
 
+
+# The memory ceilings when LIVE_MEMORY_CEILING is unset: sharing the durable streams' Redis, or
+# on one of their own.
+SHARED_CEILING, OWN_CEILING = 0.5, 0.9
 
 # A feed's epoch is remembered this long after its last write: a client idle that long (its
 # feed quiet too) resets once, and 100,000 accounts' metas stay a few MiB.
@@ -92,10 +97,13 @@ class LiveFeeds:
     wake_shards: int
     max_bytes: int = 4 * 1024 * 1024
     max_event_bytes: int = 4096
-    memory_ceiling: float = 0.8
+    memory_ceiling: float = SHARED_CEILING
 
     @classmethod
-    def from_settings(cls, settings: LiveSettings) -> LiveFeeds:
+    def from_settings(cls, settings: LiveSettings, *, own_redis: bool = False) -> LiveFeeds:
+        ceiling = settings.live_memory_ceiling
+        if ceiling is None:
+            ceiling = OWN_CEILING if own_redis else SHARED_CEILING
         return cls(
             settings.live_prefix,
             settings.live_retention_seconds * 1000,
@@ -103,7 +111,7 @@ class LiveFeeds:
             settings.live_wake_shards,
             settings.live_max_bytes_per_feed,
             settings.live_max_event_bytes,
-            settings.live_memory_ceiling,
+            ceiling,
         )
 
     def inbox(self, account_id: int) -> str:
@@ -150,6 +158,11 @@ class LiveRedis:
             settings.live_redis_url, cluster=settings.live_redis_cluster, **options
         )
         return cls(client, detached=True)
+
+    def publisher(self, settings: LiveSettings) -> LivePublisher:
+        """The process's one publisher to these feeds."""
+        feeds = LiveFeeds.from_settings(settings, own_redis=self.detached)
+        return LivePublisher(self.client, feeds, detached=self.detached)
 
 
 @dataclass(frozen=True)
@@ -199,6 +212,8 @@ class LivePublisher:
         self._drop = client.register_script(DROP)
         self._wake = client.register_script(WAKE)
         self._lost: set[str] = set()
+        # A cluster spreads the feeds and the wake streams over nodes: a round trip each.
+        self._cluster = as_cluster(client) is not None
 
     @property
     def feeds(self) -> LiveFeeds:
@@ -214,9 +229,13 @@ class LivePublisher:
             return []
         if self._lost:
             await self.drop_lost()
-        results = await asyncio.gather(
-            *(self._add(feed, batch) for feed, batch in events.items()), return_exceptions=True
-        )
+        if self._cluster:
+            results = await asyncio.gather(
+                *(self._add(feed, batch) for feed, batch in events.items()), return_exceptions=True
+            )
+            woken = False
+        else:
+            results, woken = await self._add_and_wake(events), True
         dropped: list[str] = []
         lost: list[str] = []
         failed: BaseException | None = None
@@ -238,11 +257,13 @@ class LivePublisher:
                 len(lost),
                 next(r for r in results if isinstance(r, BaseException)),
             )
-        await self._wake_watchers([feed for feed in events if feed not in self._lost])
+        if not woken:
+            await self._wake_watchers([feed for feed in events if feed not in self._lost])
+        elif dropped:
+            await self._wake_watchers(dropped)  # after their drop: its reset is there to read
         return dropped
 
-    async def _add(self, feed: str, batch: Sequence[FeedEvent]) -> bool:
-        """True once added; False when the feed was dropped instead (a new epoch)."""
+    def _append_args(self, batch: Sequence[FeedEvent]) -> list[Any]:
         feeds = self._feeds
         now_ms = int(time.time() * 1000)
         args: list[Any] = [
@@ -263,9 +284,64 @@ class LivePublisher:
                 " ".join(event.within),
                 "1" if event.removes else "",
             ]
+        return args
+
+    async def _add(self, feed: str, batch: Sequence[FeedEvent]) -> bool:
+        """True once added; False when the feed was dropped instead (a new epoch)."""
         try:
-            reply: list[Any] = await self._append(keys=LiveFeeds.keys(feed), args=args)
+            reply = await self._append(keys=LiveFeeds.keys(feed), args=self._append_args(batch))
         except redis_errors.OutOfMemoryError:
+            reply = None
+        return await self._added(feed, reply)
+
+    async def _add_and_wake(
+        self, events: Mapping[str, Sequence[FeedEvent]]
+    ) -> list[bool | BaseException]:
+        """Every feed's append, then the wake-ups, in one round trip on one connection (so the
+        wake-ups follow the appends): what a publication costs the flusher between its COMMIT and
+        its ACK. Each feed's outcome as _add's, or the error it met."""
+        wakes = self._wakes(events)
+        try:
+            for attempt in (1, 2):
+                # EVALSHA itself: a pipeline of Script calls asks SCRIPT EXISTS first, a round
+                # trip more every time.
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for feed, batch in events.items():
+                        keys = LiveFeeds.keys(feed)
+                        pipe.evalsha(self._append.sha, len(keys), *keys, *self._append_args(batch))
+                    for wake, feeds in wakes.items():
+                        pipe.evalsha(self._wake.sha, 1, wake, *feeds)
+                    replies: list[Any] = await pipe.execute(raise_on_error=False)
+                if attempt == 2 or not any(
+                    isinstance(r, redis_errors.NoScriptError) for r in replies
+                ):
+                    break
+                # A Redis that restarted knows no script yet (nothing ran): load, then again.
+                self._append.sha = await self._redis.script_load(self._append.script)
+                self._wake.sha = await self._redis.script_load(self._wake.script)
+        except REDIS_ERRORS as exc:
+            return [exc] * len(events)
+        outcomes: list[bool | BaseException] = []
+        for feed, reply in zip(events, replies, strict=False):
+            if isinstance(reply, redis_errors.OutOfMemoryError):
+                reply = None
+            if isinstance(reply, BaseException):
+                outcomes.append(reply)
+                continue
+            try:
+                outcomes.append(await self._added(feed, reply))
+            except REDIS_ERRORS as exc:
+                outcomes.append(exc)
+        failed = [r for r in replies[len(events) :] if isinstance(r, BaseException)]
+        if failed:
+            log.warning("live: %d wake-up(s) not sent: %s", len(failed), failed[0])
+        return outcomes
+
+    async def _added(self, feed: str, reply: list[Any] | None) -> bool:
+        """An append's outcome: True once added; False when the feed could not take it (Redis
+        refused it for memory, None here, and the feed is dropped now; or past the ceiling,
+        dropped by the append itself) and began a new epoch."""
+        if reply is None:
             await self._drop(keys=LiveFeeds.keys(feed), args=[EPOCH_KEPT_SECONDS])
             metrics.LIVE_FEEDS_DROPPED.labels("redis_full").inc()
             log.warning("live: Redis refused an append to %s (full): dropped it", feed)
@@ -301,10 +377,15 @@ class LivePublisher:
             except TimeoutError:
                 pass
 
-    async def _wake_watchers(self, feeds: Sequence[str]) -> None:
+    def _wakes(self, feeds: Iterable[str]) -> dict[str, list[str]]:
+        """The feeds by the wake stream each is named on."""
         wakes: dict[str, list[str]] = {}
         for feed in feeds:
             wakes.setdefault(self._feeds.wake_of(feed), []).append(feed)
+        return wakes
+
+    async def _wake_watchers(self, feeds: Sequence[str]) -> None:
+        wakes = self._wakes(feeds)
         # Not durable, and not the caller's failure: a lost wake-up only delays delivery until
         # the watchers' next look (LIVE_POLL_SECONDS); the events are in their feeds.
         results = await asyncio.gather(

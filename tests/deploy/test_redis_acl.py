@@ -760,7 +760,13 @@ async def test_the_feed_scripts_write_only_their_writers_feeds(
             with pytest.raises(ResponseError) as error:
                 await FeedReader(client, FEEDS_LAYOUT).after(COURSE, FeedPosition("e", ORIGIN), 9)
             assert refused(error.value), (user, error.value)
-        assert await intact(admin) == before
+        after = await intact(admin)
+        if user in FEED_WRITERS:
+            # A writer wakes in the same round trip as it appends: a refused append may still
+            # wake the feed's watchers, who find nothing new.
+            for state in (before, after):
+                state.pop(WAKE)
+        assert after == before
     finally:
         await admin.aclose()
 

@@ -69,6 +69,6 @@ def supervisor(
     )
 
 
-def publication(mysql: MysqlDatabase, publisher: LivePublisher) -> InboxPublication:
+def publication(publisher: LivePublisher) -> InboxPublication:
     """What puts each committed batch's changes on the accounts' live feeds."""
-    return InboxPublication(mysql, publisher)
+    return InboxPublication(publisher)

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from agora.events.v1 import message_events_pb2 as events
 
 from services.flusher.maintenance.prune import PruneQueue
-from services.flusher.messages.live import InboxPublication
+from services.flusher.messages.live import InboxPublication, ReadBack
 from services.flusher.messages.repository import MessageRepository
+from services.runtime.mysql import Connection
 from services.streams import messages
 from services.streams.entries import Entry
 from services.streams.faults import fault
@@ -57,12 +58,19 @@ class MessageEntryHandler:
         return await self._repo.fences.take_over(fence)
 
     async def apply(self, items: Sequence[events.MessageStreamEntry], fence: Fence | None) -> None:
-        touched = await self._repo.apply(items, fence)
+        live = self._live
+        read: list[ReadBack] = []
+
+        async def read_back(tx: Connection) -> None:
+            if live is not None:
+                read.append(await live.read_back(tx, items))
+
+        touched = await self._repo.apply(items, fence, before_commit=read_back)
         # After COMMIT and before ACK: a crash in between redelivers the batch, which publishes
         # and schedules again, so no watcher misses an event and no conversation its prune.
         fault("before_publish")
-        if self._live is not None:
-            await self._live.publish(items)
+        if live is not None and read:
+            await live.publish(read[0])
         if self._prune_queue is not None:
             await self._prune_queue.schedule(touched, self._debounce_ms)
 

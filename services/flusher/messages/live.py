@@ -1,17 +1,20 @@
 """After a batch committed: the messages it stored and the conversations it changed, as InboxEvents
 on each account's live feed (services/streams/live.py).
 
-They are read back after the COMMIT rather than built from the stream entries, so each event is
-the object the REST routes return (ids, created_at, the unread count as counted now). This runs
-before the batch is ACKed: a crash in between redelivers the batch, which is stored as before
-(idempotent) and published again — a repeat, never a gap. Per conversation, the order is the
-batch's: one consumer applies a conversation's batches one after another.
+They are read back in the batch's own transaction, its last statements before the COMMIT,
+rather than built from the stream entries, so each event is the object the REST routes return
+(ids, created_at, the unread count as that transaction leaves it), and the publication follows
+the COMMIT with no database round trip between. It runs before the batch is ACKed: a crash in
+between redelivers the batch, which is stored as before (idempotent) and published again — a
+repeat, never a gap. Per conversation, the order is the batch's: one consumer applies a
+conversation's batches one after another.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agora.events.v1 import live_events_pb2, message_events_pb2
@@ -26,7 +29,7 @@ from services.domain.messaging import (
     conversation_fields,
     stored_message_fields,
 )
-from services.runtime.mysql import MysqlDatabase
+from services.runtime.mysql import Connection
 from services.runtime.timeutil import to_timestamp, utc_now
 from services.streams.live import FeedEvent, LivePublisher
 from services.streams.live_entries import inbox_entry
@@ -44,14 +47,19 @@ _tracer = trace.get_tracer(__name__)
 
 
 class InboxPublication:
-    """Publishes what a committed batch changed, account by account."""
+    """Publishes what a committed batch changed, account by account: read in the batch's own
+    transaction (read_back, the last thing before its COMMIT), published right after it."""
 
-    def __init__(self, db: MysqlDatabase, publisher: LivePublisher) -> None:
-        self._db = db
+    def __init__(self, publisher: LivePublisher) -> None:
         self._publisher = publisher
         self._feeds = publisher.feeds
 
-    async def publish(self, entries: Sequence[message_events_pb2.MessageStreamEntry]) -> None:
+    async def read_back(
+        self, tx: Connection, entries: Sequence[message_events_pb2.MessageStreamEntry]
+    ) -> ReadBack:
+        """The batch's messages and conversations as its transaction wrote them: read before
+        the COMMIT, on its connection, so nothing stands between the COMMIT and the
+        publication but the publication itself."""
         msg_ids: dict[int, list[str]] = defaultdict(list)
         threads: dict[int, set[str]] = defaultdict(set)
         for entry in entries:
@@ -63,22 +71,28 @@ class InboxPublication:
             elif kind == "read":
                 threads[entry.account_id].add(entry.read.thread_id)
         if not threads:
+            return ReadBack({}, {}, [])
+        stored = await self._stored(tx, msg_ids)
+        conversations = await self._conversations(tx, threads)
+        return ReadBack(stored, conversations, sorted(threads))
+
+    async def publish(self, read: ReadBack) -> None:
+        """After the COMMIT (and before the ACK): a crash in between redelivers the batch."""
+        if not read.accounts:
             return
         with _tracer.start_as_current_span("live.publish inbox") as span:
             context: dict[str, str] = {}
             propagate.inject(context)
             committed_at = to_timestamp(utc_now())
-            stored = await self._stored(msg_ids)
-            conversations = await self._conversations(threads)
             feeds: dict[str, list[FeedEvent]] = {}
             budget = self._feeds.max_event_bytes
-            for account in sorted(threads):
+            for account in read.accounts:
                 events = [
                     live_events_pb2.InboxEvent(account_id=account, message=message)
-                    for message in stored.get(account, [])
+                    for message in read.stored.get(account, [])
                 ] + [
                     live_events_pb2.InboxEvent(account_id=account, conversation=conversation)
-                    for conversation in conversations.get(account, [])
+                    for conversation in read.conversations.get(account, [])
                 ]
                 for event in events:
                     event.trace_context.update(context)
@@ -88,13 +102,13 @@ class InboxPublication:
             await self._publisher.publish(feeds)
 
     async def _stored(
-        self, msg_ids: dict[int, list[str]]
+        self, tx: Connection, msg_ids: dict[int, list[str]]
     ) -> dict[int, list[message_pb2.StoredMessage]]:
         """The batch's messages as stored, by account, per conversation in timeline order. A
         message pruned to the archive since (it was not among its conversation's newest) is left
         out."""
         pairs = sorted({(account, m) for account, ids in msg_ids.items() for m in ids})
-        rows = await self._fetch_pairs(STORED, [], pairs)
+        rows = await _fetch_pairs(tx, STORED, [], pairs)
         rows.sort(key=lambda r: (r[2], r[SENT_AT], r[0]))
         by_account: dict[int, list[message_pb2.StoredMessage]] = defaultdict(list)
         for row in rows:
@@ -103,22 +117,32 @@ class InboxPublication:
         return by_account
 
     async def _conversations(
-        self, threads: dict[int, set[str]]
+        self, tx: Connection, threads: dict[int, set[str]]
     ) -> dict[int, list[message_pb2.Conversation]]:
         pairs = sorted({(account, t) for account, ts in threads.items() for t in ts})
         by_account: dict[int, list[message_pb2.Conversation]] = defaultdict(list)
-        for row in await self._fetch_pairs(CONVERSATIONS, [NEVER], pairs):
+        for row in await _fetch_pairs(tx, CONVERSATIONS, [NEVER], pairs):
             conversation = message_pb2.Conversation(**conversation_fields(row))
             by_account[conversation.zalo_account_id].append(conversation)
         return by_account
 
-    async def _fetch_pairs(
-        self, query: str, first: list[Any], pairs: list[tuple[int, str]]
-    ) -> list[Any]:
-        rows: list[Any] = []
-        for start in range(0, len(pairs), _PAIRS):
-            chunk = pairs[start : start + _PAIRS]
-            tuples = ", ".join("(%s, %s)" for _ in chunk)
-            args = [*first, *(value for pair in chunk for value in pair)]
-            rows += await self._db.fetchall(f"{query} ({tuples})", args)
-        return rows
+
+@dataclass(frozen=True)
+class ReadBack:
+    """A batch's messages and conversations, by account, as its transaction wrote them."""
+
+    stored: dict[int, list[message_pb2.StoredMessage]]
+    conversations: dict[int, list[message_pb2.Conversation]]
+    accounts: list[int]
+
+
+async def _fetch_pairs(
+    tx: Connection, query: str, first: list[Any], pairs: list[tuple[int, str]]
+) -> list[Any]:
+    rows: list[Any] = []
+    for start in range(0, len(pairs), _PAIRS):
+        chunk = pairs[start : start + _PAIRS]
+        tuples = ", ".join("(%s, %s)" for _ in chunk)
+        args = [*first, *(value for pair in chunk for value in pair)]
+        rows += await tx.fetchall(f"{query} ({tuples})", args)
+    return rows

@@ -8,7 +8,7 @@ per (account, msg_id) and conversation times only move forward (GREATEST).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -127,11 +127,16 @@ class MessageRepository:
         self._id_cache_size = id_cache_size
 
     async def apply(
-        self, entries: Sequence[events.MessageStreamEntry], fence: Fence | None = None
+        self,
+        entries: Sequence[events.MessageStreamEntry],
+        fence: Fence | None = None,
+        before_commit: Callable[[Connection], Awaitable[None]] | None = None,
     ) -> set[int]:
         """Apply a batch in one transaction, fenced; returns the ids of conversations that got
         messages. Every value is converted before the transaction starts: one that cannot be
-        (conversions.UnstorableValue) refuses the batch as data, so the consumer isolates it."""
+        (conversions.UnstorableValue) refuses the batch as data, so the consumer isolates it.
+        `before_commit` runs last in the transaction, on its connection (it reads what the batch
+        wrote, as it will be committed)."""
         conversations: dict[ConversationKey, Latest] = {}
         messages: list[PendingRow] = []
         reads: dict[ConversationKey, datetime] = {}
@@ -186,6 +191,8 @@ class MessageRepository:
                 await tx.execute(MARK_READ, (read_at, read_at, account, thread))
             if agent_sent:
                 await tx.executemany(INSERT_AGENT_SENT, agent_sent)
+            if before_commit is not None:
+                await before_commit(tx)
             fault("before_commit")
         self._remember(ids)
         return set(ids.values())
