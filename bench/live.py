@@ -5,11 +5,13 @@ The streams are read by another process (bench/live_readers.py): thousands of re
 sender's event loop would slow the sender and time the bench instead of the stack.
 
 - Latency: `streams` SSE streams through the gateway, two agents per account over
-  `streams / 2` accounts, while messages to those accounts are ingested one per request at the
-  peak rate, 800 msg/s (open loop: each is sent when due, whatever the earlier ones are doing). For
-  every (stream, message): acknowledgement → the event read. The in-run anchor is the same
-  messages' acknowledgement → visible through the REST timeline (a poller reading one
-  conversation's newest page as fast as it answers): the event should arrive about when a read
+  `streams / 2` accounts, while messages to those accounts are ingested as a listener forwards
+  them — each 200 ms window's messages of an account in one call, the accounts' traffic weighted
+  1/rank — at 200 and at the peak, 800 msg/s (open loop: each call is sent when due, whatever the
+  earlier ones are doing). For every (stream, message): acknowledgement → the event read. The
+  in-run anchor is the same messages' acknowledgement → visible through the REST timeline (a
+  poller reading one conversation's newest page as fast as it answers): the event should arrive
+  about when a read
   could see it.
 - Idle streams: `idle` streams opened and held; the RSS of the gateway's and of timeline's
   processes before and after, per stream, and their CPU over a quiet interval (heartbeats only),
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import sys
 import time
 import uuid
@@ -38,6 +41,7 @@ import asyncpg
 import grpc
 import httpx
 import orjson
+import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
@@ -47,6 +51,8 @@ from bench.cpu import cpu_seconds
 from bench.likes_hot import HOT_COURSE, STUDENTS, Liker, enrol, new_posts, sync_service
 from bench.measure import closed_loop_count, open_loop
 from services.runtime.mysql import MysqlDatabase
+from services.streams.live import LiveFeeds, LiveSettings
+from tools import capacity
 from tools.jwt_token import mint, secret_file
 
 SECTION = "live"
@@ -72,6 +78,14 @@ class DeliveryRun:
     event_p99_ms: float
     visible_p50_ms: float
     visible_p99_ms: float
+    # The events of the very messages the REST poller saw: push and poll on the same messages.
+    anchor_event_p50_ms: float
+    anchor_event_p99_ms: float
+    # What an event costs: its bytes on the wire (SSE), in Redis (a feed's MEMORY USAGE per
+    # entry), as a payload (what timeline reads and caches), p50 and p99.
+    wire_bytes: tuple[float, float]
+    redis_bytes: tuple[float, float]
+    payload_bytes: tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,9 @@ class LiveRun:
     timeline_bytes_per_stream: float
     idle_cpu_percent: float
     quiet_cpu_percent: float  # the same processes just before, holding no stream
+    # The feeds at 100,000 accounts: projected bytes and the ceiling they stop at.
+    projected_feed_bytes: float
+    feed_ceiling_bytes: float
     watchers: int
     likes_per_s: float
     fanout_events_per_s: float
@@ -186,32 +203,60 @@ def _inbox_streams(accounts: list[int], per_account: int, first_user: int) -> li
     return streams
 
 
+# A listener forwards what each of its accounts received in the last window, one call per
+# account (the messages in the order they came), as Zalo delivers them: a few accounts carry most
+# of the traffic (weights 1/rank), and a customer's messages come in bursts.
+LISTENER_WINDOW_S = 0.2
+
+
+def _listener_calls(
+    run: str, accounts: list[int], messages: int, rate: float
+) -> list[tuple[float, int, list[message_pb2.Message]]]:
+    """(when it goes, account, its messages): message i arrives at i/rate to an account drawn
+    by weight 1/rank; each window's arrivals go as one call per account at the window's end.
+    The first account's conversation 0 takes every fifth of its messages (the REST poller's)."""
+    rng = random.Random(7)
+    drawn = rng.choices(accounts, weights=[1 / (k + 1) for k in range(len(accounts))], k=messages)
+    per_account: Counter[int] = Counter()
+    windows: dict[tuple[int, int], list[message_pb2.Message]] = {}
+    for i, account in enumerate(drawn):
+        n = per_account[account]
+        per_account[account] += 1
+        thread = 0 if account == accounts[0] and n % 5 == 0 else 1 + n % 49
+        msg = message_pb2.Message(
+            msg_id=f"{run}-{i}",
+            thread_id=f"{run}-t{thread}",
+            thread_type=message_pb2.THREAD_TYPE_USER,
+            direction=message_pb2.DIRECTION_IN,
+            sender_id="customer",
+            content=f"live bench {i}",
+            msg_type="webchat",
+        )
+        window = int(i / rate / LISTENER_WINDOW_S)
+        windows.setdefault((window, account), []).append(msg)
+    return [
+        ((window + 1) * LISTENER_WINDOW_S, account, msgs)
+        for (window, account), msgs in sorted(windows.items())
+    ]
+
+
 async def _send(
     stack: Stack, run: str, accounts: list[int], messages: int, rate: float
 ) -> tuple[dict[str, float], float, int]:
-    """Ingest message i to accounts[i % n], one per request, each when due; when each was
-    acknowledged, the rate they went out at, and how many were not acknowledged."""
+    """Ingest `messages` at `rate` as a listener forwards them (_listener_calls), each call when
+    due whatever the earlier ones are doing; when each message was acknowledged, the rate they
+    went out at, and how many were not acknowledged."""
     acked: dict[str, float] = {}
     retries: Counter[str] = Counter()
     failed: Counter[str] = Counter()
+    calls = _listener_calls(run, accounts, messages, rate)
     async with as_listener(stack.ingest_addr) as channel:
         ingest = ingest_service_pb2_grpc.IngestServiceStub(channel)
 
-        async def one(i: int) -> None:
-            msg = message_pb2.Message(
-                msg_id=f"{run}-{i}",
-                # Conversation 0 of the first account takes every 50th message: the poller's.
-                thread_id=f"{run}-t{(i // len(accounts)) % 50 if i % len(accounts) else 0}",
-                thread_type=message_pb2.THREAD_TYPE_USER,
-                direction=message_pb2.DIRECTION_IN,
-                sender_id="customer",
-                content=f"live bench {i}",
-                msg_type="webchat",
-            )
-            msg.sent_at.FromDatetime(datetime.now(UTC))
-            request = pb.IngestMessagesRequest(
-                account_id=accounts[i % len(accounts)], messages=[msg]
-            )
+        async def one(account: int, msgs: list[message_pb2.Message]) -> None:
+            for msg in msgs:
+                msg.sent_at.FromDatetime(datetime.now(UTC))
+            request = pb.IngestMessagesRequest(account_id=account, messages=msgs)
             for attempt in range(3):
                 try:
                     await ingest.IngestMessages(request, timeout=10)
@@ -221,17 +266,26 @@ async def _send(
                     # by msg_id: sending again is safe.
                     if exc.code() not in _RETRIED or attempt == 2:
                         # Not acknowledged: not expected on any stream, counted instead.
-                        failed[exc.code().name] += 1
+                        failed[exc.code().name] += len(msgs)
                         return
                     retries[exc.code().name] += 1
-            acked[msg.msg_id] = time.monotonic()
+            now = time.monotonic()
+            for msg in msgs:
+                acked[msg.msg_id] = now
 
-        sent = await open_loop(
-            one, rate=rate, count=messages, section=SECTION, label=f"{rate:.0f} msg/s"
-        )
+        tasks: list[asyncio.Task[None]] = []
+        start = time.monotonic() + 0.05
+        for n, (at, account, msgs) in enumerate(calls):
+            delay = start + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(account, msgs)))
+            progress.percent(SECTION, f"{rate:.0f} msg/s", n + 1, len(calls), every=5.0)
+        seconds = time.monotonic() - start
+        await asyncio.gather(*tasks)
     if retries or failed:
         progress.say(SECTION, f"sent again after {dict(retries)}; not acknowledged {dict(failed)}")
-    return acked, sent.sent_per_second, sum(failed.values())
+    return acked, messages / seconds if seconds > 0 else rate, sum(failed.values())
 
 
 async def _poll_visible(
@@ -293,6 +347,9 @@ async def _latency(stack: Stack, streams: int, messages: int, rate: float) -> De
         read = await opened.stop()
     events = [(at - acked[m]) * 1000 for _s, m, at in read["messages"] if m in acked]
     shown = [(visible[m] - at) * 1000 for m, at in acked.items() if m in visible]
+    same = [(at - acked[m]) * 1000 for _s, m, at in read["messages"] if m in visible]
+    redis_bytes, payload_bytes = await _feed_bytes(stack, accounts)
+    sizes = [float(n) for n in read["sizes"]]
     return DeliveryRun(
         rate=rate,
         sent_per_s=sent_rate,
@@ -304,7 +361,54 @@ async def _latency(stack: Stack, streams: int, messages: int, rate: float) -> De
         event_p99_ms=_p(events, 99),
         visible_p50_ms=_p(shown, 50),
         visible_p99_ms=_p(shown, 99),
+        anchor_event_p50_ms=_p(same, 50),
+        anchor_event_p99_ms=_p(same, 99),
+        wire_bytes=(_p(sizes, 50), _p(sizes, 99)),
+        redis_bytes=redis_bytes,
+        payload_bytes=payload_bytes,
     )
+
+
+async def _feed_budget(stack: Stack, per_event: float) -> tuple[float, float]:
+    """The feeds' memory at the design's size (tools/capacity.py's load: 100,000 accounts, 5
+    million messages a day, an hour kept) with this run's bytes per event and the measured cost
+    of a feed and of an idle feed's meta; and the ceiling all feeds stop at: LIVE_MEMORY_CEILING
+    of the stack Redis's maxmemory, or of the dev overlay's 1 GiB when it has none."""
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        costs = await capacity.feed_costs(client)
+        memory: Any = await client.info("memory")
+    finally:
+        await client.aclose()
+    settings = LiveSettings()
+    events = capacity.MESSAGES_PER_DAY * capacity.LIVE_EVENTS_PER_MESSAGE / 24
+    events *= settings.live_retention_seconds / 3600
+    projected = events * per_event + capacity.ACCOUNTS * costs.per_feed
+    maxmemory = int(memory.get("maxmemory", 0)) or 1024**3
+    return projected, maxmemory * LiveFeeds.from_settings(settings).memory_ceiling
+
+
+async def _feed_bytes(
+    stack: Stack, accounts: list[int]
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(Redis bytes per entry, payload bytes), p50 and p99, over the run's accounts' feeds:
+    MEMORY USAGE ÷ entries of each feed holding ten or more, and every payload they hold."""
+    client = redis.Redis.from_url(stack.redis_url)
+    feeds = LiveFeeds.from_settings(LiveSettings())
+    per_entry: list[float] = []
+    payloads: list[float] = []
+    try:
+        for account in accounts:
+            feed = feeds.inbox(account)
+            entries: Any = await client.xrange(feed)
+            if len(entries) < 10:
+                continue
+            usage = int(await client.memory_usage(feed, samples=0) or 0)
+            per_entry.append(usage / len(entries))
+            payloads += [float(len(fields[b"e"])) for _, fields in entries]
+    finally:
+        await client.aclose()
+    return (_p(per_entry, 50), _p(per_entry, 99)), (_p(payloads, 50), _p(payloads, 99))
 
 
 async def _idle(stack: Stack, idle: int) -> tuple[int, float, float, float, float]:
@@ -393,12 +497,15 @@ async def run_live(
     """At the peak rate (800 msg/s), and at a rate this machine keeps up with while it also holds
     the streams (what the live path adds, not the backlog of an overloaded box)."""
     runs = [await _latency(stack, streams, round(rate * seconds), rate) for rate in rates]
+    projected, ceiling = await _feed_budget(stack, runs[-1].redis_bytes[0])
     held, gateway_bytes, timeline_bytes, cpu, without = await _idle(stack, idle)
     likes_rate, fanout_per_s, cpu_per_event = await _fan_out(stack, watchers)
     return LiveRun(
         streams=streams,
         accounts=max(1, streams // 2),
         runs=runs,
+        projected_feed_bytes=projected,
+        feed_ceiling_bytes=ceiling,
         idle_streams=held,
         gateway_bytes_per_stream=gateway_bytes,
         timeline_bytes_per_stream=timeline_bytes,

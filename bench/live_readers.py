@@ -8,7 +8,8 @@ connection pool), and talks to them over stdin/stdout:
   stdin:  one JSON line {"port": 8080, "streams": [{"path": "/api/…/events", "token": "…"}, …]},
           later a line "stop"
   stdout: "opened <n> refused <m>" once every stream has its answer, then one JSON line: every
-          message event's (stream, msg_id, time.monotonic()) and the count of events by kind.
+          message event's (stream, msg_id, time.monotonic()), the count of events by kind, and
+          the bytes of every tenth event on the wire.
 
 time.monotonic() is one clock for every process of the machine (CLOCK_MONOTONIC), so the times
 compare with the sender's acknowledgements.
@@ -32,11 +33,18 @@ class Reader:
     def __init__(self) -> None:
         self.messages: list[tuple[int, str, float]] = []
         self.kinds: Counter[str] = Counter()
+        # Each event's bytes on the wire (its id, event and data lines): every 10th, enough for
+        # the percentiles.
+        self.sizes: list[int] = []
+        self.events = 0
         self.opened = 0
         self.refused = 0
 
-    def on_event(self, stream: int, kind: str, data: str) -> None:
+    def on_event(self, stream: int, kind: str, data: str, size: int) -> None:
         self.kinds[kind] += 1
+        self.events += 1
+        if self.events % 10 == 0:
+            self.sizes.append(size)
         if kind == "message":
             self.messages.append((stream, orjson.loads(data)["msg_id"], time.monotonic()))
 
@@ -59,7 +67,7 @@ async def follow(
     ]
     w.write(conn.send(h11.Request(method="GET", target=path, headers=headers)))
     w.write(conn.send(h11.EndOfMessage()))
-    buffer, kind, data = b"", "", ""
+    buffer, kind, data, size = b"", "", "", 0
     try:
         while True:
             event = conn.next_event()
@@ -81,14 +89,16 @@ async def follow(
                 buffer += bytes(event.data)
                 *lines, buffer = buffer.split(b"\n")
                 for raw in lines:
+                    size += len(raw) + 1
                     line = raw.decode().rstrip("\r")  # a server may end lines with CRLF
                     if line.startswith("event: "):
                         kind = line[7:]
                     elif line.startswith("data: "):
                         data = line[6:]
-                    elif not line and kind:
-                        reader.on_event(stream, kind, data)
-                        kind, data = "", ""
+                    elif not line:
+                        if kind:
+                            reader.on_event(stream, kind, data, size)
+                        kind, data, size = "", "", 0
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 return
     except (OSError, h11.ProtocolError):
@@ -123,7 +133,10 @@ async def main() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.gather(*tasks, return_exceptions=True)
     sys.stdout.write(
-        orjson.dumps({"messages": reader.messages, "kinds": reader.kinds}).decode() + "\n"
+        orjson.dumps(
+            {"messages": reader.messages, "kinds": reader.kinds, "sizes": reader.sizes}
+        ).decode()
+        + "\n"
     )
     sys.stdout.flush()
 

@@ -747,6 +747,39 @@ async def live_section(stack: Stack, o: Options) -> list[Result]:
                 f"target <= 100 ms; {d.event_p99_ms / d.visible_p99_ms:.2f}x the {anchor}",
             ),
             Result(
+                f"live.{rate}.same_messages_event_p50_ms",
+                "live",
+                f"ack → SSE event read, the REST poller's own messages, {during}",
+                d.anchor_event_p50_ms,
+                "ms",
+                f"the same messages through REST: p50 {d.visible_p50_ms:.1f} ms",
+            ),
+            Result(
+                f"live.{rate}.same_messages_event_p99_ms",
+                "live",
+                f"ack → SSE event read, the REST poller's own messages, {during}",
+                d.anchor_event_p99_ms,
+                "ms",
+                f"target <= the REST anchor's, {d.visible_p99_ms:.1f} ms",
+            ),
+            Result(
+                f"live.{rate}.event_bytes_redis_p50",
+                "live",
+                f"bytes an event costs in Redis (a feed's MEMORY USAGE per entry), {rate} msg/s",
+                d.redis_bytes[0],
+                "B",
+                f"p99 {d.redis_bytes[1]:,.0f} B; payload p50 {d.payload_bytes[0]:,.0f} B (what"
+                f" timeline reads and keeps), p99 {d.payload_bytes[1]:,.0f} B",
+            ),
+            Result(
+                f"live.{rate}.event_bytes_sse_p50",
+                "live",
+                f"bytes an event costs on the wire (SSE: what the gateway keeps), {rate} msg/s",
+                d.wire_bytes[0],
+                "B",
+                f"p99 {d.wire_bytes[1]:,.0f} B",
+            ),
+            Result(
                 f"live.{rate}.delivered_fraction",
                 "live",
                 f"message events read / expected, {d.rate:.0f} msg/s",
@@ -758,6 +791,17 @@ async def live_section(stack: Stack, o: Options) -> list[Result]:
         ]
     return [
         *results,
+        Result(
+            "live.feed_budget_headroom",
+            "live",
+            "the live feeds' memory at 100,000 accounts and 5M messages a day (this run's bytes per"
+            " event) ÷ the ceiling they stop at",
+            run.projected_feed_bytes / run.feed_ceiling_bytes,
+            "",
+            f"{run.projected_feed_bytes / 2**20:,.0f} MiB of {run.feed_ceiling_bytes / 2**20:,.0f}"
+            " MiB (LIVE_MEMORY_CEILING of maxmemory; the dev overlay's 1 GiB where the stack's"
+            " Redis has none)",
+        ),
         Result(
             "live.idle_bytes_per_stream",
             "live",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as redis
 from agora.events.v1 import live_events_pb2
@@ -17,7 +18,7 @@ from opentelemetry import propagate, trace
 from services.flusher.maintenance import capacity
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import utc_now
-from services.streams.live import LiveSettings
+from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
 
 
 def human(n: float) -> str:
@@ -185,7 +186,7 @@ def sizing_lines(sizing: SeedRateSizing, pool: BufferPool) -> list[str]:
 
 # Events per message on the live feeds: the message and its conversation's state.
 LIVE_EVENTS_PER_MESSAGE = 2
-_SCRATCH = "live:{capacity}:scratch"
+_SCRATCH_PREFIX = "live-capacity-scratch"
 
 
 def _sample_event() -> bytes:
@@ -214,42 +215,85 @@ def _sample_event() -> bytes:
     return event.SerializeToString()
 
 
+@dataclass(frozen=True)
+class FeedCosts:
+    per_event: float  # MEMORY USAGE per entry, in a feed of many
+    per_feed: float  # a feed's stream with one entry, and its meta
+    per_meta: float  # a feed idle past its stream's expiry: the meta alone
+    payload: int
+
+
+async def feed_costs(client: redis.Redis) -> FeedCosts:
+    """Measured with MEMORY USAGE on scratch feeds written by the publisher's own script."""
+    feeds = LiveFeeds(_SCRATCH_PREFIX, 3_600_000, 100_000, 1)
+    publisher = LivePublisher(client, feeds)
+    payload = _sample_event()
+    one, many = feeds.inbox(1), feeds.inbox(2)
+    try:
+        await publisher.publish({one: [FeedEvent(payload)]})
+        for _ in range(10):
+            await publisher.publish({many: [FeedEvent(payload)] * 100})
+
+        async def usage(key: str) -> int:
+            return int(await client.memory_usage(key, samples=0) or 0)
+
+        return FeedCosts(
+            per_event=await usage(many) / 1000,
+            per_feed=await usage(one) + await usage(f"{one}:meta"),
+            per_meta=await usage(f"{one}:meta"),
+            payload=len(payload),
+        )
+    finally:
+        keys = [k async for k in client.scan_iter(match=f"{_SCRATCH_PREFIX}:*")]
+        if keys:
+            await client.delete(*keys)
+
+
 async def live_report() -> str:
-    """Bytes per feed entry and per feed, measured with MEMORY USAGE on scratch streams written
-    as the flusher writes them, and what the retention makes of them at the projected load."""
+    """What the feeds cost in Redis at the design's load, against their budgets."""
     url = f"redis://:{os.environ['REDIS_PASSWORD']}@127.0.0.1:{os.environ['REDIS_PORT']}/0"
     client = redis.Redis.from_url(url)
-    payload = _sample_event()
     try:
-        await client.delete(_SCRATCH)
-        for _ in range(10):
-            await client.xadd(_SCRATCH, {"e": payload}, id="*")
-        small = int(await client.memory_usage(_SCRATCH, samples=0) or 0)
-        for _ in range(990):
-            await client.xadd(_SCRATCH, {"e": payload}, id="*")
-        large = int(await client.memory_usage(_SCRATCH, samples=0) or 0)
+        costs = await feed_costs(client)
+        memory: Any = await client.info("memory")
     finally:
-        await client.delete(_SCRATCH)
         await client.aclose()
-    per_entry = (large - small) / 990
-    per_feed = small - 10 * per_entry
     settings = LiveSettings()
     hours = settings.live_retention_seconds / 3600
     retained = MESSAGES_PER_DAY * LIVE_EVENTS_PER_MESSAGE / 24 * hours
-    total = retained * per_entry + ACCOUNTS * per_feed
-    return "\n".join(
-        [
-            f"live feeds: {per_entry:,.0f} B per event ({len(payload)} B payload), about"
-            f" {per_feed:,.0f} B per feed key",
-            f"  at {ACCOUNTS:,} accounts, {MESSAGES_PER_DAY:,} messages/day,"
-            f" {LIVE_EVENTS_PER_MESSAGE} events each, LIVE_RETENTION_SECONDS"
-            f"={settings.live_retention_seconds}: {retained:,.0f} events kept →"
-            f" {human(retained * per_entry)} + {human(ACCOUNTS * per_feed)} of keys ="
-            f" {human(total)}",
-            f"  (a feed idle for twice the retention expires; LIVE_MAX_EVENTS_PER_FEED"
-            f"={settings.live_max_events_per_feed:,} bounds one busy account)",
-        ]
-    )
+    # Accounts with a message within twice the retention keep a stream; every account keeps its
+    # meta for a week (its epoch): at the design's rate nearly all are active within a day.
+    active = min(ACCOUNTS, MESSAGES_PER_DAY / 24 * 2 * hours)
+    projected = retained * costs.per_event + active * costs.per_feed
+    projected += (ACCOUNTS - active) * costs.per_meta
+    maxmemory = int(memory.get("maxmemory", 0))
+    fraction = LiveFeeds.from_settings(settings).memory_ceiling
+    ceiling = maxmemory * fraction
+    lines = [
+        f"live feeds: {costs.per_event:,.0f} B per event ({costs.payload} B payload),"
+        f" {costs.per_feed:,.0f} B per feed (its stream and meta), {costs.per_meta:,.0f} B per"
+        " idle feed (its meta, kept a week)",
+        f"  at {ACCOUNTS:,} accounts, {MESSAGES_PER_DAY:,} messages/day,"
+        f" {LIVE_EVENTS_PER_MESSAGE} events each, LIVE_RETENTION_SECONDS"
+        f"={settings.live_retention_seconds}: {retained:,.0f} events kept,"
+        f" {active:,.0f} feeds active → {human(projected)}",
+        f"  budgets: an event ≤ LIVE_MAX_EVENT_BYTES={settings.live_max_event_bytes:,} B (larger:"
+        f" `changed`), a feed ≤ LIVE_MAX_BYTES_PER_FEED={human(settings.live_max_bytes_per_feed)}"
+        f" (≈ {settings.live_max_bytes_per_feed / costs.per_event:,.0f} events like this one),"
+        f" ≤ LIVE_MAX_EVENTS_PER_FEED={settings.live_max_events_per_feed:,} events",
+    ]
+    if maxmemory:
+        lines.append(
+            f"  all feeds stop growing at LIVE_MEMORY_CEILING={fraction:g} of"
+            f" this Redis's maxmemory {human(maxmemory)} = {human(ceiling)}: headroom"
+            f" {human(ceiling - projected)} ({ceiling / projected:.1f}× the projection)"
+        )
+    else:
+        lines.append(
+            "  this Redis has no maxmemory: LIVE_MEMORY_CEILING has nothing to apply to (set"
+            " maxmemory: with noeviction it is what refuses writes instead of the OOM killer)"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
