@@ -3,7 +3,8 @@ counts together): every write a user makes through the gateway has one, past whi
 with Retry-After (README, "Rate limits").
 
 - like toggles: LIKE_TOGGLES_PER_MINUTE per user;
-- forum creates and edits (posts, comments, replies): FORUM_WRITES_PER_MINUTE per user;
+- forum creates, edits and deletions (posts, comments, replies): FORUM_WRITES_PER_MINUTE per
+  user;
 - the batch ingest route: INGEST_CALLS_PER_MINUTE_PER_ACCOUNT per account and
   INGEST_CALLS_PER_MINUTE_PER_USER per user (an HTTP forwarder holds one token for its accounts);
 - mark read and agent-sent records: INBOX_WRITES_PER_MINUTE per user.
@@ -117,7 +118,7 @@ async def _like_limiter(request: Request) -> RateLimiter:
 
 async def _forum_write(request: Request, user: CurrentUser) -> None:
     await _limits(request).forum_writes.enforce(
-        user.user_id, "posts, comments and edits", fail_open=True
+        user.user_id, "posts, comments, edits and deletions", fail_open=True
     )
 
 

@@ -86,12 +86,12 @@ def refused_for(response: httpx.Response, what: str) -> None:
     assert what in error["message"]
 
 
-async def test_forum_creates_and_edits_are_limited_per_user(
+async def test_forum_creates_edits_and_deletions_are_limited_per_user(
     limited: httpx.AsyncClient, env: Env
 ) -> None:
-    """Posts, comments, replies and edits count together: a student writing 60 KB posts (20,000
-    Vietnamese letters) and editing them without pause is held to the limit, and other members
-    are not."""
+    """Posts, comments, replies, edits and deletions count together: a student writing 60 KB
+    posts (20,000 Vietnamese letters) and editing them without pause is held to the limit, and
+    other members are not."""
     student = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
     post = await limited.post(
         "/api/courses/42/posts", json={"title": "Hỏi", "body": "ệ" * 20_000}, headers=student
@@ -105,13 +105,19 @@ async def test_forum_creates_and_edits_are_limited_per_user(
     )
     assert comment.status_code == 201
     refused_for(
-        await limited.patch(edit, json={"body": "ể" * 20_000}, headers=student), "edits a minute"
+        await limited.patch(edit, json={"body": "ể" * 20_000}, headers=student),
+        "deletions a minute",
     )
     refused_for(
         await limited.post(
             "/api/courses/42/posts", json={"title": "t", "body": "b"}, headers=student
         ),
-        "posts, comments and edits",
+        "posts, comments, edits and deletions",
+    )
+    comment_id = comment.json()["data"]["id"]
+    refused_for(
+        await limited.delete(f"/api/courses/42/comments/{comment_id}", headers=student),
+        "deletions a minute",
     )
     other = bearer(mint_token(env.jwt_secret, sub=9, accounts=[]))
     assert (await limited.patch(edit, json={"body": "v"}, headers=other)).status_code == 403

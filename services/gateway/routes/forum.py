@@ -183,6 +183,7 @@ async def get_post(
     "/posts/{post_id}",
     summary="Delete your post; a teacher of the course may remove anyone's (logged)",
     response_model=schemas.DeletedResponse,
+    dependencies=[FORUM_WRITE],
 )
 async def delete_post(
     clients: RequestClients,
@@ -293,6 +294,7 @@ async def list_replies(
     "/comments/{comment_id}",
     summary="Delete your comment or reply; a teacher of the course may remove anyone's (logged)",
     response_model=schemas.DeletedResponse,
+    dependencies=[FORUM_WRITE],
 )
 async def delete_comment(
     clients: RequestClients,
