@@ -124,16 +124,16 @@ class LiveStream:
     _task: asyncio.Task[None] | None = None
     _cut: bool = False
 
-    async def open(self, last_event_id: str) -> Start:
+    async def open(self, last_event_id: str | None) -> Start:
         """Joins the shared feed (raising the watch's refusal); where the stream starts: after
-        the client's last event id, or for a stream "from now on" (or one whose id is no
-        position) the feed's newest."""
+        the client's last event id, or for a stream "from now on" (None; or one whose id is no
+        position, with a reset) the feed's newest."""
         feed = await self.streams.feeds.join(self.key, self.watch, self.encode, self.woken)
         self.feed = feed
         head = feed.head
         if head is None:  # a feed that started has the position its watch started at
             raise RuntimeError("a shared feed without a position")
-        if not last_event_id:
+        if last_event_id is None:
             return Start(head)
         try:
             return Start(FeedPosition.parse(last_event_id), resume=True)

@@ -1,6 +1,7 @@
 """Whatever a client sends as Last-Event-ID, its stream answers at once and goes on: a real
-position resumes after it; anything else — ahead of the feed, between its entries, of another
-epoch or another feed, malformed, empty-ish, huge — gets exactly one `reset` within a second,
+position resumes after it; anything else — ahead of the feed, between its entries, behind what
+it still holds, of another epoch or another feed, malformed, empty, huge — gets exactly one
+`reset` within a second,
 then the live events. No loop: one upstream watch per stream at most, whatever it sent."""
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.runtime.stream_ids import FeedPosition, Position
+from services.streams.live import LiveFeeds, LiveSettings
 from tests.gateway import sse_client as sse
 from tests.helpers import Flusher, at, message, mint_token
 from tests.stack import Env
@@ -21,6 +24,7 @@ pytestmark = pytest.mark.asyncio
 gateway = sse.gateway
 events = sse.events
 ROUTE = "/api/zalo-accounts/{}/events"
+FEEDS = LiveFeeds.from_settings(LiveSettings())
 
 
 async def send(
@@ -45,6 +49,8 @@ def ids(head: FeedPosition, first: FeedPosition, other_feed: FeedPosition) -> di
         "0-0": "0-0",
         "0-1": "0-1",
         "malformed": "yesterday",
+        "empty": "",
+        "not ASCII": "posição",
         "a dash": "-",
         "huge": "9" * 6000,
     }
@@ -101,3 +107,15 @@ async def test_every_last_event_id_is_answered_at_once_and_never_loops(
                 resumed = await stream.next(within=1)
                 assert (resumed.event, resumed.data.get("thread_id")) != ("reset", None)
                 assert resumed.event in ("conversation", "message")
+
+            # Behind what the feed still holds (here cut by hand to its newest entry): a reset.
+            admin = redis.Redis.from_url(env.redis_url)
+            try:
+                await admin.xtrim(FEEDS.inbox(1), maxlen=1)
+            finally:
+                await admin.aclose()
+            async with events(url, ROUTE.format(1), token, first.id) as stream:
+                reset = await stream.next(within=1)
+                assert reset.event == "reset", reset
+                with pytest.raises(TimeoutError):
+                    await stream.next(within=1.5)

@@ -51,10 +51,11 @@ router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
 STREAM_PATH = re.compile(r"/api/(zalo-accounts|courses)/[^/]+/events")
 
-# A string, possibly empty (no id yet), never null: a header has no null to send. Any text: one
-# that is no position of the feed (another format, cut short, made up) is answered with a reset.
+# Absent: the stream starts now. Any text, empty included (a browser sends none before its first
+# id): one that is no position of the feed (another format, cut short, made up) is answered with
+# a reset, so a client that meant to resume refetches instead of missing what came in between.
 LastEventId = Annotated[
-    str,
+    str | None,
     Header(
         alias="Last-Event-ID",
         description=(
@@ -117,7 +118,7 @@ async def inbox_events(
     clients: RequestClients,
     user: CurrentUser,
     account_id: AccountId,
-    last_event_id: LastEventId = "",
+    last_event_id: LastEventId = None,
 ) -> EventStreamResponse:
     """Events: `message` (a stored message, as in GET …/messages), `conversation` (its state,
     as in GET …/conversations), `changed` (a message too large for the stream: GET its
@@ -144,7 +145,7 @@ async def course_events(
     clients: RequestClients,
     user: CurrentUser,
     course_id: CourseId,
-    last_event_id: LastEventId = "",
+    last_event_id: LastEventId = None,
 ) -> EventStreamResponse:
     """Events: `post` and `comment` (created, edited — a higher `version` — or deleted with
     `deleted_at` and no text), `likes` (a target's new like count), `changed` (a post or comment
@@ -215,7 +216,7 @@ def _live(
 
 
 async def _stream(
-    request: Request, user_id: int, stream: LiveStream, last_event_id: str
+    request: Request, user_id: int, stream: LiveStream, last_event_id: str | None
 ) -> EventStreamResponse:
     """Joins the feed (a refusal of its watch is this request's answer: 4xx JSON), then answers
     with the stream, written after the request's handling (services/gateway/sse.py)."""
