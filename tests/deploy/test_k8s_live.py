@@ -37,7 +37,9 @@ def test_the_live_feeds_settings_are_shared_and_the_streams_outlive_the_ingress(
     assert k8s_validate.live_errors(docs) == []
     # The layout is one setting in the shared ConfigMap, never a Deployment's own.
     data = config(docs)
-    for name in ("LIVE_RETENTION_SECONDS", "LIVE_MAX_EVENTS_PER_FEED", "LIVE_WAKE_SHARDS"):
+    for name in k8s_validate.LIVE_SHARED:
+        if name == "LIVE_PREFIX":
+            continue  # the code's default, which the ACLs name
         assert name in data, name
         assert all(name not in env_of(docs, s) for s in (*LIVE_WRITERS, *LIVE_WATCHERS)), name
     # Each explicit LIVE_* variable is one its service reads (a misspelt one would be ignored).
@@ -51,9 +53,9 @@ def test_the_live_feeds_settings_are_shared_and_the_streams_outlive_the_ingress(
     assert {"LIVE_POLL_SECONDS", "LIVE_RECHECK_SECONDS"} <= set(env_of(docs, "timeline"))
     assert "LIVE_HEARTBEAT_SECONDS" not in env_of(docs, "timeline")
 
-    # What the checks catch: a timeline without its Redis, a watcher with its own shard count,
-    # another prefix than the ACLs name, a heartbeat the ingress would time out, and an Ingress
-    # of the gateway that buffers or waits less.
+    # What the checks catch: a timeline without its Redis, a watcher with its own shard count, a
+    # writer with its own byte budget, another prefix than the ACLs name, a heartbeat the ingress
+    # would time out, and an Ingress of the gateway that buffers or waits less.
     broken = copy.deepcopy(docs)
     timeline = deployment_named(broken, "timeline")["spec"]["template"]["spec"]["containers"][0]
     timeline["env"] = [e for e in timeline["env"] if e["name"] != "REDIS_URL"]
@@ -61,6 +63,8 @@ def test_the_live_feeds_settings_are_shared_and_the_streams_outlive_the_ingress(
         {"name": "LIVE_WAKE_SHARDS", "value": "16"},
         {"name": "LIVE_PREFIX", "value": "feeds"},
     ]
+    flusher = deployment_named(broken, "flusher")["spec"]["template"]["spec"]["containers"][0]
+    flusher["env"] += [{"name": "LIVE_MAX_BYTES_PER_FEED", "value": "1048576"}]
     gateway = deployment_named(broken, "gateway")["spec"]["template"]["spec"]["containers"][0]
     gateway["env"] = [
         {"name": e["name"], "value": "45"} if e["name"] == "LIVE_HEARTBEAT_SECONDS" else e
@@ -75,6 +79,10 @@ def test_the_live_feeds_settings_are_shared_and_the_streams_outlive_the_ingress(
     )
     assert any(
         p.startswith("LIVE_WAKE_SHARDS must be one value") and "timeline 16" in p for p in problems
+    )
+    assert any(
+        p.startswith("LIVE_MAX_BYTES_PER_FEED must be one value") and "flusher 1048576" in p
+        for p in problems
     )
     assert "timeline: LIVE_PREFIX must be 'live', the ACLs' key patterns" in problems
     assert any(
@@ -141,6 +149,8 @@ def test_the_gateways_streams_fit_its_memory_limit(directory: Path) -> None:
     # The code's default bound (20,000 streams, ~2 GB) under the pod's limit, and two workers of
     # the bound that fits one.
     broken = copy.deepcopy(docs)
+    flusher = deployment_named(broken, "flusher")["spec"]["template"]["spec"]["containers"][0]
+    flusher["env"] += [{"name": "LIVE_MAX_BYTES_PER_FEED", "value": "1048576"}]
     gateway = deployment_named(broken, "gateway")["spec"]["template"]["spec"]["containers"][0]
     gateway["env"] = [e for e in gateway["env"] if e["name"] != "LIVE_STREAMS_PER_PROCESS"]
     [problem] = k8s_validate.stream_memory_errors(broken)
