@@ -98,9 +98,11 @@ class LiveRun:
     timeline_bytes_per_stream: float
     idle_cpu_percent: float
     quiet_cpu_percent: float  # the same processes just before, holding no stream
-    # The feeds at 100,000 accounts: projected bytes and the ceiling they stop at.
+    # The feeds at 100,000 accounts: projected bytes and the ceilings they stop at, on a Redis
+    # of their own and sharing the streams' Redis.
     projected_feed_bytes: float
     feed_ceiling_bytes: float
+    shared_feed_ceiling_bytes: float
     watchers: int
     likes_per_s: float
     fanout_events_per_s: float
@@ -369,11 +371,12 @@ async def _latency(stack: Stack, streams: int, messages: int, rate: float) -> De
     )
 
 
-async def _feed_budget(stack: Stack, per_event: float) -> tuple[float, float]:
+async def _feed_budget(stack: Stack, per_event: float) -> tuple[float, float, float]:
     """The feeds' memory at the design's size (tools/capacity.py's load: 100,000 accounts, 5
     million messages a day, an hour kept) with this run's bytes per event and the measured cost
-    of a feed and of an idle feed's meta; and the ceiling all feeds stop at: LIVE_MEMORY_CEILING
-    of the stack Redis's maxmemory, or of the dev overlay's 1 GiB when it has none."""
+    of a feed and of its meta; and the ceilings all feeds stop at in a Redis of the stack's
+    maxmemory (the dev overlay's 1 GiB when it has none): on a Redis of their own (what
+    docs/live.md recommends at this size) and sharing the durable streams' Redis."""
     client = redis.Redis.from_url(stack.redis_url)
     try:
         costs = await capacity.feed_costs(client)
@@ -385,7 +388,9 @@ async def _feed_budget(stack: Stack, per_event: float) -> tuple[float, float]:
     events *= settings.live_retention_seconds / 3600
     projected = events * per_event + capacity.ACCOUNTS * costs.per_feed
     maxmemory = int(memory.get("maxmemory", 0)) or 1024**3
-    return projected, maxmemory * LiveFeeds.from_settings(settings).memory_ceiling
+    own = LiveFeeds.from_settings(settings, own_redis=True).memory_ceiling
+    shared = LiveFeeds.from_settings(settings).memory_ceiling
+    return projected, maxmemory * own, maxmemory * shared
 
 
 async def _feed_bytes(
@@ -497,7 +502,7 @@ async def run_live(
     """At the peak rate (800 msg/s), and at a rate this machine keeps up with while it also holds
     the streams (what the live path adds, not the backlog of an overloaded box)."""
     runs = [await _latency(stack, streams, round(rate * seconds), rate) for rate in rates]
-    projected, ceiling = await _feed_budget(stack, runs[-1].redis_bytes[0])
+    projected, ceiling, shared_ceiling = await _feed_budget(stack, runs[-1].redis_bytes[0])
     held, gateway_bytes, timeline_bytes, cpu, without = await _idle(stack, idle)
     likes_rate, fanout_per_s, cpu_per_event = await _fan_out(stack, watchers)
     return LiveRun(
@@ -506,6 +511,7 @@ async def run_live(
         runs=runs,
         projected_feed_bytes=projected,
         feed_ceiling_bytes=ceiling,
+        shared_feed_ceiling_bytes=shared_ceiling,
         idle_streams=held,
         gateway_bytes_per_stream=gateway_bytes,
         timeline_bytes_per_stream=timeline_bytes,

@@ -49,6 +49,10 @@ class Options:
     cluster_rounds: int = 3
 
 
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.0f}"
+
+
 def _ratio_note(value: float, base: float, what: str, target: str) -> str:
     return f"{value / base:.2f}x {what} (target {target})" if base else f"target {target}"
 
@@ -794,13 +798,15 @@ async def live_section(stack: Stack, o: Options) -> list[Result]:
         Result(
             "live.feed_budget_headroom",
             "live",
-            "the live feeds' memory at 100,000 accounts and 5M messages a day (this run's bytes per"
-            " event) ÷ the ceiling they stop at",
-            run.projected_feed_bytes / run.feed_ceiling_bytes,
+            "the ceiling the live feeds stop at on a Redis of their own (LIVE_MEMORY_CEILING 0.9)"
+            " ÷ their memory at 100,000 accounts and 5M messages a day (this run's bytes per"
+            " event)",
+            run.feed_ceiling_bytes / run.projected_feed_bytes,
             "",
-            f"{run.projected_feed_bytes / 2**20:,.0f} MiB of {run.feed_ceiling_bytes / 2**20:,.0f}"
-            " MiB (LIVE_MEMORY_CEILING of maxmemory; the dev overlay's 1 GiB where the stack's"
-            " Redis has none)",
+            f"{mib(run.projected_feed_bytes)} MiB needed, {mib(run.feed_ceiling_bytes)} MiB"
+            " ceiling (of the stack Redis's maxmemory, or the dev overlay's 1 GiB where it has"
+            f" none); sharing the streams' Redis at 0.5: {mib(run.shared_feed_ceiling_bytes)} MiB,"
+            f" {run.shared_feed_ceiling_bytes / run.projected_feed_bytes:.2f}x",
         ),
         Result(
             "live.idle_bytes_per_stream",
