@@ -39,7 +39,9 @@ def for_user(*callers: str) -> Rule:
 def watching(rule: Rule) -> Rule:
     """`rule`, for a live feed: the gateway may also watch for itself, for no end user. It
     holds one watch of a feed per process, shared by its browsers' streams, and checks each
-    stream itself (the token's expiry and accounts, the enrolment)."""
+    stream itself (the token's expiry and accounts, the enrolment). Not scoped: the gateway's
+    certificate alone may watch every account and course, as a watcher's may (docs/security.md,
+    "Out of scope")."""
     return replace(rule, end_user_optional=True)
 
 

@@ -4,6 +4,9 @@ each call is made for.
 Every call carries the request's verified bearer token in its `authorization` metadata: the
 service behind checks it again and refuses a request whose user or account field is not that
 user's (services/domain/access.py), so the gateway's certificate alone cannot act for anyone.
+One exception, by design: it may watch any account's or course's live feed for itself, the
+one watch per feed its streams share (services/gateway/feeds.py); so the certificate alone
+reads whatever those feeds carry (docs/security.md says what that exposes).
 
 A service may run several worker processes behind one port (services/runtime/workers.py): the
 kernel hands each new connection to one of them, and gRPC sends every call of a connection over

@@ -93,11 +93,10 @@ class Streams:
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Where a stream starts: after `position`; `resume` when the client named it (it reads a
-    watch of its own first); `reset` when what it named was no position (it is told so first)."""
+    """Where a stream starts: after `position`; `reset` when what its client named was no
+    position (it is told so first)."""
 
     position: FeedPosition
-    resume: bool = False
     reset: str = ""
 
 
@@ -136,7 +135,7 @@ class LiveStream:
         if last_event_id is None:
             return Start(head)
         try:
-            return Start(FeedPosition.parse(last_event_id), resume=True)
+            return Start(FeedPosition.parse(last_event_id))
         except ValueError:
             return Start(head, reset=reset_reason("malformed"))
 
@@ -156,10 +155,11 @@ class LiveStream:
                 opening += reset_event(start.position, start.reset)
             if not await self._write(send, opening):
                 return
+            # A resume within the shared window goes on from it: the window holds only entries
+            # of the feed's current epoch, in order, and is emptied when an edit, a removal or a
+            # reset passes through, so nothing it holds is superseded. Any other position is
+            # read by timeline, from Redis, on a watch of the stream's own.
             position = start.position
-            # A resume reads its own watch first: the shared window may hold text that an edit
-            # or a removal superseded after it was delivered; timeline reads Redis, which knows.
-            needs_own = start.resume
             own_not_before, own_every = 0.0, _OWN_WATCH_EVERY[0]
             beat = time.monotonic() + settings.heartbeat_seconds
             recheck = time.monotonic() + _jittered(settings.recheck_seconds)
@@ -182,7 +182,7 @@ class LiveStream:
                     own.close()  # caught up: the shared feed holds what comes next
                     own, own_every = None, _OWN_WATCH_EVERY[0]
                 source = own or self.feed
-                frames = None if needs_own else source.since(position)
+                frames = source.since(position)
                 if frames is None or (own is not None and own.ended is not None):
                     if own is not None:
                         own.close()
@@ -193,7 +193,6 @@ class LiveStream:
                         continue
                     own_not_before = now + own_every
                     own_every = min(own_every * 2, _OWN_WATCH_EVERY[1])
-                    needs_own = False
                     try:
                         own = await streams.feeds.own(position, self.watch, self.encode, self.woken)
                     except grpc.aio.AioRpcError as refused:

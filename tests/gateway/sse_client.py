@@ -164,11 +164,12 @@ class EventStream:
 async def events(
     base_url: str, path: str, token: str | None, last_event_id: str | None = None
 ) -> AsyncIterator[EventStream]:
-    headers = {"Accept": "text/event-stream"}
+    headers: dict[bytes, bytes] = {b"Accept": b"text/event-stream"}
     if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
+        headers[b"Authorization"] = f"Bearer {token}".encode()
     if last_event_id is not None:
-        headers["Last-Event-ID"] = last_event_id
+        # httpx sends str headers as ASCII; a header may carry any byte but controls (latin-1).
+        headers[b"Last-Event-ID"] = last_event_id.encode("latin-1")
     async with (
         httpx.AsyncClient(base_url=base_url, timeout=30) as client,
         client.stream("GET", path, headers=headers) as response,

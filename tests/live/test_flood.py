@@ -231,6 +231,7 @@ async def test_a_feed_that_cannot_take_an_append_never_holds_up_the_flush(
     assert isinstance(await reader.after(account, watcher.position, 10), Reset)
 
 
+@pytest.mark.single_redis
 async def test_a_feed_redis_of_its_own_out_of_reach_holds_nothing_up() -> None:
     """Feeds on a Redis of their own (LIVE_REDIS_URL) that stops answering: publishing goes on at
     once (the flusher ACKs its batch, ingest deletes its outbox row), the feeds it could not write
