@@ -38,6 +38,7 @@ from services.streams.live import (
 )
 from tests.helpers import Flusher, at, message
 from tests.live.rebirth import Client
+from tests.stack import ON_CLUSTER
 from tools import redis_server
 from tools.waiting import until
 
@@ -79,6 +80,15 @@ async def flushing(flusher: Flusher) -> AsyncIterator[Flusher]:
     await task
 
 
+async def set_maxmemory(client: redis.Redis, value: int | str) -> None:
+    """On the one server, or on every node of a cluster (each checks its own ceiling)."""
+    if ON_CLUSTER:
+        cluster: Any = client
+        await cluster.config_set("maxmemory", value, target_nodes=redis.RedisCluster.ALL_NODES)
+    else:
+        await client.config_set("maxmemory", value)
+
+
 async def feed_memory(client: redis.Redis) -> dict[str, int]:
     """MEMORY USAGE of every live feed key, by key."""
     found: dict[str, int] = {}
@@ -88,6 +98,8 @@ async def feed_memory(client: redis.Redis) -> dict[str, int]:
     return found
 
 
+# Sized against one server's used_memory; a cluster node runs the same scripts against its own.
+@pytest.mark.single_redis
 async def test_a_flood_into_one_account_and_one_course_costs_the_feeds_their_budget_only(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     forum_writes: forum_write_service_pb2_grpc.ForumWriteServiceStub,
@@ -215,7 +227,7 @@ async def test_a_feed_that_cannot_take_an_append_never_holds_up_the_flush(
     account = FEEDS.inbox(1)
     watcher = Client(await reader.head(account))
     before: Any = (await redis_client.config_get("maxmemory"))["maxmemory"]
-    await redis_client.config_set("maxmemory", 64 * 1024**3)
+    await set_maxmemory(redis_client, 64 * 1024**3)
     try:
         full = flusher.configured(live_memory_ceiling=1e-9)
         await ingest.IngestMessages(
@@ -223,7 +235,7 @@ async def test_a_feed_that_cannot_take_an_append_never_holds_up_the_flush(
         )
         assert await full.drain() == 1
     finally:
-        await redis_client.config_set("maxmemory", before)
+        await set_maxmemory(redis_client, before)
     stored = await admin_db.fetchone("SELECT msg_id FROM zalo_messages")
     assert stored is not None
     assert stored[0] == "kept"
