@@ -51,6 +51,7 @@ from bench.cpu import cpu_seconds
 from bench.likes_hot import HOT_COURSE, STUDENTS, Liker, enrol, new_posts, sync_service
 from bench.measure import closed_loop_count, open_loop
 from services.runtime.mysql import MysqlDatabase
+from services.streams.entries import FIELD_EVENT
 from services.streams.live import LiveFeeds, LiveSettings
 from tools import capacity
 from tools.jwt_token import mint, secret_file
@@ -410,7 +411,7 @@ async def _feed_bytes(
                 continue
             usage = int(await client.memory_usage(feed, samples=0) or 0)
             per_entry.append(usage / len(entries))
-            payloads += [float(len(fields[b"e"])) for _, fields in entries]
+            payloads += [float(len(fields[FIELD_EVENT])) for _, fields in entries]
     finally:
         await client.aclose()
     return (_p(per_entry, 50), _p(per_entry, 99)), (_p(payloads, 50), _p(payloads, 99))

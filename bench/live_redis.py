@@ -35,7 +35,7 @@ from tools import redis_server
 RESULTS = Path(__file__).resolve().parent / "results"
 EVENTS_PER_SECOND = 1_600  # 800 messages a second, a message and its conversation's state
 ACCOUNTS_PER_BATCH, EVENTS_PER_ACCOUNT = 20, 10
-EVENT = b"e" * 600
+EVENT = b"x" * 600
 DURABLE_ENTRY = "d" * 2048
 
 

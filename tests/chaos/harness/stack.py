@@ -47,6 +47,12 @@ SHARDS = 4
 # cost a call this long, not the defaults' 5-10 s.
 DATASTORE_TIMEOUT = "2"
 LEASE_TTL_MS = 2000
+GATEWAY_WRITE_LIMITS = (
+    "FORUM_WRITES_PER_MINUTE",
+    "INGEST_CALLS_PER_MINUTE_PER_ACCOUNT",
+    "INGEST_CALLS_PER_MINUTE_PER_USER",
+    "INBOX_WRITES_PER_MINUTE",
+)
 # The stream layouts the services use (they read the same prefixes from the same environment).
 MESSAGE_STREAMS = MessageStreams.from_settings(MessageStreamSettings(message_stream_shards=SHARDS))
 LIKE_STREAMS = LikeStreams.from_settings(LikeStreamSettings(like_stream_shards=SHARDS))
@@ -409,6 +415,9 @@ class ChaosStack:
                     "INGEST_FORUM_ADDR": f"127.0.0.1:{self.services['ingest'].forum_port}",
                     "TIMELINE_ADDR": f"127.0.0.1:{self.services['timeline'].port}",
                     "LIKES_ADDR": f"127.0.0.1:{self.services['likes'].port}",
+                    # The suites here write as one user far faster than a person: the limits
+                    # have tests of their own (tests/gateway/test_rate_limit.py).
+                    **{name: "100000" for name in GATEWAY_WRITE_LIMITS},
                 },
             )
             gateway.env["GATEWAY_PORT"] = str(gateway.port)
