@@ -241,6 +241,6 @@ async def test_a_busy_watch_ends_within_a_second_of_its_tokens_expiry(
         stop.set()
         written = await writing
     assert ended.value.code == grpc.StatusCode.UNAUTHENTICATED
-    assert read > 1000
-    assert written > read  # it always had more to read
+    assert read > 250  # it read page after page (about 1,000 on an idle machine)
+    assert written > read  # and always had more to read
     assert ended_at - expires < 1.0, ended_at - expires
