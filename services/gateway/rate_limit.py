@@ -24,6 +24,7 @@ from typing import Annotated
 import redis.asyncio as redis
 from fastapi import Depends, Request
 
+from services import keyspace
 from services.gateway.auth import CurrentUser, require_account
 from services.gateway.errors import ApiError
 from services.gateway.params import AccountId
@@ -42,15 +43,16 @@ class Decision:
 class RateLimiter:
     """At most `limit` calls in any `window` seconds per subject."""
 
-    def __init__(self, client: redis.Redis, prefix: str, limit: int, window: int = 60) -> None:
+    def __init__(self, client: redis.Redis, name: str, limit: int, window: int = 60) -> None:
         self._hit = lua.register(client, __package__, "rate_limit/hit")
-        self._prefix = prefix
+        self._name = name
         self.limit = limit
         self._window = window
 
     async def hit(self, subject: int | str) -> Decision:
         allowed, wait_ms = await self._hit(
-            keys=[f"{self._prefix}:{subject}"], args=[self.limit, self._window * 1000]
+            keys=[keyspace.coordination.RATE_LIMIT.key(limit=self._name, subject=subject)],
+            args=[self.limit, self._window * 1000],
         )
         if allowed:
             return Decision(True, 0)
@@ -95,15 +97,12 @@ class Limits:
         ingest_calls_per_user: int,
         inbox_writes: int,
     ) -> Limits:
-        prefix = "agora:ratelimit"
         return cls(
-            likes=RateLimiter(client, f"{prefix}:like", likes),
-            forum_writes=RateLimiter(client, f"{prefix}:forum-write", forum_writes),
-            ingest_per_account=RateLimiter(
-                client, f"{prefix}:ingest-account", ingest_calls_per_account
-            ),
-            ingest_per_user=RateLimiter(client, f"{prefix}:ingest-user", ingest_calls_per_user),
-            inbox_writes=RateLimiter(client, f"{prefix}:inbox-write", inbox_writes),
+            likes=RateLimiter(client, "like", likes),
+            forum_writes=RateLimiter(client, "forum-write", forum_writes),
+            ingest_per_account=RateLimiter(client, "ingest-account", ingest_calls_per_account),
+            ingest_per_user=RateLimiter(client, "ingest-user", ingest_calls_per_user),
+            inbox_writes=RateLimiter(client, "inbox-write", inbox_writes),
         )
 
 

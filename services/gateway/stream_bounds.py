@@ -19,12 +19,12 @@ from collections import Counter, defaultdict
 
 import redis.asyncio as redis
 
+from services import keyspace
 from services.gateway.errors import ApiError
 from services.runtime import lua
 from services.runtime.redis_client import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
-PREFIX = "agora:live-streams"
 _RENEWED_AT_ONCE = 500
 
 
@@ -108,4 +108,4 @@ class StreamBounds:
 
     @staticmethod
     def _key(user_id: int) -> str:
-        return f"{PREFIX}:{user_id}"
+        return keyspace.coordination.LIVE_STREAMS.key(user=user_id)

@@ -7,11 +7,14 @@ from pydantic import Field
 from services.domain.instants import Limits
 from services.runtime.grpc_server import ApiServiceSettings
 from services.runtime.tokens import JwtSettings
+from services.streams.likes import LikeStreamSettings
 from services.streams.live import LiveSettings
 from services.streams.messages import MessageStreamSettings
 
 
-class IngestSettings(ApiServiceSettings, MessageStreamSettings, LiveSettings, JwtSettings):
+class IngestSettings(
+    ApiServiceSettings, MessageStreamSettings, LikeStreamSettings, LiveSettings, JwtSettings
+):
     """ingest reads REDIS_URL, POSTGRES_URL and MYSQL_URL (required), its certificate, the
     end-user token keys, the live feeds' layout (its forum writes add to the courses' feeds) and
     the limits below."""

@@ -34,7 +34,7 @@ from services.ingest.forum_repository import (
 )
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.redis_client import REDIS_ERRORS
-from services.streams.likes import AccessSignal
+from services.streams.like_cache import AccessSignal
 
 log = logging.getLogger(__name__)
 

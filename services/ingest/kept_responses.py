@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import redis.asyncio as redis
 from redis.exceptions import OutOfMemoryError
 
+from services import keyspace
 from services.domain.idempotency import LIFETIME, KeyInUse, KeyReused
 from services.ingest.repository import BacklogFull
 from services.runtime import lua
@@ -58,7 +59,7 @@ class KeptResponses:
         # Hashed: a key is any visible ASCII, braces included, which would move it to another
         # cluster slot as a hash tag; its digest is short and plain.
         digest = hashlib.sha256(key.encode()).hexdigest()
-        return f"{self._prefix}:idempotency:{account_id}:{digest}"
+        return keyspace.messages.IDEMPOTENCY.key(self._prefix, account=account_id, digest=digest)
 
     async def claim(self, account_id: int, key: str, fingerprint: bytes) -> Claim | bytes:
         """The claim this call now holds, or the response an earlier call with the key kept.

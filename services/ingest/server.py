@@ -21,7 +21,7 @@ from services.runtime import redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
 from services.runtime.redis_client import DurableScripts
-from services.streams.likes import AccessSignal, LikeStreams, LikeStreamSettings
+from services.streams.like_cache import AccessSignal
 from services.streams.live import LiveRedis
 from services.streams.messages import MessageStreams
 from services.streams.metrics import MESSAGE_BACKLOG_BOUND
@@ -65,8 +65,8 @@ async def build(settings: IngestSettings) -> service.Service:
             KeptResponses(redis, settings.message_stream_prefix),
         )
         # A delete resets its course's access version in Redis: the likes service stops taking
-        # likes of the target at once (the key's layout: LIKE_STREAM_PREFIX, as likes reads it).
-        signal = AccessSignal(redis, LikeStreams.from_settings(LikeStreamSettings()))
+        # likes of the target at once.
+        signal = AccessSignal(redis, settings.like_stream_prefix)
         # Each write's course event commits with it (the outbox) and is published right after.
         live_redis = LiveRedis.open(stores, settings, redis)
         publisher = live_redis.publisher(settings)

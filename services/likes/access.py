@@ -47,7 +47,8 @@ from cachetools import LRUCache
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
 from services.runtime.redis_client import REDIS_ERRORS
-from services.streams.likes import ACCESS_VERSION_TTL_SECONDS, LikeStreams, TargetKind
+from services.streams.like_cache import ACCESS_VERSION_TTL_SECONDS, LikeCache
+from services.streams.likes import LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class AccessCache:
         self._checks = checks
         self._redis = client
         self._streams = streams
+        self._cache = LikeCache.beside(streams)
         self._limits = limits
         self._clock = clock
         # Not a cachetools cache: bounded by two measures at once (courses, and member ids over
@@ -133,7 +135,7 @@ class AccessCache:
         return self._limits.seconds > 0
 
     def version_key(self, course_id: int) -> str:
-        return self._streams.access_version(course_id)
+        return self._cache.access_version(course_id)
 
     async def current_version(self, course_id: int) -> bytes | None:
         """The course's access version (one GET), or None when nothing may be cached — also when

@@ -34,7 +34,8 @@ from services.likes.direct_writes import BUSY
 from services.likes.errors import BacklogFull, ColdSetError
 from services.runtime import lua
 from services.runtime.redis_client import DurableScripts
-from services.streams.likes import LikeStreams, TargetKind, member, unflushed
+from services.streams.like_cache import LikeCache, member, unflushed
+from services.streams.likes import LikeStreams, TargetKind
 from services.streams.producer import LUA_APPEND, publishing
 
 _WARM_BODY = lua.library(__package__, "buffered_store/warm_from")
@@ -74,6 +75,7 @@ class BufferedLikes:
         # REDIS_WAIT_REPLICAS: a toggle is acknowledged once that many replicas have it.
         self._durable = durable or DurableScripts(client, 0, 1)
         self._streams = streams
+        self._cache = LikeCache.beside(streams)
         self._access = access
         self._ttl = ttl_seconds
         self._bound = bound
@@ -131,10 +133,10 @@ class BufferedLikes:
     async def _probe(self, user_id: int, course_id: int) -> _Probe:
         """Whether the user's SET is cold, the token of their direct-write guard and the course's
         access version: one round trip."""
-        liked_set = self._streams.liked_set(user_id, course_id)
+        liked_set = self._cache.liked_set(user_id, course_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.exists(liked_set)
-            pipe.get(self._streams.direct_guard(user_id, course_id))
+            pipe.get(self._cache.direct_guard(user_id, course_id))
             if self._access.enabled:
                 pipe.get(self._access.version_key(course_id))
             exists, guard, *seen = await pipe.execute()
@@ -154,11 +156,11 @@ class BufferedLikes:
                 result = await self._durable(
                     self._toggle,
                     [
-                        self._streams.liked_set(user_id, course_id),
+                        self._cache.liked_set(user_id, course_id),
                         stream,
-                        self._streams.last_ops(user_id, course_id),
+                        self._cache.last_ops(user_id, course_id),
                         self._streams.backlog_bytes(shard),
-                        self._streams.direct_guard(user_id, course_id),
+                        self._cache.direct_guard(user_id, course_id),
                     ],
                     [
                         member(event.target.kind, event.target.id),
@@ -179,7 +181,7 @@ class BufferedLikes:
     async def liked_map(
         self, user_id: int, course_id: int, targets: Sequence[like_service_pb2.Target]
     ) -> list[bool]:
-        key = self._streams.liked_set(user_id, course_id)
+        key = self._cache.liked_set(user_id, course_id)
         probe = await self._probe(user_id, course_id)
         toggles = await self._buffered_toggles(user_id, course_id) if probe.cold else {}
         from_db = await self._access.authorize(
@@ -187,7 +189,7 @@ class BufferedLikes:
         )
         members = [member(t.kind, t.id) for t in targets]
         if from_db is not None:
-            guard = self._streams.direct_guard(user_id, course_id)
+            guard = self._cache.direct_guard(user_id, course_id)
             try:
                 warmed = await self._warm(
                     keys=[key, guard],
@@ -210,7 +212,7 @@ class BufferedLikes:
     async def _buffered_toggles(self, user_id: int, course_id: int) -> dict[str, bool]:
         """The user's toggles not flushed yet (member → liked), read before the database read
         that warms their SET: whatever the flusher commits in between is in one or the other."""
-        ops: dict[Any, Any] = await self._redis.hgetall(self._streams.last_ops(user_id, course_id))
+        ops: dict[Any, Any] = await self._redis.hgetall(self._cache.last_ops(user_id, course_id))
         return unflushed(ops)
 
 

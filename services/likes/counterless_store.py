@@ -39,7 +39,8 @@ from services.likes.access import AccessCache
 from services.likes.direct_writes import DirectWrites
 from services.likes.sync_store import liked_in_database
 from services.runtime.redis_client import REDIS_ERRORS
-from services.streams.likes import COMMENT, MARK_DIRTY, POST, LikeStreams, TargetKind
+from services.streams.like_cache import MARK_DIRTY, LikeCache
+from services.streams.likes import COMMENT, POST, LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ class DirtyMarks:
 
     def __init__(self, client: redis.Redis, streams: LikeStreams, limit: int = 100_000) -> None:
         self._script = client.register_script(MARK_DIRTY)
-        self._keys = [streams.dirty(POST), streams.dirty(COMMENT)]
+        cache = LikeCache.beside(streams)
+        self._keys = [cache.dirty(POST), cache.dirty(COMMENT)]
         self._limit = limit
         self._pending: set[tuple[int, int]] = set()
 

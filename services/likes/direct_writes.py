@@ -40,7 +40,8 @@ from services.likes import metrics
 from services.likes.errors import EarlierToggleUnflushed
 from services.runtime import lua
 from services.runtime.redis_client import REDIS_ERRORS, DurableScripts
-from services.streams.likes import LikeStreams, TargetKind, member, unflushed
+from services.streams.like_cache import LikeCache, member, unflushed
+from services.streams.likes import LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class DirectWrites:
     ) -> None:
         self._redis = client
         self._streams = streams
+        self._cache = LikeCache.beside(streams)
         self._durable = durable
         self._wait = wait_seconds
         self._busy_ms = int(busy_seconds * 1000)
@@ -83,10 +85,10 @@ class DirectWrites:
         buffered toggle of the target (if any) is in PostgreSQL, while buffered pods keep from
         warming the user's SET. Raises EarlierToggleUnflushed when that toggle did not land in
         time (nothing was written)."""
-        liked_set = self._streams.liked_set(user_id, course_id)
-        guard = self._streams.direct_guard(user_id, course_id)
+        liked_set = self._cache.liked_set(user_id, course_id)
+        guard = self._cache.direct_guard(user_id, course_id)
         busy = f"{BUSY}{secrets.token_hex(8)}"
-        keys = [liked_set, self._streams.last_ops(user_id, course_id), guard]
+        keys = [liked_set, self._cache.last_ops(user_id, course_id), guard]
         args = [member(kind, target_id), busy, self._busy_ms]
         deadline = time.monotonic() + self._wait
         pause, waited = 0.01, False
@@ -119,7 +121,7 @@ class DirectWrites:
         (the answer is then PostgreSQL's alone)."""
         try:
             ops: dict[Any, Any] = await self._redis.hgetall(
-                self._streams.last_ops(user_id, course_id)
+                self._cache.last_ops(user_id, course_id)
             )
         except REDIS_ERRORS as exc:
             if self._reads_from_redis:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from services.domain.forum import ENROLLED_IN_COURSE, LIVE_COMMENT_IN_COURSE, LIVE_POST_IN_COURSE
-from services.streams.likes import COMMENT, POST, TargetKind, member
+from services.streams.like_cache import member
+from services.streams.likes import COMMENT, POST, TargetKind
 
 # What {user} has liked in {course} (SQL expressions).
 _LIKED_POSTS = """

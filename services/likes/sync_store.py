@@ -30,7 +30,8 @@ from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import ForumChecks
 from services.runtime.errors import is_transient
 from services.streams.course_events import LikeCount, LikeCountPublication
-from services.streams.likes import COMMENT, POST, TargetKind, member
+from services.streams.like_cache import member
+from services.streams.likes import COMMENT, POST, TargetKind
 
 log = logging.getLogger(__name__)
 

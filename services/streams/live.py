@@ -42,6 +42,7 @@ import redis.asyncio as redis
 from pydantic import Field
 from redis import exceptions as redis_errors
 
+from services import keyspace
 from services.runtime import lua
 from services.runtime.config import EnvSettings
 from services.runtime.redis_client import REDIS_ERRORS, as_cluster
@@ -70,7 +71,7 @@ class LiveSettings(EnvSettings):
     # feeds live"), 0.9 on a Redis of their own (LIVE_REDIS_URL).
     live_memory_ceiling: float | None = Field(default=None, ge=0, le=1)
     live_wake_shards: int = Field(default=8, ge=1, le=1024)
-    live_prefix: str = "live"
+    live_prefix: str = keyspace.live.PREFIX
     # The Redis that holds the feeds, when it is not the service's REDIS_URL (docs/live.md says
     # which to choose); the same server by default. LIVE_REDIS_CLUSTER: whether it is a Redis
     # Cluster (unset: as REDIS_CLUSTER).
@@ -115,18 +116,18 @@ class LiveFeeds:
         )
 
     def inbox(self, account_id: int) -> str:
-        return f"{self.prefix}:{{a{account_id}}}:inbox"
+        return keyspace.live.INBOX.key(self.prefix, account=account_id)
 
     def course(self, course_id: int) -> str:
-        return f"{self.prefix}:{{f{course_id}}}:course"
+        return keyspace.live.COURSE.key(self.prefix, course=course_id)
 
     @staticmethod
     def keys(feed: str) -> list[str]:
         """The feed's keys, all in its slot: its stream, meta, versions and their times."""
-        return [feed, f"{feed}:meta", f"{feed}:versions", f"{feed}:versions-at"]
+        return keyspace.live.feed_keys(feed)
 
     def wake(self, shard: int) -> str:
-        return f"{self.prefix}:{{w{shard}}}:wake"
+        return keyspace.live.WAKE.key(self.prefix, shard=shard)
 
     def all_wakes(self) -> list[str]:
         return [self.wake(s) for s in range(self.wake_shards)]
@@ -191,7 +192,16 @@ DROP = lua.source(__package__, "live/drop", before=(_FEED,))
 # Wake streams only say "this feed has something new": a reader that fell behind their bound
 # re-reads every feed it watches. A few bytes an entry, so 10,000 of them cost little.
 WAKE_MAXLEN = 10_000
-WAKE = lua.source(__package__, "live/wake", before=(f"local WAKE_MAXLEN = {WAKE_MAXLEN}",))
+WAKE = lua.source(
+    __package__,
+    "live/wake",
+    before=(
+        f"local WAKE_MAXLEN = {WAKE_MAXLEN}",
+        f"local WAKE_FIELD = '{keyspace.live.WAKE_FEED_FIELD}'",
+    ),
+)
+# How a wake entry's field is read back.
+WAKE_FIELD = keyspace.live.WAKE_FEED_FIELD.encode()
 
 
 class LivePublisher:
@@ -446,7 +456,7 @@ class FeedReader:
         round trip."""
         async with self._client.pipeline(transaction=False) as pipe:
             for feed in feeds:
-                pipe.hmget(f"{feed}:meta", "epoch", "last")
+                pipe.hmget(keyspace.live.feed_keys(feed)[1], "epoch", "last")
             replies: list[Any] = await pipe.execute()
         return [
             None if epoch is None else FeedPosition(_text(epoch), Position.parse(last))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from agora.events.v1 import message_events_pb2
 from pydantic import Field
 
+from services import keyspace
 from services.runtime.config import EnvSettings
 from services.streams.entries import Entry, PoisonEntry
 from services.streams.shards import ShardedStreams
@@ -26,7 +27,7 @@ class MessageStreamSettings(EnvSettings):
 
     # Changing the shard count re-routes conversations: only change it with the streams drained.
     message_stream_shards: int = Field(default=8, ge=1, le=1024)
-    message_stream_prefix: str = "agora:msg"
+    message_stream_prefix: str = keyspace.messages.PREFIX
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,11 @@ class MessageStreams(ShardedStreams):
     """Key names of the message stream shards: the stream, its backlog counters, its dead
     letters and its lease, all under the shard's hash tag {m<s>}."""
 
-    TAG = "m"
-    STREAM_SUFFIX = ":events"
-    DEAD_LETTERS_SUFFIX = ":dead"
-    LEASE_MEMBERS = "lease-members"
+    STREAM = keyspace.messages.EVENTS
+    DEAD_LETTERS = keyspace.messages.DEAD
+    LEASE = keyspace.messages.LEASE
+    LEASE_EPOCH = keyspace.messages.LEASE_EPOCH
+    LEASE_MEMBERS = keyspace.messages.LEASE_MEMBERS
 
     @classmethod
     def from_settings(cls, settings: MessageStreamSettings) -> MessageStreams:
@@ -49,24 +51,24 @@ class MessageStreams(ShardedStreams):
 
     def backlog_key(self, shard: int) -> str:
         """Messages appended to the shard and not yet flushed (the ingest bound, per shard)."""
-        return f"{self._shard_tagged(shard)}:backlog"
+        return keyspace.messages.BACKLOG.key(self.prefix, shard=shard)
 
     def backlog_bytes_key(self, shard: int) -> str:
         """Bytes of the shard's entries appended and not yet flushed."""
-        return f"{self._shard_tagged(shard)}:backlog-bytes"
+        return keyspace.messages.BACKLOG_BYTES.key(self.prefix, shard=shard)
 
     def reserved_key(self, shard: int) -> str:
         """Room held for calls that span shards on a cluster (ingest's two-step append)."""
-        return f"{self._shard_tagged(shard)}:backlog-reserved"
+        return keyspace.messages.RESERVED.key(self.prefix, shard=shard)
 
     def rates_key(self, shard: int) -> str:
         """The shard's decaying count of messages appended, and the sum of its accounts' counts
         squared (ingest's fair shares; expires once the shard is idle)."""
-        return f"{self._shard_tagged(shard)}:backlog-rates"
+        return keyspace.messages.RATES.key(self.prefix, shard=shard)
 
     def account_rate_key(self, shard: int, account_id: int) -> str:
         """One account's decaying count of messages appended to the shard (expires on its own)."""
-        return f"{self._shard_tagged(shard)}:backlog-rate:{account_id}"
+        return keyspace.messages.ACCOUNT_RATE.key(self.prefix, shard=shard, account=account_id)
 
     def bound_per_shard(self, total: int) -> int:
         """A total bound (MESSAGE_QUEUE_MAX, …) split over the shards, rounded up."""

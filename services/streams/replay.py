@@ -15,7 +15,7 @@ import redis.asyncio as redis
 from redis.commands.core import AsyncScript
 
 from services.runtime import lua
-from services.streams import likes, messages
+from services.streams import like_cache, likes, messages
 from services.streams.entries import DEAD_LETTER_FIELDS, FIELD_SOURCE_ID, Entry, encode
 from services.streams.producer import LUA_APPEND
 
@@ -41,6 +41,7 @@ class Replayer:
         self._redis = client
         self._messages = message_streams
         self._likes = like_streams
+        self._cache = like_cache.LikeCache.beside(like_streams)
         self._replay_message: AsyncScript = client.register_script(_REPLAY_MESSAGE)
         self._replay_like: AsyncScript = client.register_script(_REPLAY_LIKE)
 
@@ -88,14 +89,14 @@ class Replayer:
 
     async def _like(self, entry: Entry) -> Replayed:
         event = likes.decode(entry)
-        target = likes.member(event.target.kind, event.target.id)
-        expected = likes.DEAD + likes.op_value(event.liked, entry.id)
+        target = like_cache.member(event.target.kind, event.target.id)
+        expected = like_cache.DEAD + like_cache.op_value(event.liked, entry.id)
         shard = self._likes.shard_of(event.user_id)
         new_id = await self._replay_like(
             keys=[
-                self._likes.last_ops(event.user_id, event.course_id),
+                self._cache.last_ops(event.user_id, event.course_id),
                 self._likes.stream(shard),
-                self._likes.liked_set(event.user_id, event.course_id),
+                self._cache.liked_set(event.user_id, event.course_id),
                 self._likes.backlog_bytes(shard),
             ],
             args=[

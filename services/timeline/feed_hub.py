@@ -28,7 +28,7 @@ import redis.asyncio as redis
 from services.domain.live import reset_reason
 from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.stream_ids import FeedPosition
-from services.streams.live import Entries, FeedReader, LiveFeeds, Reset
+from services.streams.live import WAKE_FIELD, Entries, FeedReader, LiveFeeds, Reset
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class FeedHub:
             for _stream, entries in reply or ():
                 for entry_id, fields in entries:
                     last = entry_id
-                    feed = fields.get(b"k") or fields.get("k")
+                    feed = fields.get(WAKE_FIELD) or fields.get(WAKE_FIELD.decode())
                     if feed is not None:
                         self._wake(feed.decode() if isinstance(feed, bytes) else str(feed))
 

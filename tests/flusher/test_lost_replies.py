@@ -9,13 +9,14 @@ import pytest
 import redis.asyncio as redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from services import keyspace
 from services.runtime import lua
 from services.runtime.redis_client import _ClosedUnderUs
 
 pytestmark = pytest.mark.asyncio
 
-STREAM = "agora:msg:{m0}:events"
-LEASE, EPOCH = "agora:msg:{m0}:lease", "agora:msg:{m0}:lease:epoch"
+STREAM = keyspace.messages.EVENTS.key(shard=0)
+LEASE, EPOCH = keyspace.messages.LEASE.key(shard=0), keyspace.messages.LEASE_EPOCH.key(shard=0)
 
 
 async def test_a_re_sent_read_returns_the_entries_the_lost_reply_carried(

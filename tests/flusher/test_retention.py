@@ -14,7 +14,6 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 from prometheus_client import REGISTRY
 
 from services.flusher.maintenance import capacity
-from services.flusher.maintenance.builder import PRUNE_PREFIX
 from services.flusher.maintenance.periodic import Job, PeriodicJobs
 from services.flusher.maintenance.prune import PruneQueue
 from services.flusher.maintenance.retention import RetentionJobs
@@ -134,7 +133,7 @@ async def test_ten_batches_for_one_conversation_make_one_prune(
             )
         )
         await flusher.drain()
-    queue = PruneQueue(redis_client, PRUNE_PREFIX)
+    queue = PruneQueue(redis_client)
     assert await queue.backlog() == 1
     runs = metric("agora_prune_runs_total")
     assert await flusher.pruner().run_once() == 1
@@ -245,7 +244,7 @@ async def test_a_periodic_job_runs_once_per_period_across_replicas(
             runs.append(name)
             await asyncio.sleep(0.05)
 
-        return PeriodicJobs(redis_client, "agora:jobs-test", [Job("cleanup", 60, work)])
+        return PeriodicJobs(redis_client, [Job("cleanup", 60, work)], prefix="agora:jobs-test")
 
     replicas = [replica(f"r{i}") for i in range(3)]
     await asyncio.gather(*(r.run_due() for r in replicas))

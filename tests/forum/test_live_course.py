@@ -39,6 +39,7 @@ from services.flusher.config import FlusherSettings
 from services.flusher.maintenance import builder as maintenance
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import FeedPosition
+from services.streams.like_cache import LikeCache
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from services.streams.live import LiveFeeds, LivePublisher, LiveSettings
 from tests.gateway import sse_client as sse
@@ -60,6 +61,7 @@ from tools.wait_healthy import wait
 pytestmark = pytest.mark.asyncio
 FEEDS = LiveFeeds.from_settings(LiveSettings())
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+CACHE = LikeCache.beside(STREAMS)
 Stream: TypeAlias = grpc.aio.UnaryStreamCall
 ReadStub: TypeAlias = forum_read_service_pb2_grpc.ForumReadServiceStub
 WriteStub: TypeAlias = forum_write_service_pb2_grpc.ForumWriteServiceStub
@@ -297,7 +299,7 @@ async def test_a_sync_like_gives_its_count_and_the_recount_gives_it_again(
         assert not await set_like(likes, 9, COMMENT, 1)  # already so: nothing to publish
     # Each was marked before its statement: had the pod died after its COMMIT, this recount
     # would have published it.
-    assert await redis_client.smembers(STREAMS.dirty(POST)) == {b"2"}
+    assert await redis_client.smembers(CACHE.dirty(POST)) == {b"2"}
     await flusher.reconciler().recount_dirty()
     again = sorted(await take(stream, 2), key=lambda r: r.likes.target.kind)
     assert [(r.likes.target.id, r.likes.like_count) for r in again] == [(2, 2), (1, 1)]

@@ -26,7 +26,7 @@ async def test_no_span_of_one_window_lets_more_than_the_limit_through(
 ) -> None:
     """A fixed window lets twice the limit through across its boundary; any 0.8 s of polling
     crosses a whole-second boundary most times, and a sliding log must refuse throughout."""
-    limiter = RateLimiter(redis_client, f"agora:ratelimit:test:{time.time_ns()}", 2, 1)
+    limiter = RateLimiter(redis_client, f"test:{time.time_ns()}", 2, 1)
     first = [await limiter.hit(7) for _ in range(2)]
     assert all(d.allowed for d in first)
     started = time.monotonic()
@@ -41,7 +41,7 @@ async def test_no_span_of_one_window_lets_more_than_the_limit_through(
 async def test_a_refused_caller_regains_its_budget_as_its_calls_age_out(
     redis_client: redis.Redis,
 ) -> None:
-    limiter = RateLimiter(redis_client, f"agora:ratelimit:test:{time.time_ns()}", 3, 1)
+    limiter = RateLimiter(redis_client, f"test:{time.time_ns()}", 3, 1)
     for _ in range(3):
         assert (await limiter.hit(7)).allowed
     # Refused calls are not logged, so retrying does not push the budget further away.

@@ -21,11 +21,13 @@ from services.likes.access import AccessCache, AccessLimits
 from services.likes.errors import NotEnrolledError, TargetNotFoundError
 from services.likes.repository import Check, ForumChecks, TargetFact
 from services.runtime import redis_client as redis_client_module
+from services.streams.like_cache import LikeCache
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from tests.helpers import SHARDS, postgres_statements
 
 pytestmark = pytest.mark.asyncio
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+CACHE = LikeCache.beside(STREAMS)
 TTL = 30.0
 
 
@@ -96,7 +98,7 @@ class Cached:
 
     async def signal(self, course: int = 42) -> None:
         """What the course catalogue (or a delete) does after changing the database."""
-        await self.redis.delete(STREAMS.access_version(course))
+        await self.redis.delete(CACHE.access_version(course))
 
 
 @pytest_asyncio.fixture
@@ -207,7 +209,7 @@ async def test_switched_off_it_asks_the_one_check_query_every_time(
     with pytest.raises(NotEnrolledError):
         await off.authorize(50, (POST, 1))
     assert off.checks.taken() == {"check": 4}
-    assert not await redis_client.exists(STREAMS.access_version(42))
+    assert not await redis_client.exists(CACHE.access_version(42))
 
 
 async def test_cold_sets_waiting_together_are_warmed_with_one_query(
@@ -262,7 +264,7 @@ async def test_a_revoked_enrolment_is_refused_at_once_when_signalled(
 ) -> None:
     assert (await stub.SetLike(request(9, POST, 1))).changed
     await pg_admin.execute("DELETE FROM course_members WHERE course_id = 42 AND user_id = 9")
-    await redis_client.delete(STREAMS.access_version(42))
+    await redis_client.delete(CACHE.access_version(42))
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await stub.SetLike(request(9, POST, 1, like=False))
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED

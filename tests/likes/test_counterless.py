@@ -24,6 +24,7 @@ from services.likes import server as likes_service
 from services.likes.config import LikesSettings
 from services.likes.counterless_store import DirtyMarks
 from services.runtime.mysql import MysqlDatabase
+from services.streams.like_cache import LikeCache
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from tests.helpers import SHARDS, Flusher, as_gateway, as_service, enrol
 from tests.stack import Env, likes_settings, serving
@@ -31,6 +32,7 @@ from tools.ports import free_port
 
 pytestmark = pytest.mark.asyncio
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+CACHE = LikeCache.beside(STREAMS)
 INTERVAL = 5.0
 
 
@@ -88,7 +90,7 @@ async def test_twenty_concurrent_likes_make_one_row_and_no_counter_update(
     before = await state(pg_admin)
     assert before["post_likes"] == {(1, 8), (2, 7)}
     assert before["posts"][1] == 0  # the counter UPDATE is switched off
-    assert await redis_client.smembers(STREAMS.dirty(POST)) == {b"1"}
+    assert await redis_client.smembers(CACHE.dirty(POST)) == {b"1"}
 
     await flusher.reconciler().recount_dirty()
 
@@ -255,10 +257,10 @@ async def test_a_mark_redis_refused_is_sent_with_the_next_one(
 
     marks._script = flaky  # type: ignore[assignment]
     await marks.mark(POST, 5)  # lost for now, not raised
-    assert not await redis_client.exists(STREAMS.dirty(POST))
+    assert not await redis_client.exists(CACHE.dirty(POST))
     await marks.mark(COMMENT, 6)
-    assert await redis_client.smembers(STREAMS.dirty(POST)) == {b"5"}
-    assert await redis_client.smembers(STREAMS.dirty(COMMENT)) == {b"6"}
+    assert await redis_client.smembers(CACHE.dirty(POST)) == {b"5"}
+    assert await redis_client.smembers(CACHE.dirty(COMMENT)) == {b"6"}
 
 
 async def test_counterless_needs_the_writer_role_and_redis(env: Env) -> None:
@@ -289,7 +291,7 @@ async def test_a_recount_that_fails_leaves_its_targets_to_the_next_one(
             await flusher.reconciler().recount_dirty()
     finally:
         await pg_admin.execute("GRANT UPDATE (like_count) ON posts TO agora_flusher")
-    assert await redis_client.smembers(STREAMS.dirty(POST)) == {b"1"}
+    assert await redis_client.smembers(CACHE.dirty(POST)) == {b"1"}
 
     await flusher.reconciler().recount_dirty()
 

@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 
 from services.runtime.grpc_server import GrpcServer
 from services.streams.entries import Entry, as_mapping
+from services.streams.like_cache import LikeCache
 from services.streams.likes import (
     COMMENT,
     POST,
@@ -55,6 +56,7 @@ async def list_all_dead(client: redis.Redis) -> list[DeadLetter]:
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+CACHE = LikeCache.beside(STREAMS)
 INT_MAX = 2**31 - 1  # the largest like_count (an int column)
 
 
@@ -174,7 +176,7 @@ async def test_the_seeds_run_through_the_gateway_ends_as_the_seed_says(
 
     # Six events wait in the streams: the cross-course like was refused before Redis.
     assert await events_waiting(redis_client) == 6
-    assert not await redis_client.exists(STREAMS.liked_set(8, 99))
+    assert not await redis_client.exists(CACHE.liked_set(8, 99))
     before = await counts(pg_admin)
     assert before["posts"] == {1: 0, 2: 1, 3: 0}
 
@@ -200,12 +202,12 @@ async def test_a_set_warmed_while_its_events_are_unflushed_offers_no_second_like
     user = as_user(env, 8)
     await gateway.post(f"{COURSE}/posts/1/like", json={"like": True}, headers=user)
     # The SET expires (or is evicted) before the flusher ran: the database knows nothing yet.
-    await redis_client.delete(STREAMS.liked_set(8, 42))
+    await redis_client.delete(CACHE.liked_set(8, 42))
     feed = await gateway.get(f"{COURSE}/posts", headers=user)
     assert {p["id"]: p["liked_by_me"] for p in feed.json()["data"]}[1] is True
     again = await gateway.post(f"{COURSE}/posts/1/like", json={"like": True}, headers=user)
     assert again.json()["changed"] is False
-    await redis_client.delete(STREAMS.liked_set(8, 42))
+    await redis_client.delete(CACHE.liked_set(8, 42))
     undo = await gateway.post(f"{COURSE}/posts/1/like", json={"like": False}, headers=user)
     assert undo.json()["changed"] is True
     await flusher.drain()
@@ -334,7 +336,7 @@ async def test_a_poison_entry_is_dead_lettered_while_the_rest_lands_and_can_be_r
     assert state["posts"][1] == 1
     assert [target_of(d) for d in await list_all_dead(redis_client)] == [(POST, 0)]
     # The replay made it the user's last operation again, until it was flushed.
-    assert not await redis_client.hgetall(STREAMS.last_ops(7, 42))
+    assert not await redis_client.hgetall(CACHE.last_ops(7, 42))
 
 
 async def test_a_dead_letter_never_overrides_a_newer_toggle(
@@ -373,13 +375,13 @@ async def test_deleting_a_users_sets_recovers_after_a_dead_letter_and_after_a_fl
     # A flushed like: its last-operation record is forgotten once it is in the database.
     assert (await set_like(likes, 8, post(2), True)).changed
     await flusher.drain()
-    assert not await redis_client.hexists(STREAMS.last_ops(8, 42), "p:2")
+    assert not await redis_client.hexists(CACHE.last_ops(8, 42), "p:2")
     # A dead-lettered like: Redis says liked, the database has no like.
     await poison_like_of_post_1(likes, flusher, pg_admin)
     assert len(await list_all_dead(redis_client)) == 1
     assert not (await set_like(likes, 7, post(1), True)).changed  # Redis: already liked
 
-    await redis_client.delete(STREAMS.liked_set(7, 42), STREAMS.liked_set(8, 42))
+    await redis_client.delete(CACHE.liked_set(7, 42), CACHE.liked_set(8, 42))
 
     # Warmed from the database: user 7's like of post 1 is gone, 8's flushed like is there.
     flags = await likes.LikedMap(
@@ -405,7 +407,7 @@ async def test_reconciliation_fixes_drifted_counters_and_leaves_correct_ones(
 ) -> None:
     await pg_admin.execute("UPDATE posts SET like_count = 5 WHERE id = 1")  # no like rows
     await pg_admin.execute("UPDATE comments SET like_count = 3 WHERE id = 1")  # not marked dirty
-    await redis_client.sadd(STREAMS.dirty(POST), "1", "2")
+    await redis_client.sadd(CACHE.dirty(POST), "1", "2")
     untouched = await pg_admin.fetchval("SELECT xmin::text FROM posts WHERE id = 2")
     drift_before = (
         REGISTRY.get_sample_value("agora_like_counter_drift_total", {"kind": "post"}) or 0.0
@@ -429,13 +431,13 @@ async def test_a_recount_makes_a_trace_only_when_it_fixed_something(
     spans: InMemorySpanExporter,
 ) -> None:
     """Background work stays out of the recent traces unless it changed data (docs/tracing.md)."""
-    await redis_client.sadd(STREAMS.dirty(POST), "2")  # counter right: nothing to fix
+    await redis_client.sadd(CACHE.dirty(POST), "2")  # counter right: nothing to fix
     spans.clear()
     assert await flusher.reconciler().recount_dirty() == []
     assert [s.name for s in spans.get_finished_spans() if "recount" in s.name] == []
 
     await pg_admin.execute("UPDATE posts SET like_count = 9 WHERE id = 2")
-    await redis_client.sadd(STREAMS.dirty(POST), "2")
+    await redis_client.sadd(CACHE.dirty(POST), "2")
     assert len(await flusher.reconciler().recount_dirty()) == 1
     [span] = [s for s in spans.get_finished_spans() if "recount" in s.name]
     assert span.name == "recount dirty like counters"

@@ -28,12 +28,14 @@ from services.likes.sync_store import liked_in_database
 from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.redis_client import DurableScripts
+from services.streams.like_cache import LikeCache
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
 from tests.helpers import SHARDS, Flusher, as_gateway, dead_letter_count
 from tests.stack import ON_CLUSTER, Env, likes_settings, serving
 
 pytestmark = pytest.mark.asyncio
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
+CACHE = LikeCache.beside(STREAMS)
 Stub = like_service_pb2_grpc.LikeServiceStub
 
 
@@ -136,7 +138,7 @@ async def liked(stub: Stub, user: int, targets: list[pb.Target]) -> list[bool]:
 async def in_set(client: redis.Redis, user: int, members: list[str]) -> list[bool] | None:
     """What the user's liked SET says of each member; None when it does not exist (the next
     buffered request warms it from the database)."""
-    key = STREAMS.liked_set(user, 42)
+    key = CACHE.liked_set(user, 42)
     if not await client.exists(key):
         return None
     return [bool(m) for m in await client.smismember(key, members)]

@@ -7,6 +7,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from services.keyspace.messages import PREFIX as MESSAGES
 from tests.helpers import Flusher
 
 pytestmark = pytest.mark.asyncio
@@ -43,9 +44,9 @@ async def test_a_message_is_one_trace_from_http_to_mysql(
 
     grpc_client = one(lambda s: s.kind == SpanKind.CLIENT and "IngestMessages" in s.name)
     grpc_server = one(lambda s: s.kind == SpanKind.SERVER and "IngestMessages" in s.name)
-    xadd = one(lambda s: s.kind == SpanKind.PRODUCER and s.name == "XADD agora:msg")
+    xadd = one(lambda s: s.kind == SpanKind.PRODUCER and s.name == f"XADD {MESSAGES}")
     redis_calls = [s for s in in_trace if s.attributes.get("db.system") == "redis"]  # type: ignore[union-attr]
-    batch = one(lambda s: s.kind == SpanKind.CONSUMER and s.name.startswith("process agora:msg"))
+    batch = one(lambda s: s.kind == SpanKind.CONSUMER and s.name.startswith(f"process {MESSAGES}"))
     insert = one(lambda s: s.name == "INSERT agora_test.zalo_messages")
 
     def parent(span: object) -> object:

@@ -13,6 +13,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from services.keyspace.messages import PREFIX as MESSAGES
+
 MS = 1_000_000
 POST_ROUTE = "POST /api/zalo-accounts/{account_id}/messages"
 INGEST_RPC = "/agora.messaging.v1.IngestService/IngestMessages"
@@ -71,11 +73,11 @@ def export_sample(port: int) -> Sample:
         attributes={"rpc.system": "grpc", "rpc.grpc.status_code": 14},
     )
     xadd = ing.start_span(
-        "XADD agora:msg",
+        f"XADD {MESSAGES}",
         context=set_span_in_context(server),
         kind=SpanKind.PRODUCER,
         start_time=t0 + 8 * MS,
-        attributes={"messaging.system": "redis", "messaging.destination.name": "agora:msg"},
+        attributes={"messaging.system": "redis", "messaging.destination.name": MESSAGES},
     )
     xadd.record_exception(RuntimeError("backlog full"), timestamp=t0 + 19 * MS)
     xadd.set_status(Status(StatusCode.ERROR, "backlog full"))

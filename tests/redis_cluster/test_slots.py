@@ -25,13 +25,14 @@ from agora.events.v1 import message_events_pb2 as events
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
-from services.flusher.maintenance.builder import PRUNE_PREFIX
+from services import keyspace
 from services.flusher.maintenance.prune import PruneQueue
 from services.gateway.rate_limit import RateLimiter
 from services.ingest.repository import BacklogFull, MessageStreamRepository
 from services.runtime import lua, redis_client
 from services.runtime.redis_client import DurableScripts, NotReplicated
 from services.streams.consumer import failures_key
+from services.streams.like_cache import LikeCache
 from services.streams.likes import COMMENT, POST, LikeStreams
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
@@ -102,7 +103,7 @@ def consumer_keys(streams: MessageStreams | LikeStreams, shard: int) -> list[str
 
 
 def test_the_keys_of_one_message_shard_share_one_slot_and_shards_spread() -> None:
-    streams = MessageStreams("agora:msg", SHARDS)
+    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
     slots = []
     for s in range(SHARDS):
         keys = [
@@ -118,21 +119,22 @@ def test_the_keys_of_one_message_shard_share_one_slot_and_shards_spread() -> Non
 
 def test_a_users_like_keys_share_the_slot_of_the_users_stream_shard() -> None:
     streams = LikeStreams("forum", 4)
+    cache = LikeCache.beside(streams)
     for user in range(1, 200):
         shard = streams.shard_of(user)
         keys = [
-            streams.liked_set(user, 3),
-            streams.last_ops(user, 3),
+            cache.liked_set(user, 3),
+            cache.last_ops(user, 3),
             streams.backlog_bytes(shard),
             *consumer_keys(streams, shard),
         ]
         assert {slot(k) for k in keys} == {slot(keys[0])}, keys
-    assert slot(streams.dirty(POST)) == slot(streams.dirty(COMMENT))
+    assert slot(cache.dirty(POST)) == slot(cache.dirty(COMMENT))
     assert len({slot(streams.stream(s)) for s in range(4)}) == 4
 
 
 def test_the_prune_queue_lives_in_one_slot() -> None:
-    queue = PruneQueue(redis.Redis(), PRUNE_PREFIX)
+    queue = PruneQueue(redis.Redis())
     assert slot(queue.due_key) == slot(queue.running_key)
 
 
@@ -152,14 +154,14 @@ async def test_the_cluster_refuses_a_script_that_reaches_a_second_slot(
     script = client.register_script(
         "#!lua\nredis.call('SET', KEYS[1], 1)\nreturn redis.call('GET', ARGV[1])"
     )
-    first, second = "agora:msg:{m0}:events", "agora:msg:{m1}:events"
+    first, second = keyspace.messages.EVENTS.key(shard=0), keyspace.messages.EVENTS.key(shard=1)
     assert slot(first) != slot(second)
     with pytest.raises(ResponseError, match=r"slot|cluster"):
         await script(keys=[first], args=[second])
 
 
 def batch(*threads: str) -> dict[int, events.MessageStreamEntry]:
-    streams = MessageStreams("agora:msg", SHARDS)
+    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
     out: dict[int, events.MessageStreamEntry] = {}
     for thread in threads:
         shard = streams.shard_of(1, thread)
@@ -170,7 +172,7 @@ def batch(*threads: str) -> dict[int, events.MessageStreamEntry]:
 
 def spread_threads(count: int) -> list[str]:
     """Threads of account 1 landing on `count` different shards."""
-    streams = MessageStreams("agora:msg", SHARDS)
+    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
     by_shard: dict[int, str] = {}
     for i in range(1000):
         by_shard.setdefault(streams.shard_of(1, f"t{i}"), f"t{i}")
@@ -187,7 +189,7 @@ async def stream_lengths(client: redis.Redis, streams: MessageStreams) -> list[i
 async def test_a_call_over_many_shards_is_stored_whole_on_the_cluster(
     client: redis.Redis, cluster: LocalCluster
 ) -> None:
-    streams = MessageStreams("agora:msg", SHARDS)
+    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
     repo = MessageStreamRepository(client, streams, 8_000, 10_000_000)
     threads = spread_threads(SHARDS)
     masters = {(await cluster.master_of(streams.stream(s))).port for s in range(SHARDS)}
@@ -206,7 +208,7 @@ async def test_a_call_over_many_shards_is_stored_whole_on_the_cluster(
 async def test_a_call_one_full_shard_refuses_is_refused_whole_on_the_cluster(
     client: redis.Redis,
 ) -> None:
-    streams = MessageStreams("agora:msg", SHARDS)
+    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
     repo = MessageStreamRepository(client, streams, 8 * 3, 10_000_000)  # 3 messages per shard
     threads = spread_threads(SHARDS)
     full = streams.shard_of(1, threads[-1])
@@ -224,7 +226,7 @@ async def test_a_call_one_full_shard_refuses_is_refused_whole_on_the_cluster(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_reservation_of_a_process_that_died_expires(client: redis.Redis) -> None:
-    streams = MessageStreams("agora:msg", SHARDS)
+    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
     repo = MessageStreamRepository(client, streams, 8 * 3, 10_000_000)
     [thread] = spread_threads(1)
     shard = streams.shard_of(1, thread)
@@ -245,7 +247,7 @@ async def test_the_reservation_of_a_process_that_died_expires(client: redis.Redi
 async def test_an_append_is_acknowledged_only_once_a_replica_has_it(
     client: redis.Redis,
 ) -> None:
-    streams = MessageStreams("agora:msg", SHARDS)
+    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
     threads = spread_threads(3)
     waits_one = DurableScripts(client, 1, 2_000)
     await MessageStreamRepository(client, streams, 8_000, 10_000_000, waits_one).append(
@@ -264,7 +266,7 @@ async def test_an_append_is_acknowledged_only_once_a_replica_has_it(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_gateways_rate_limit_runs_on_the_cluster(client: redis.Redis) -> None:
-    limiter = RateLimiter(client, "agora:ratelimit:like", 2, 60)
+    limiter = RateLimiter(client, "like", 2, 60)
     decisions = [await limiter.hit(7) for _ in range(3)]
     assert [d.allowed for d in decisions] == [True, True, False]
 

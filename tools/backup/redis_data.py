@@ -16,9 +16,9 @@ from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as redis
 
-from services.streams.likes import LikeStreams, LikeStreamSettings
+from services import keyspace
+from services.streams.likes import LikeStreamSettings
 from services.streams.live import LiveSettings
-from services.streams.messages import MessageStreams
 from tools import redis_server
 from tools.backup.common import REDIS_FILE, CommandFailed, Config, Out, file_size, iso, run, utc_now
 from tools.waiting import until
@@ -328,7 +328,7 @@ async def drop_liked_sets(url: str) -> int:
     dropped = 0
     try:
         batch: list[bytes] = []
-        async for key in client.scan_iter(match=f"{prefix}:{{ls*}}:u:*:c:*:liked", count=1000):
+        async for key in client.scan_iter(match=keyspace.likes.LIKED.glob(prefix), count=1000):
             batch.append(key)
             if len(batch) == 500:
                 dropped += int(await client.unlink(*batch))
@@ -338,6 +338,12 @@ async def drop_liked_sets(url: str) -> int:
     finally:
         await client.aclose()
     return dropped
+
+
+async def _scan(client: redis.Redis, globs: list[str]) -> AsyncIterator[bytes]:
+    for glob in globs:
+        async for key in client.scan_iter(match=glob, count=1000):
+            yield key
 
 
 async def drop_live_feeds(url: str) -> int:
@@ -352,7 +358,7 @@ async def drop_live_feeds(url: str) -> int:
     dropped = 0
     try:
         batch: list[bytes] = []
-        async for key in client.scan_iter(match=f"{prefix}:{{*}}:*", count=1000):
+        async for key in _scan(client, [f.glob(prefix) for f in keyspace.live.FAMILIES]):
             batch.append(key)
             if len(batch) == 500:
                 dropped += int(await client.unlink(*batch))
@@ -366,7 +372,7 @@ async def drop_live_feeds(url: str) -> int:
 
 # The streams the flusher consumes (it deletes each entry once committed). The live feeds are
 # streams too, but nobody drains them: they are trimmed by age and length.
-FLUSHER_STREAM_SUFFIXES = (MessageStreams.STREAM_SUFFIX, LikeStreams.STREAM_SUFFIX)
+FLUSHER_STREAMS = (keyspace.messages.EVENTS, keyspace.likes.EVENTS)
 
 
 async def stream_backlog(url: str) -> int:
@@ -375,7 +381,7 @@ async def stream_backlog(url: str) -> int:
     try:
         total = 0
         async for key in client.scan_iter(count=1000, _type="stream"):
-            if _text(key).endswith(FLUSHER_STREAM_SUFFIXES):
+            if keyspace.family_of(_text(key)) in FLUSHER_STREAMS:
                 total += int(await client.xlen(key))
         return total
     finally:

@@ -14,7 +14,7 @@ from redis.commands.core import AsyncScript
 
 from services.flusher.likes import metrics
 from services.flusher.likes.repository import LikeOp, LikeRepository
-from services.streams import likes
+from services.streams import like_cache, likes
 from services.streams.course_events import LikeCountPublication
 from services.streams.entries import Entry
 from services.streams.faults import fault
@@ -56,10 +56,11 @@ class LikeEntryHandler:
     ) -> None:
         self._repo = repo
         self._streams = streams
+        self._cache = like_cache.LikeCache.beside(streams)
         self._live = live
-        self._mark_dirty = client.register_script(likes.MARK_DIRTY)
-        self._forget = client.register_script(likes.FORGET_FLUSHED)
-        self._mark_dead = client.register_script(likes.MARK_DEAD)
+        self._mark_dirty = client.register_script(like_cache.MARK_DIRTY)
+        self._forget = client.register_script(like_cache.FORGET_FLUSHED)
+        self._mark_dead = client.register_script(like_cache.MARK_DEAD)
 
     def decode(self, entry: Entry) -> LikeEvent:
         event = likes.decode(entry)
@@ -92,7 +93,7 @@ class LikeEntryHandler:
         posts, comments = sorted(touched[POST]), sorted(touched[COMMENT])
         if posts or comments:
             await self._mark_dirty(
-                keys=[self._streams.dirty(POST), self._streams.dirty(COMMENT)],
+                keys=[self._cache.dirty(POST), self._cache.dirty(COMMENT)],
                 args=[len(posts), *posts, *comments],
             )
         fault("before_publish")
@@ -128,11 +129,11 @@ class LikeEntryHandler:
         args: list[int | str | bytes] = []
         for event in events:
             op = event.op
-            key = self._streams.last_ops(op.user_id, op.course_id)
+            key = self._cache.last_ops(op.user_id, op.course_id)
             index = keys.setdefault(key, len(keys) + 1)
             args += [
                 index,
-                likes.member(op.kind, op.target_id),
-                likes.op_value(op.liked, event.entry_id),
+                like_cache.member(op.kind, op.target_id),
+                like_cache.op_value(op.liked, event.entry_id),
             ]
         await script(keys=list(keys), args=args)

@@ -22,6 +22,7 @@ from services.flusher.likes import metrics
 from services.flusher.likes.repository import Drift, LikeRepository
 from services.runtime.redis_client import REDIS_ERRORS
 from services.streams.course_events import LikeCountPublication
+from services.streams.like_cache import LikeCache
 from services.streams.likes import COMMENT, POST, LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class Reconciler:
     async def _recount_dirty(self) -> list[Drift]:
         drifts: list[Drift] = []
         for kind in (POST, COMMENT):
-            key = self.streams.dirty(kind)
+            key = LikeCache.beside(self.streams).dirty(kind)
             while True:
                 popped = await self.client.spop(key, self.batch)
                 if not popped:

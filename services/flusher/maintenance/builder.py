@@ -19,19 +19,16 @@ from services.runtime.mysql import MysqlDatabase
 from services.runtime.service import BackgroundJob
 from services.streams.live import LivePublisher
 
-PRUNE_PREFIX = "agora:prune"
-JOBS_PREFIX = "agora:jobs"
-
 
 def prune_queue(settings: FlusherSettings, client: redis.Redis) -> PruneQueue | None:
     """Where message batches schedule prunes; None when pruning is switched off."""
-    return PruneQueue(client, PRUNE_PREFIX) if settings.prune_enabled else None
+    return PruneQueue(client) if settings.prune_enabled else None
 
 
 def pruner(settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase) -> Pruner:
     return Pruner(
         RetentionRepository(mysql),
-        PruneQueue(client, PRUNE_PREFIX),
+        PruneQueue(client),
         client,
         PruneSettings(
             keep=settings.retention_keep_per_conversation,
@@ -40,7 +37,6 @@ def pruner(settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase)
             debounce_ms=settings.prune_debounce_ms,
             concurrency=settings.prune_concurrency,
         ),
-        lock_prefix=f"{PRUNE_PREFIX}:lock",
     )
 
 
@@ -90,7 +86,7 @@ def periodic_jobs(
     ]
     if settings.archive_enabled:
         schedule.append(Job("archive-partitions", interval, partitions))
-    return PeriodicJobs(client, JOBS_PREFIX, schedule)
+    return PeriodicJobs(client, schedule)
 
 
 def build(

@@ -16,6 +16,7 @@ import redis.asyncio as redis
 from redis.exceptions import LockError
 
 from services.flusher.maintenance import metrics
+from services.keyspace.coordination import JOB_PERIOD, JOB_RUNNING
 from services.runtime.loops import repeat
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class Job:
 class PeriodicJobs:
     """Runs each job at most once per interval across every replica sharing the Redis."""
 
-    def __init__(self, client: redis.Redis, prefix: str, jobs: Sequence[Job]) -> None:
+    def __init__(self, client: redis.Redis, jobs: Sequence[Job], prefix: str | None = None) -> None:
         self._redis = client
         self._prefix = prefix
         self._jobs = list(jobs)
@@ -41,13 +42,13 @@ class PeriodicJobs:
         """Run every job whose period is free; returns the names of the jobs this replica ran."""
         ran = []
         for job in self._jobs:
-            period_key = f"{self._prefix}:{job.name}:period"
+            period_key = JOB_PERIOD.key(self._prefix, job=job.name)
             if not await self._redis.set(
                 period_key, "1", nx=True, px=int(job.interval_seconds * 1000)
             ):
                 continue
             run_lock = self._redis.lock(
-                f"{self._prefix}:{job.name}:running",
+                JOB_RUNNING.key(self._prefix, job=job.name),
                 timeout=job.timeout_seconds,
                 blocking=False,
                 thread_local=False,

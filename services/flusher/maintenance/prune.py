@@ -22,6 +22,7 @@ from redis.exceptions import LockError
 
 from services.flusher.maintenance import metrics
 from services.flusher.maintenance.retention_repository import RetentionRepository
+from services.keyspace.coordination import PRUNE_LOCK, PRUNE_QUEUE
 from services.runtime import lua
 from services.runtime.errors import is_transient
 from services.runtime.loops import repeat
@@ -37,11 +38,11 @@ def _now_ms() -> int:
 class PruneQueue:
     """Conversations waiting for a prune, unique and debounced."""
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str | None = None) -> None:
         self._redis = client
         # One hash tag: the claim script moves members between the two (one slot on a cluster).
-        self.due_key = f"{prefix}:{{prune}}:due"
-        self.running_key = f"{prefix}:{{prune}}:running"
+        self.due_key = PRUNE_QUEUE.key(prefix, state="due")
+        self.running_key = PRUNE_QUEUE.key(prefix, state="running")
         self._claim = lua.register(client, __package__, "prune/claim")
         self._schedule = lua.register(client, __package__, "prune/schedule")
 
@@ -99,13 +100,12 @@ class Pruner:
     queue: PruneQueue
     client: redis.Redis
     settings: PruneSettings
-    lock_prefix: str
 
     async def prune(self, conversation_id: int) -> PruneOutcome:
         """Bring one conversation down to `keep` rows; skipped when another holder has its lock."""
         s = self.settings
         lock = self.client.lock(
-            f"{self.lock_prefix}:{conversation_id}",
+            PRUNE_LOCK.key(conversation=conversation_id),
             timeout=s.lock_ttl_ms / 1000,
             blocking=False,
             thread_local=False,

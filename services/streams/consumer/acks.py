@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as redis
 
+from services import keyspace
 from services.runtime import lua
 from services.streams.consumer.config import Backlog
 from services.streams.entries import Entry, stored_bytes
@@ -15,7 +16,7 @@ from services.streams.entries import Entry, stored_bytes
 def failures_key(stream: str) -> str:
     """Where the consumers of `stream` count each pending entry's failed attempts: beside the
     stream, in its hash slot (the stream's name carries its shard's hash tag)."""
-    return f"{stream}:failures"
+    return keyspace.failures_beside(stream)
 
 
 class Acks:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from services.runtime.mysql import MysqlDatabase
-from services.streams.likes import POST, member
+from services.streams.like_cache import LikeCache, member
+from services.streams.likes import POST
 from tests.chaos.harness.faults import (
     CLUSTER_FAILOVER,
     FAULTS,
@@ -264,7 +265,7 @@ async def _likes(
             chunk = users[start : start + 500]
             async with client.pipeline(transaction=False) as pipe:
                 for user in chunk:
-                    key = LIKE_STREAMS.liked_set(user, CHAOS_COURSE)
+                    key = LikeCache.beside(LIKE_STREAMS).liked_set(user, CHAOS_COURSE)
                     pipe.exists(key)
                     pipe.smismember(key, members)
                 replies = await pipe.execute()
