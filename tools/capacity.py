@@ -16,17 +16,13 @@ from agora.messaging.v1 import message_pb2
 from opentelemetry import propagate, trace
 
 from services.flusher.maintenance import capacity
+from services.keyspace.live import feed_keys
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import utc_now
 from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
+from tools import redis_capacity
 
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.1f} {unit}"
-        n /= 1024
-    raise AssertionError
+human = redis_capacity.human
 
 
 async def report() -> str:
@@ -239,8 +235,8 @@ async def feed_costs(client: redis.Redis) -> FeedCosts:
 
         return FeedCosts(
             per_event=await usage(many) / 1000,
-            per_feed=await usage(one) + await usage(f"{one}:meta"),
-            per_meta=await usage(f"{one}:meta"),
+            per_feed=await usage(one) + await usage(feed_keys(one)[1]),
+            per_meta=await usage(feed_keys(one)[1]),
             payload=len(payload),
         )
     finally:
@@ -251,8 +247,7 @@ async def feed_costs(client: redis.Redis) -> FeedCosts:
 
 async def live_report() -> str:
     """What the feeds cost in Redis at the design's load, against their budgets."""
-    url = f"redis://:{os.environ['REDIS_PASSWORD']}@127.0.0.1:{os.environ['REDIS_PORT']}/0"
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(_redis_url())
     try:
         costs = await feed_costs(client)
         memory: Any = await client.info("memory")
@@ -296,10 +291,24 @@ async def live_report() -> str:
     return "\n".join(lines)
 
 
+async def redis_report() -> str:
+    client = redis.Redis.from_url(_redis_url())
+    try:
+        return await redis_capacity.keyspace_report(client)
+    finally:
+        await client.aclose()
+
+
+def _redis_url() -> str:
+    return f"redis://:{os.environ['REDIS_PASSWORD']}@127.0.0.1:{os.environ['REDIS_PORT']}/0"
+
+
 def main() -> None:
     print(asyncio.run(report()))
     print()
     print(asyncio.run(live_report()))
+    print()
+    print(asyncio.run(redis_report()))
 
 
 if __name__ == "__main__":

@@ -75,3 +75,7 @@ class Family:
 
     def commands(self, service: str) -> list[str]:
         return self.access.get(service, "").split()
+
+    def access_commands(self) -> set[str]:
+        """Every command some service runs on the family."""
+        return {command for service in self.access for command in self.commands(service)}

@@ -70,7 +70,7 @@ DEAD = Family(
     access={"flusher": "xadd xlen xrange evalsha"},
     tag=_SHARD,
     ttl="none: an operator replays or drops them",
-    bound="XADD MAXLEN ~ DEAD_LETTER_MAXLEN",
+    bound="XADD MAXLEN ~ DEAD_LETTER_MAX_ENTRIES",
     bytes_each=1024 * 1024,
     per="like shard",
 )

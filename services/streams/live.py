@@ -8,12 +8,12 @@ batches stored and the like counts it applied, ingest for posts and comments, th
 for the counts of its direct modes.
 
 A watcher's *position* names the feed's **epoch** and an entry: `<epoch>.<ms>-<seq>`. The epoch
-changes whenever the feed's history may have been lost — the feed was created anew, another
-Redis process holds it now (a restart, a failover to a replica, a resharding: its `run_id` is not
-the one that last wrote it), Redis refused an append, or it was dropped on purpose (a restore) —
-and a position of another epoch, one the feed
-never had, one ahead of it or one older than what it keeps gets a reset: the watcher refetches the
-state and goes on from the reset's position. Never a silent gap.
+changes whenever the feed's history may have been lost — the feed was created anew, another Redis
+process holds it now (a restart, a failover, a resharding: its `run_id` is not the one that last
+wrote it), Redis refused an append, or it was dropped on purpose (a restore) — and a position of
+another epoch, one the feed never had, one ahead of it or one older than what it keeps gets a
+reset: the watcher refetches and goes on from the reset's position (live_reader.py). Never a
+silent gap.
 
 The feed costs what it is budgeted: an event larger than LIVE_MAX_EVENT_BYTES is published as
 `changed` (named, not carried); a feed keeps at most LIVE_MAX_BYTES_PER_FEED and
@@ -43,11 +43,11 @@ from pydantic import Field
 from redis import exceptions as redis_errors
 
 from services import keyspace
+from services.keyspace.live import feed_keys
 from services.runtime import lua
 from services.runtime.config import EnvSettings
 from services.runtime.redis_client import REDIS_ERRORS, as_cluster
 from services.runtime.service import Datastores
-from services.runtime.stream_ids import FeedPosition, Position
 from services.streams import metrics
 
 log = logging.getLogger(__name__)
@@ -121,11 +121,6 @@ class LiveFeeds:
     def course(self, course_id: int) -> str:
         return keyspace.live.COURSE.key(self.prefix, course=course_id)
 
-    @staticmethod
-    def keys(feed: str) -> list[str]:
-        """The feed's keys, all in its slot: its stream, meta, versions and their times."""
-        return keyspace.live.feed_keys(feed)
-
     def wake(self, shard: int) -> str:
         return keyspace.live.WAKE.key(self.prefix, shard=shard)
 
@@ -183,11 +178,9 @@ class FeedEvent:
     stub: bytes = b""
 
 
-_FEED = lua.library(__package__, "live/feed")
-APPEND = lua.source(__package__, "live/append", before=(_FEED,))
-READ = lua.source(__package__, "live/read", before=(_FEED,))
-ENSURE = lua.source(__package__, "live/ensure", before=(_FEED,))
-DROP = lua.source(__package__, "live/drop", before=(_FEED,))
+FEED_LIBRARY = lua.library(__package__, "live/feed")
+APPEND = lua.source(__package__, "live/append", before=(FEED_LIBRARY,))
+DROP = lua.source(__package__, "live/drop", before=(FEED_LIBRARY,))
 
 # Wake streams only say "this feed has something new": a reader that fell behind their bound
 # re-reads every feed it watches. A few bytes an entry, so 10,000 of them cost little.
@@ -299,7 +292,7 @@ class LivePublisher:
     async def _add(self, feed: str, batch: Sequence[FeedEvent]) -> bool:
         """True once added; False when the feed was dropped instead (a new epoch)."""
         try:
-            reply = await self._append(keys=LiveFeeds.keys(feed), args=self._append_args(batch))
+            reply = await self._append(keys=feed_keys(feed), args=self._append_args(batch))
         except redis_errors.OutOfMemoryError:
             reply = None
         return await self._added(feed, reply)
@@ -317,7 +310,7 @@ class LivePublisher:
                 # trip more every time.
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for feed, batch in events.items():
-                        keys = LiveFeeds.keys(feed)
+                        keys = feed_keys(feed)
                         pipe.evalsha(self._append.sha, len(keys), *keys, *self._append_args(batch))
                     for wake, feeds in wakes.items():
                         pipe.evalsha(self._wake.sha, 1, wake, *feeds)
@@ -352,7 +345,7 @@ class LivePublisher:
         refused it for memory, None here, and the feed is dropped now; or past the ceiling,
         dropped by the append itself) and began a new epoch."""
         if reply is None:
-            await self._drop(keys=LiveFeeds.keys(feed), args=[EPOCH_KEPT_SECONDS])
+            await self._drop(keys=feed_keys(feed), args=[EPOCH_KEPT_SECONDS])
             metrics.LIVE_FEEDS_DROPPED.labels("redis_full").inc()
             log.warning("live: Redis refused an append to %s (full): dropped it", feed)
             return False
@@ -368,7 +361,7 @@ class LivePublisher:
         dropped: list[str] = []
         for feed in list(self._lost):
             try:
-                await self._drop(keys=LiveFeeds.keys(feed), args=[EPOCH_KEPT_SECONDS])
+                await self._drop(keys=feed_keys(feed), args=[EPOCH_KEPT_SECONDS])
             except REDIS_ERRORS:
                 break
             self._lost.discard(feed)
@@ -405,82 +398,3 @@ class LivePublisher:
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             log.warning("live: %d wake-up(s) not sent: %s", len(failed), failed[0])
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One entry as a watcher gets it: its position, its payload, and whether that payload is
-    the entry's stub (its object superseded since)."""
-
-    position: FeedPosition
-    payload: bytes
-    superseded: bool = False
-
-
-@dataclass(frozen=True)
-class Entries:
-    """What a feed holds after a position: its entries in order, and where to go on."""
-
-    items: list[Item]
-    position: FeedPosition
-    full: bool  # as many as asked: there may be more
-
-
-@dataclass(frozen=True)
-class Reset:
-    """The feed cannot go on from the position: refetch, then go on after `position`. `why`:
-    "epoch" (of another epoch), "trimmed" (older than what the feed keeps), "ahead" (ahead of
-    it), "unknown" (not one of its positions)."""
-
-    why: str
-    position: FeedPosition
-
-
-class FeedReader:
-    """Reads one feed after a position, or says a reset is needed."""
-
-    def __init__(self, client: redis.Redis, feeds: LiveFeeds) -> None:
-        self._client = client
-        self._feeds = feeds
-        self._read = client.register_script(READ)
-        self._ensure = client.register_script(ENSURE)
-
-    async def head(self, feed: str) -> FeedPosition:
-        """The newest position of `feed` (where a watch "from now on" starts), beginning its
-        first epoch if it has none."""
-        reply: list[Any] = await self._ensure(keys=LiveFeeds.keys(feed), args=[EPOCH_KEPT_SECONDS])
-        return FeedPosition(_text(reply[0]), Position.parse(reply[1]))
-
-    async def newest(self, feeds: Sequence[str]) -> list[FeedPosition | None]:
-        """Each feed's newest position (None for a feed with no epoch), all in one pipelined
-        round trip."""
-        async with self._client.pipeline(transaction=False) as pipe:
-            for feed in feeds:
-                pipe.hmget(keyspace.live.feed_keys(feed)[1], "epoch", "last")
-            replies: list[Any] = await pipe.execute()
-        return [
-            None if epoch is None else FeedPosition(_text(epoch), Position.parse(last))
-            for epoch, last in replies
-        ]
-
-    async def after(self, feed: str, after: FeedPosition, count: int) -> Entries | Reset:
-        keys = LiveFeeds.keys(feed)[:3]
-        reply: list[Any] = await self._read(keys=keys, args=[after.epoch, str(after.entry), count])
-        if int(reply[0]) == 0:
-            # No epoch: nothing was written for as long as an epoch is kept. Whatever the
-            # position was, the feed's history is gone; the new epoch starts empty.
-            return Reset("epoch", await self.head(feed))
-        epoch = _text(reply[1])
-        if int(reply[0]) == 2:
-            return Reset(_text(reply[3]), FeedPosition(epoch, Position.parse(reply[2])))
-        flat = reply[3:]
-        items = [
-            Item(FeedPosition(epoch, Position.parse(flat[i])), flat[i + 1], bool(flat[i + 2]))
-            for i in range(0, len(flat), 3)
-        ]
-        position = items[-1].position if items else after
-        return Entries(items, position, len(items) >= count)
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -28,7 +28,8 @@ import redis.asyncio as redis
 from services.domain.live import reset_reason
 from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.stream_ids import FeedPosition
-from services.streams.live import WAKE_FIELD, Entries, FeedReader, LiveFeeds, Reset
+from services.streams.live import WAKE_FIELD, LiveFeeds
+from services.streams.live_reader import Entries, FeedReader, Reset
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.forum.v1 import like_service_pb2_grpc
 from agora.messaging.v1 import ingest_service_pb2 as pb
 
+from services import keyspace
 from services.flusher.config import FlusherSettings
 from services.flusher.likes import builder as like_builder
 from services.flusher.likes.repository import LikeRepository
@@ -747,8 +748,8 @@ async def test_the_restore_waits_for_the_flusher_streams_only(tmp_path: Path) ->
                 await client.xadd(messages.stream(0), {"e": b"m"})
             await client.xadd(likes.stream(1), {"e": b"l"})
             await client.xadd(messages.dead_letters(0), {"e": b"dead"})
-            await client.xadd("live:{a1}:inbox", {"e": b"feed"})
-            await client.xadd("live:{w1}:wake", {"e": b"wake"})
+            await client.xadd(keyspace.live.INBOX.key(account=1), {"e": b"feed"})
+            await client.xadd(keyspace.live.WAKE.key(shard=1), {"e": b"wake"})
             assert await stream_backlog(server.url) == 4
         finally:
             await client.aclose()

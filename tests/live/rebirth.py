@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.runtime.stream_ids import FeedPosition, Position
-from services.streams.live import Entries, FeedEvent, FeedReader, Item, LivePublisher, Reset
+from services.streams.live import FeedEvent, LivePublisher
+from services.streams.live_reader import Entries, FeedReader, Item, Reset
 
 
 @dataclass

@@ -24,7 +24,8 @@ import pytest_asyncio
 import redis.asyncio as redis
 
 from services.runtime.stream_ids import FeedPosition, Position
-from services.streams.live import Entries, FeedEvent, LiveFeeds, LivePublisher, Reset
+from services.streams.live import FeedEvent, LiveFeeds, LivePublisher
+from services.streams.live_reader import Entries, Reset
 from services.timeline.feed_hub import FeedHub
 from services.timeline.watch import WatchEnded, watching
 

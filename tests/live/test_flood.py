@@ -25,17 +25,12 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
+from services import keyspace
 from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import POST
-from services.streams.live import (
-    FeedEvent,
-    FeedReader,
-    LiveFeeds,
-    LivePublisher,
-    LiveSettings,
-    Reset,
-)
+from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
+from services.streams.live_reader import FeedReader, Reset
 from tests.helpers import Flusher, at, message
 from tests.live.rebirth import Client
 from tests.stack import ON_CLUSTER
@@ -92,7 +87,7 @@ async def set_maxmemory(client: redis.Redis, value: int | str) -> None:
 async def feed_memory(client: redis.Redis) -> dict[str, int]:
     """MEMORY USAGE of every live feed key, by key."""
     found: dict[str, int] = {}
-    async for key in client.scan_iter(match="live:*", count=1000):
+    async for key in client.scan_iter(match=f"{keyspace.live.PREFIX}:*", count=1000):
         usage = await client.memory_usage(key, samples=0)
         found[key.decode()] = int(usage or 0)
     return found

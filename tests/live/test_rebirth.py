@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from services.streams.live import FeedReader, LiveFeeds, LivePublisher, LiveSettings
+from services.keyspace.live import feed_keys
+from services.streams.live import LiveFeeds, LivePublisher, LiveSettings
+from services.streams.live_reader import FeedReader
 from tests.deploy.test_backup import private_redis, target
 from tests.live.rebirth import Client, EpochBlindReader, Ledger
 from tools.backup.redis_data import drop_live_feeds, restore_redis, snapshot_redis
@@ -67,7 +69,7 @@ async def test_a_feed_whose_epoch_is_forgotten_resets_every_position_of_the_old_
     client = Client(await reader.head(feed))
     await ledger.publish("e1")
     await client.resume(reader, feed, ledger.published)
-    await redis_client.delete(*LiveFeeds.keys(feed))  # as a week without a write leaves it
+    await redis_client.delete(*feed_keys(feed))  # as a week without a write leaves it
     await ledger.publish("e2")
     await client.resume(reader, feed, ledger.published)
     assert (client.missing(ledger.published), client.resets) == ([], 1)

@@ -13,7 +13,8 @@ import pytest_asyncio
 import redis.asyncio as redis
 
 from services.runtime import redis_client
-from services.streams.live import FeedReader, LiveFeeds, LivePublisher
+from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live_reader import FeedReader
 from tests.live.rebirth import Client, EpochBlindReader, Ledger
 from tools.redis_cluster import LocalCluster, Node
 from tools.waiting import until

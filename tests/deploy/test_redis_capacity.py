@@ -1,0 +1,43 @@
+"""`make capacity`'s Redis part: memory per key family, measured on what this Redis holds and
+projected at the design's scale from the keyspace's declarations."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio as redis
+
+from services import keyspace
+from services.streams.like_cache import LikeCache
+from services.streams.likes import LikeStreams
+from tools import redis_capacity
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_each_family_is_counted_measured_and_projected(
+    redis_client: redis.Redis, clean: None
+) -> None:
+    cache = LikeCache.beside(LikeStreams(keyspace.likes.PREFIX, 4))
+    for user in range(1, 31):
+        await redis_client.sadd(cache.liked_set(user, 42), *(f"p:{n}" for n in range(user)))
+    await redis_client.xadd(keyspace.messages.EVENTS.key(shard=0), {"e": b"x" * 500})
+
+    liked = await redis_capacity.measure(redis_client, keyspace.likes.LIKED)
+    assert liked.found == 30
+    assert liked.measured is not None
+    assert liked.measured > 0
+    assert liked.projected == liked.measured * 300_000
+    # A family this Redis holds none of is projected from its declared size.
+    rates = await redis_capacity.measure(redis_client, keyspace.coordination.RATE_LIMIT)
+    assert (rates.found, rates.measured) == (0, None)
+    assert rates.per_key == keyspace.coordination.RATE_LIMIT.bytes_each
+
+    sizes = await redis_capacity.liked_set_sizes(redis_client)
+    assert 0 < sizes[20] < sizes[200]
+    report = await redis_capacity.keyspace_report(redis_client)
+    for family in keyspace.FAMILIES:
+        assert family.name in report
+    assert "300,000 SETs" in report
+    # The scratch SETs are gone; what was there stays.
+    assert await redis_client.exists(cache.liked_set(3, 42))
+    assert not [k async for k in redis_client.scan_iter(match="capacity-scratch*")]
