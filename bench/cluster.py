@@ -47,7 +47,7 @@ from bench.ingest_e2e import IngestRun, run_ingest
 from bench.likes_hot import STUDENTS, Liker, all_exact, enrol, new_posts
 from bench.measure import LoadRun, closed_loop_count
 from bench.procs import service_process
-from services.keyspace.coordination import JOB_PERIOD
+from services import keyspace
 from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
 from tools import redis_server
@@ -173,7 +173,9 @@ async def _hold_stack_jobs(url: str, cluster: bool) -> None:
     client = redis_client.connect(url, cluster=cluster)
     try:
         for job in STACK_JOBS:
-            await client.set(JOB_PERIOD.key(job=job), "bench", px=86_400_000)
+            await client.set(
+                keyspace.family("coordination.job_period").key(job=job), "bench", px=86_400_000
+            )
     finally:
         await client.aclose()
 

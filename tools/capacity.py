@@ -16,7 +16,7 @@ from agora.messaging.v1 import message_pb2
 from opentelemetry import propagate, trace
 
 from services.flusher.maintenance import capacity
-from services.keyspace.live import feed_keys
+from services.keyspace import feed_keys
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.timeutil import utc_now
 from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings

@@ -56,7 +56,7 @@ async def liked_set_sizes(client: redis.Redis) -> dict[int, int]:
     """MEMORY USAGE of a liked SET of each size in LIKES_PER_SET (members p:<id> / c:<id>)."""
     sizes = {}
     for likes in LIKES_PER_SET:
-        key = keyspace.likes.LIKED.key(_SCRATCH, shard=0, user=123_456, course=likes)
+        key = keyspace.family("likes.liked").key(_SCRATCH, shard=0, user=123_456, course=likes)
         members = [f"{'pc'[n % 2]}:{1_000_000 + n * 37}" for n in range(likes)]
         try:
             await client.sadd(key, *members)
@@ -77,7 +77,7 @@ def human(n: float) -> str:
 async def keyspace_report(client: redis.Redis) -> str:
     rows = [await measure(client, family) for family in keyspace.FAMILIES]
     liked = await liked_set_sizes(client)
-    typical = keyspace.likes.LIKED
+    typical = keyspace.family("likes.liked")
     rows = [
         FamilyMemory(r.family, r.found, float(liked[LIKES_PER_SET[0]]))
         if r.family is typical

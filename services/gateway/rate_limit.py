@@ -51,7 +51,9 @@ class RateLimiter:
 
     async def hit(self, subject: int | str) -> Decision:
         allowed, wait_ms = await self._hit(
-            keys=[keyspace.coordination.RATE_LIMIT.key(limit=self._name, subject=subject)],
+            keys=[
+                keyspace.family("coordination.rate_limit").key(limit=self._name, subject=subject)
+            ],
             args=[self.limit, self._window * 1000],
         )
         if allowed:

@@ -108,4 +108,4 @@ class StreamBounds:
 
     @staticmethod
     def _key(user_id: int) -> str:
-        return keyspace.coordination.LIVE_STREAMS.key(user=user_id)
+        return keyspace.family("coordination.live_streams").key(user=user_id)

@@ -59,7 +59,9 @@ class KeptResponses:
         # Hashed: a key is any visible ASCII, braces included, which would move it to another
         # cluster slot as a hash tag; its digest is short and plain.
         digest = hashlib.sha256(key.encode()).hexdigest()
-        return keyspace.messages.IDEMPOTENCY.key(self._prefix, account=account_id, digest=digest)
+        return keyspace.family("messages.idempotency").key(
+            self._prefix, account=account_id, digest=digest
+        )
 
     async def claim(self, account_id: int, key: str, fingerprint: bytes) -> Claim | bytes:
         """The claim this call now holds, or the response an earlier call with the key kept.

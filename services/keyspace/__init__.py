@@ -1,49 +1,85 @@
 """Every Redis key the services use, declared once (docs/architecture.md, "The Redis keyspace").
 
-A key is only ever built through its family here (`family.key(...)`, or the layouts that call
-them: MessageStreams, LikeStreams, LiveFeeds), so its spelling, its hash tag, its owner and
-readers, its TTL and its memory bound sit in one place; the Redis users' ACLs
-(tools/redis_acl.py) and the capacity report (tools/capacity.py) are derived from the same
-declarations, and tests/deploy/test_redis_acl.py tries every grant and every refusal they imply.
+The families are data, in keyspace.toml beside this module: each one's template and hash tag,
+its Redis type, its owner, the commands each service runs on it, its TTL and its memory bound.
+A key is only ever built through its family (`family("likes.liked").key(...)`, or the layouts
+that call it: MessageStreams, LikeStreams, LikeCache, LiveFeeds); the Redis users' ACLs
+(tools/redis_acl.py), the capacity report (tools/redis_capacity.py) and the architecture
+document's table (tools/keyspace_doc.py) are derived from the same declarations, and
+tests/deploy/test_redis_acl.py tries every grant and every refusal they imply.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import tomllib
+from pathlib import Path
+from typing import Any
 
-from services.keyspace import coordination, likes, live, messages
-from services.keyspace.family import FAILURES_SUFFIX, Family, RedisType
+from services.keyspace.family import Family, RedisType
 
-FAMILIES: tuple[Family, ...] = (
-    *messages.FAMILIES,
-    *likes.FAMILIES,
-    *live.FAMILIES,
-    *coordination.FAMILIES,
-)
 SERVICES = ("ingest", "likes", "flusher", "timeline", "gateway")
+# A feed's keys beside its stream, all in its slot: its epoch and where it stands; the newest
+# version of each object an entry carries; when each version was recorded.
+FEED_SUFFIXES = (":meta", ":versions", ":versions-at")
+# Beside each stream its consumers count every pending entry's failed attempts, in its slot.
+FAILURES_SUFFIX = ":failures"
+# A wake entry's one field: the key of the feed that has something new.
+WAKE_FEED_FIELD = "k"
 
-# How many of each `per` a deployment at the design's scale has: 100,000 Zalo accounts on 8
-# message shards; 50,000 students in 2,000 courses, each in about 6 (300,000 student-course
-# pairs) on 4 like shards; peak 200 likes a second. The capacity report multiplies by these.
-DESIGN_SCALE: dict[str, int] = {
-    "shard": 8,
-    "shard (at its backlog bound)": 8,
-    "like shard": 4,
-    "like shard (at its backlog bound)": 4,
-    "deployment": 1,
-    "account": 100_000,
-    "active account": 100_000,
-    "keyed call in 24 h": 1_000_000,
-    "student-course": 300_000,
-    "course": 2_000,
-    "target kind": 2,
-    "wake shard": 8,
-    "active user and limit": 50_000,
-    "watching user": 50_000,
-    "queue state": 2,
-    "pruning conversation": 8,
-    "job": 4,
-}
+
+def _load() -> tuple[dict[str, str], dict[str, int], tuple[Family, ...]]:
+    declared = tomllib.loads((Path(__file__).parent / "keyspace.toml").read_text())
+    prefixes: dict[str, str] = declared.pop("prefixes")
+    scale: dict[str, int] = declared.pop("design_scale")
+    families = []
+    for group, members in declared.items():
+        for name, spec in members.items():
+            families.append(_family(f"{group}.{name}", spec, prefixes))
+    return prefixes, scale, tuple(families)
+
+
+def _family(ident: str, spec: dict[str, Any], prefixes: dict[str, str]) -> Family:
+    return Family(
+        id=ident,
+        name=spec["name"],
+        template=spec["template"],
+        default_prefix=prefixes[spec["prefix"]],
+        type=RedisType(spec["type"]),
+        owner=spec["owner"],
+        access=dict(spec["access"]),
+        tag=spec["tag"],
+        ttl=spec["ttl"],
+        bound=spec["bound"],
+        bytes_each=spec["bytes_each"],
+        per=spec["per"],
+        example_parts=dict(spec.get("example", {})),
+    )
+
+
+# The prefix of each group of families (PREFIXES["messages"]); how many of each `per` a
+# deployment at the design's scale has (100,000 Zalo accounts; 50,000 students in 2,000 courses,
+# about 6 each); every family.
+PREFIXES, DESIGN_SCALE, FAMILIES = _load()
+_BY_ID = {f.id: f for f in FAMILIES}
+
+
+def family(ident: str) -> Family:
+    """The family declared as `ident` ("messages.events")."""
+    try:
+        return _BY_ID[ident]
+    except KeyError:
+        raise KeyError(
+            f"no Redis key family {ident!r} in services/keyspace/keyspace.toml"
+        ) from None
+
+
+def family_of(key: str) -> Family | None:
+    """The family a key belongs to (its pattern matches), if any."""
+    for candidate in FAMILIES:
+        if fnmatch.fnmatchcase(key, candidate.pattern.replace("[", "[[]")):
+            return candidate
+    return None
 
 
 def failures_beside(stream: str) -> str:
@@ -51,24 +87,23 @@ def failures_beside(stream: str) -> str:
     return stream + FAILURES_SUFFIX
 
 
-def family_of(key: str) -> Family | None:
-    """The family a key belongs to (its pattern matches), if any."""
-    for family in FAMILIES:
-        if fnmatch.fnmatchcase(key, family.pattern.replace("[", "[[]")):
-            return family
-    return None
+def feed_keys(feed: str) -> list[str]:
+    """A feed's keys, all in its slot: its stream, meta, versions and their times."""
+    return [feed, *(feed + suffix for suffix in FEED_SUFFIXES)]
 
 
 __all__ = [
     "DESIGN_SCALE",
+    "FAILURES_SUFFIX",
     "FAMILIES",
+    "FEED_SUFFIXES",
+    "PREFIXES",
     "SERVICES",
+    "WAKE_FEED_FIELD",
     "Family",
     "RedisType",
-    "coordination",
     "failures_beside",
+    "family",
     "family_of",
-    "likes",
-    "live",
-    "messages",
+    "feed_keys",
 ]

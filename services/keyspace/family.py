@@ -13,9 +13,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 _FORMAT = string.Formatter()
-# Beside each stream its consumers keep a count of every pending entry's failed attempts, in the
-# stream's slot: the failure families of both stream families are spelled with this suffix.
-FAILURES_SUFFIX = ":failures"
 
 
 class RedisType(StrEnum):
@@ -37,6 +34,7 @@ class Family:
     family's memory, and who enforces it (capacity reports read `bytes_each` and `count`).
     """
 
+    id: str
     name: str
     template: str
     default_prefix: str

@@ -37,18 +37,14 @@ class LikeStreamSettings(EnvSettings):
 
     # Each shard has one consumer; fewer shards mean fuller like batches (see FLUSHER linger).
     like_stream_shards: int = Field(default=4, ge=1, le=1024)
-    like_stream_prefix: str = keyspace.likes.PREFIX
+    like_stream_prefix: str = keyspace.PREFIXES["likes"]
 
 
 @dataclass(frozen=True)
 class LikeStreams(ShardedStreams):
     """Key names of the like stream shards; each user's toggles go to the shard of the user."""
 
-    STREAM = keyspace.likes.EVENTS
-    DEAD_LETTERS = keyspace.likes.DEAD
-    LEASE = keyspace.likes.LEASE
-    LEASE_EPOCH = keyspace.likes.LEASE_EPOCH
-    LEASE_MEMBERS = keyspace.likes.LEASE_MEMBERS
+    GROUP = "likes"
 
     @classmethod
     def from_settings(cls, settings: LikeStreamSettings) -> LikeStreams:
@@ -62,7 +58,7 @@ class LikeStreams(ShardedStreams):
 
     def backlog_bytes(self, shard: int) -> str:
         """Bytes of the shard's unflushed events (the stream's length counts them)."""
-        return keyspace.likes.BYTES.key(self.prefix, shard=shard)
+        return self._key("bytes", shard=shard)
 
 
 def user_shard(user_id: int, shards: int) -> int:

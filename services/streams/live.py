@@ -43,7 +43,7 @@ from pydantic import Field
 from redis import exceptions as redis_errors
 
 from services import keyspace
-from services.keyspace.live import feed_keys
+from services.keyspace import feed_keys
 from services.runtime import lua
 from services.runtime.config import EnvSettings
 from services.runtime.redis_client import REDIS_ERRORS, as_cluster
@@ -71,7 +71,7 @@ class LiveSettings(EnvSettings):
     # feeds live"), 0.9 on a Redis of their own (LIVE_REDIS_URL).
     live_memory_ceiling: float | None = Field(default=None, ge=0, le=1)
     live_wake_shards: int = Field(default=8, ge=1, le=1024)
-    live_prefix: str = keyspace.live.PREFIX
+    live_prefix: str = keyspace.PREFIXES["live"]
     # The Redis that holds the feeds, when it is not the service's REDIS_URL (docs/live.md says
     # which to choose); the same server by default. LIVE_REDIS_CLUSTER: whether it is a Redis
     # Cluster (unset: as REDIS_CLUSTER).
@@ -116,13 +116,13 @@ class LiveFeeds:
         )
 
     def inbox(self, account_id: int) -> str:
-        return keyspace.live.INBOX.key(self.prefix, account=account_id)
+        return keyspace.family("live.inbox").key(self.prefix, account=account_id)
 
     def course(self, course_id: int) -> str:
-        return keyspace.live.COURSE.key(self.prefix, course=course_id)
+        return keyspace.family("live.course").key(self.prefix, course=course_id)
 
     def wake(self, shard: int) -> str:
-        return keyspace.live.WAKE.key(self.prefix, shard=shard)
+        return keyspace.family("live.wake").key(self.prefix, shard=shard)
 
     def all_wakes(self) -> list[str]:
         return [self.wake(s) for s in range(self.wake_shards)]
@@ -190,11 +190,11 @@ WAKE = lua.source(
     "live/wake",
     before=(
         f"local WAKE_MAXLEN = {WAKE_MAXLEN}",
-        f"local WAKE_FIELD = '{keyspace.live.WAKE_FEED_FIELD}'",
+        f"local WAKE_FIELD = '{keyspace.WAKE_FEED_FIELD}'",
     ),
 )
 # How a wake entry's field is read back.
-WAKE_FIELD = keyspace.live.WAKE_FEED_FIELD.encode()
+WAKE_FIELD = keyspace.WAKE_FEED_FIELD.encode()
 
 
 class LivePublisher:

@@ -9,7 +9,7 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from services.keyspace.live import feed_keys
+from services.keyspace import feed_keys
 from services.runtime import lua
 from services.runtime.stream_ids import FeedPosition, Position
 from services.streams.live import EPOCH_KEPT_SECONDS, FEED_LIBRARY, LiveFeeds

@@ -27,7 +27,7 @@ class MessageStreamSettings(EnvSettings):
 
     # Changing the shard count re-routes conversations: only change it with the streams drained.
     message_stream_shards: int = Field(default=8, ge=1, le=1024)
-    message_stream_prefix: str = keyspace.messages.PREFIX
+    message_stream_prefix: str = keyspace.PREFIXES["messages"]
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,7 @@ class MessageStreams(ShardedStreams):
     """Key names of the message stream shards: the stream, its backlog counters, its dead
     letters and its lease, all under the shard's hash tag {m<s>}."""
 
-    STREAM = keyspace.messages.EVENTS
-    DEAD_LETTERS = keyspace.messages.DEAD
-    LEASE = keyspace.messages.LEASE
-    LEASE_EPOCH = keyspace.messages.LEASE_EPOCH
-    LEASE_MEMBERS = keyspace.messages.LEASE_MEMBERS
+    GROUP = "messages"
 
     @classmethod
     def from_settings(cls, settings: MessageStreamSettings) -> MessageStreams:
@@ -51,24 +47,24 @@ class MessageStreams(ShardedStreams):
 
     def backlog_key(self, shard: int) -> str:
         """Messages appended to the shard and not yet flushed (the ingest bound, per shard)."""
-        return keyspace.messages.BACKLOG.key(self.prefix, shard=shard)
+        return self._key("backlog", shard=shard)
 
     def backlog_bytes_key(self, shard: int) -> str:
         """Bytes of the shard's entries appended and not yet flushed."""
-        return keyspace.messages.BACKLOG_BYTES.key(self.prefix, shard=shard)
+        return self._key("backlog_bytes", shard=shard)
 
     def reserved_key(self, shard: int) -> str:
         """Room held for calls that span shards on a cluster (ingest's two-step append)."""
-        return keyspace.messages.RESERVED.key(self.prefix, shard=shard)
+        return self._key("reserved", shard=shard)
 
     def rates_key(self, shard: int) -> str:
         """The shard's decaying count of messages appended, and the sum of its accounts' counts
         squared (ingest's fair shares; expires once the shard is idle)."""
-        return keyspace.messages.RATES.key(self.prefix, shard=shard)
+        return self._key("rates", shard=shard)
 
     def account_rate_key(self, shard: int, account_id: int) -> str:
         """One account's decaying count of messages appended to the shard (expires on its own)."""
-        return keyspace.messages.ACCOUNT_RATE.key(self.prefix, shard=shard, account=account_id)
+        return self._key("account_rate", shard=shard, account=account_id)
 
     def bound_per_shard(self, total: int) -> int:
         """A total bound (MESSAGE_QUEUE_MAX, …) split over the shards, rounded up."""

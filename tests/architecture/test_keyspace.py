@@ -62,3 +62,17 @@ def test_no_module_but_the_keyspace_spells_a_key() -> None:
 def test_the_architecture_document_shows_the_keyspace_as_declared() -> None:
     document = keyspace_doc.DOC.read_text()
     assert keyspace_doc.rendered(document) == document, "run: python -m tools.keyspace_doc --write"
+
+
+def test_the_keys_derived_from_a_key_are_its_declared_families() -> None:
+    """A feed's side keys and a stream's failure counts are built from the feed's or the stream's
+    own name: the suffixes must give exactly the declared families."""
+    for kind, part in (("inbox", {"account": 7}), ("course", {"course": 7})):
+        feed = keyspace.family(f"live.{kind}").key(**part)
+        side = ("meta", "versions", "versions_at")
+        declared = [keyspace.family(f"live.{kind}_{name}").key(**part) for name in side]
+        assert keyspace.feed_keys(feed) == [feed, *declared]
+    for group in ("messages", "likes"):
+        stream = keyspace.family(f"{group}.events").key(shard=3)
+        failures = keyspace.family(f"{group}.failures").key(shard=3)
+        assert keyspace.failures_beside(stream) == failures

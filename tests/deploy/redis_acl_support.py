@@ -10,21 +10,20 @@ import pytest_asyncio
 import redis.asyncio as redis
 
 from services import keyspace
-from services.keyspace import coordination, likes, live, messages
 from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
 from tests.stack import Env
 
 USERS = keyspace.SERVICES
 GROUP = "flusher"
 
-EVENTS = messages.EVENTS.key(shard=0)
-BACKLOG = messages.BACKLOG.key(shard=0)
-BACKLOG_BYTES = messages.BACKLOG_BYTES.key(shard=0)
-DEAD = messages.DEAD.key(shard=0)
-LIKE_EVENTS = likes.EVENTS.key(shard=0)
-LIKE_BYTES = likes.BYTES.key(shard=0)
-LIKE_DEAD = likes.DEAD.key(shard=0)
-RATE = coordination.RATE_LIMIT.key(limit="like", subject=7)
+EVENTS = keyspace.family("messages.events").key(shard=0)
+BACKLOG = keyspace.family("messages.backlog").key(shard=0)
+BACKLOG_BYTES = keyspace.family("messages.backlog_bytes").key(shard=0)
+DEAD = keyspace.family("messages.dead").key(shard=0)
+LIKE_EVENTS = keyspace.family("likes.events").key(shard=0)
+LIKE_BYTES = keyspace.family("likes.bytes").key(shard=0)
+LIKE_DEAD = keyspace.family("likes.dead").key(shard=0)
+RATE = keyspace.family("coordination.rate_limit").key(limit="like", subject=7)
 FEEDS_LAYOUT = LiveFeeds.from_settings(LiveSettings())
 INBOX = FEEDS_LAYOUT.inbox(7)
 COURSE = FEEDS_LAYOUT.course(42)
@@ -154,7 +153,7 @@ async def seed(admin: redis.Redis) -> None:
     for feed in FEEDS:
         if feed == WAKE:
             for n in (1, 2):
-                await admin.xadd(feed, {live.WAKE_FEED_FIELD: str(n)})
+                await admin.xadd(feed, {keyspace.WAKE_FEED_FIELD: str(n)})
         else:
             await writer.publish({feed: [FeedEvent(b"1"), FeedEvent(b"2")]})
 

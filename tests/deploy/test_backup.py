@@ -748,8 +748,8 @@ async def test_the_restore_waits_for_the_flusher_streams_only(tmp_path: Path) ->
                 await client.xadd(messages.stream(0), {"e": b"m"})
             await client.xadd(likes.stream(1), {"e": b"l"})
             await client.xadd(messages.dead_letters(0), {"e": b"dead"})
-            await client.xadd(keyspace.live.INBOX.key(account=1), {"e": b"feed"})
-            await client.xadd(keyspace.live.WAKE.key(shard=1), {"e": b"wake"})
+            await client.xadd(keyspace.family("live.inbox").key(account=1), {"e": b"feed"})
+            await client.xadd(keyspace.family("live.wake").key(shard=1), {"e": b"wake"})
             assert await stream_backlog(server.url) == 4
         finally:
             await client.aclose()

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as redis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from services.keyspace.live import WAKE_FEED_FIELD, feed_keys
+from services.keyspace import WAKE_FEED_FIELD, feed_keys
 from services.runtime.stream_ids import ORIGIN, FeedPosition, Position
 from services.streams import live
 from services.streams.live import FeedEvent, LiveFeeds, LivePublisher

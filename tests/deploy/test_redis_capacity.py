@@ -17,20 +17,20 @@ pytestmark = pytest.mark.asyncio
 async def test_each_family_is_counted_measured_and_projected(
     redis_client: redis.Redis, clean: None
 ) -> None:
-    cache = LikeCache.beside(LikeStreams(keyspace.likes.PREFIX, 4))
+    cache = LikeCache.beside(LikeStreams(keyspace.PREFIXES["likes"], 4))
     for user in range(1, 31):
         await redis_client.sadd(cache.liked_set(user, 42), *(f"p:{n}" for n in range(user)))
-    await redis_client.xadd(keyspace.messages.EVENTS.key(shard=0), {"e": b"x" * 500})
+    await redis_client.xadd(keyspace.family("messages.events").key(shard=0), {"e": b"x" * 500})
 
-    liked = await redis_capacity.measure(redis_client, keyspace.likes.LIKED)
+    liked = await redis_capacity.measure(redis_client, keyspace.family("likes.liked"))
     assert liked.found == 30
     assert liked.measured is not None
     assert liked.measured > 0
     assert liked.projected == liked.measured * 300_000
     # A family this Redis holds none of is projected from its declared size.
-    rates = await redis_capacity.measure(redis_client, keyspace.coordination.RATE_LIMIT)
+    rates = await redis_capacity.measure(redis_client, keyspace.family("coordination.rate_limit"))
     assert (rates.found, rates.measured) == (0, None)
-    assert rates.per_key == keyspace.coordination.RATE_LIMIT.bytes_each
+    assert rates.per_key == keyspace.family("coordination.rate_limit").bytes_each
 
     sizes = await redis_capacity.liked_set_sizes(redis_client)
     assert 0 < sizes[20] < sizes[200]

@@ -15,8 +15,11 @@ from services.runtime.redis_client import _ClosedUnderUs
 
 pytestmark = pytest.mark.asyncio
 
-STREAM = keyspace.messages.EVENTS.key(shard=0)
-LEASE, EPOCH = keyspace.messages.LEASE.key(shard=0), keyspace.messages.LEASE_EPOCH.key(shard=0)
+STREAM = keyspace.family("messages.events").key(shard=0)
+LEASE, EPOCH = (
+    keyspace.family("messages.lease").key(shard=0),
+    keyspace.family("messages.lease_epoch").key(shard=0),
+)
 
 
 async def test_a_re_sent_read_returns_the_entries_the_lost_reply_carried(

@@ -19,7 +19,7 @@ from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
-from services.keyspace.coordination import LIVE_STREAMS
+from services.keyspace import family
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import FeedPosition
 from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
@@ -160,7 +160,9 @@ async def test_streams_per_user_are_counted_across_gateway_processes(
             assert back.response.status_code == 200
         # A killed gateway's three streams: leases nobody renews, ending in two seconds.
         ends = int((await redis_client.time())[0]) * 1000 + 2000
-        await redis_client.zadd(LIVE_STREAMS.key(user=7), {f"dead-{n}": ends for n in range(3)})
+        await redis_client.zadd(
+            family("coordination.live_streams").key(user=7), {f"dead-{n}": ends for n in range(3)}
+        )
         async with events(first, route, token) as refused:
             assert refused.response.status_code == 503
             assert int(refused.response.headers["retry-after"]) <= 2

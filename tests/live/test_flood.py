@@ -87,7 +87,7 @@ async def set_maxmemory(client: redis.Redis, value: int | str) -> None:
 async def feed_memory(client: redis.Redis) -> dict[str, int]:
     """MEMORY USAGE of every live feed key, by key."""
     found: dict[str, int] = {}
-    async for key in client.scan_iter(match=f"{keyspace.live.PREFIX}:*", count=1000):
+    async for key in client.scan_iter(match=f"{keyspace.PREFIXES['live']}:*", count=1000):
         usage = await client.memory_usage(key, samples=0)
         found[key.decode()] = int(usage or 0)
     return found

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from services.keyspace.live import feed_keys
+from services.keyspace import feed_keys
 from services.streams.live import LiveFeeds, LivePublisher, LiveSettings
 from services.streams.live_reader import FeedReader
 from tests.deploy.test_backup import private_redis, target

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 
-from services.keyspace.messages import PREFIX as MESSAGES
+from services.keyspace import PREFIXES
 from tests.observability.trace_support import GET_ROUTE, INGEST_RPC, MS, POST_ROUTE, export_sample
 from tools import trace_view, traces
 from tools.ports import free_port
@@ -137,7 +137,7 @@ async def test_api_gives_one_trace_in_tree_order_with_attributes(sink: Running) 
             (0, "gateway", POST_ROUTE, "server"),
             (1, "gateway", INGEST_RPC, "client"),
             (2, "ingest", INGEST_RPC, "server"),
-            (3, "ingest", f"XADD {MESSAGES}", "producer"),
+            (3, "ingest", f"XADD {PREFIXES['messages']}", "producer"),
         ]
         assert spans[0]["parent_id"] is None
         for parent, child in itertools.pairwise(spans):
@@ -152,7 +152,7 @@ async def test_api_gives_one_trace_in_tree_order_with_attributes(sink: Running) 
         xadd = spans[3]
         assert xadd["attributes"] == {
             "messaging.system": "redis",
-            "messaging.destination.name": MESSAGES,
+            "messaging.destination.name": PREFIXES["messages"],
         }
         assert (xadd["status"], xadd["status_message"]) == ("error", "backlog full")
         [event] = xadd["events"]
@@ -172,7 +172,16 @@ async def test_api_gives_one_trace_in_tree_order_with_attributes(sink: Running) 
 async def test_a_trace_whose_root_never_arrived_shows_its_spans_as_roots(sink: Running) -> None:
     db = sqlite3.connect(sink.db)
     rows = [  # a remote parent never exported; a cycle of two ids (corrupt, still shown)
-        ("c" * 32, "1" * 16, "9" * 16, "flusher", f"process {MESSAGES}:7", 5, 10 * MS, 20 * MS),
+        (
+            "c" * 32,
+            "1" * 16,
+            "9" * 16,
+            "flusher",
+            f"process {PREFIXES['messages']}:7",
+            5,
+            10 * MS,
+            20 * MS,
+        ),
         (
             "c" * 32,
             "2" * 16,
@@ -194,10 +203,13 @@ async def test_a_trace_whose_root_never_arrived_shows_its_spans_as_roots(sink: R
     db.commit()
     async with httpx.AsyncClient(base_url=sink.view) as http:
         [listed] = (await http.get("/api/traces")).json()["traces"]
-        assert (listed["root_name"], listed["has_root"]) == (f"process {MESSAGES}:7", False)
+        assert (listed["root_name"], listed["has_root"]) == (
+            f"process {PREFIXES['messages']}:7",
+            False,
+        )
         trace = (await http.get(f"/api/traces/{'c' * 32}")).json()
     assert [(s["name"], s["depth"], s["orphan"]) for s in trace["spans"]] == [
-        (f"process {MESSAGES}:7", 0, True),
+        (f"process {PREFIXES['messages']}:7", 0, True),
         ("INSERT agora.x", 1, False),
         ("loop a", 0, True),
         ("loop b", 1, False),

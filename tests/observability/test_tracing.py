@@ -7,7 +7,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from services.keyspace.messages import PREFIX as MESSAGES
+from services.keyspace import PREFIXES
 from tests.helpers import Flusher
 
 pytestmark = pytest.mark.asyncio
@@ -44,9 +44,13 @@ async def test_a_message_is_one_trace_from_http_to_mysql(
 
     grpc_client = one(lambda s: s.kind == SpanKind.CLIENT and "IngestMessages" in s.name)
     grpc_server = one(lambda s: s.kind == SpanKind.SERVER and "IngestMessages" in s.name)
-    xadd = one(lambda s: s.kind == SpanKind.PRODUCER and s.name == f"XADD {MESSAGES}")
+    xadd = one(lambda s: s.kind == SpanKind.PRODUCER and s.name == f"XADD {PREFIXES['messages']}")
     redis_calls = [s for s in in_trace if s.attributes.get("db.system") == "redis"]  # type: ignore[union-attr]
-    batch = one(lambda s: s.kind == SpanKind.CONSUMER and s.name.startswith(f"process {MESSAGES}"))
+    batch = one(
+        lambda s: (
+            s.kind == SpanKind.CONSUMER and s.name.startswith(f"process {PREFIXES['messages']}")
+        )
+    )
     insert = one(lambda s: s.name == "INSERT agora_test.zalo_messages")
 
     def parent(span: object) -> object:

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from services.keyspace.messages import PREFIX as MESSAGES
+from services.keyspace import PREFIXES
 
 MS = 1_000_000
 POST_ROUTE = "POST /api/zalo-accounts/{account_id}/messages"
@@ -73,11 +73,14 @@ def export_sample(port: int) -> Sample:
         attributes={"rpc.system": "grpc", "rpc.grpc.status_code": 14},
     )
     xadd = ing.start_span(
-        f"XADD {MESSAGES}",
+        f"XADD {PREFIXES['messages']}",
         context=set_span_in_context(server),
         kind=SpanKind.PRODUCER,
         start_time=t0 + 8 * MS,
-        attributes={"messaging.system": "redis", "messaging.destination.name": MESSAGES},
+        attributes={
+            "messaging.system": "redis",
+            "messaging.destination.name": PREFIXES["messages"],
+        },
     )
     xadd.record_exception(RuntimeError("backlog full"), timestamp=t0 + 19 * MS)
     xadd.set_status(Status(StatusCode.ERROR, "backlog full"))

@@ -103,7 +103,7 @@ def consumer_keys(streams: MessageStreams | LikeStreams, shard: int) -> list[str
 
 
 def test_the_keys_of_one_message_shard_share_one_slot_and_shards_spread() -> None:
-    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
+    streams = MessageStreams(keyspace.PREFIXES["messages"], SHARDS)
     slots = []
     for s in range(SHARDS):
         keys = [
@@ -154,14 +154,17 @@ async def test_the_cluster_refuses_a_script_that_reaches_a_second_slot(
     script = client.register_script(
         "#!lua\nredis.call('SET', KEYS[1], 1)\nreturn redis.call('GET', ARGV[1])"
     )
-    first, second = keyspace.messages.EVENTS.key(shard=0), keyspace.messages.EVENTS.key(shard=1)
+    first, second = (
+        keyspace.family("messages.events").key(shard=0),
+        keyspace.family("messages.events").key(shard=1),
+    )
     assert slot(first) != slot(second)
     with pytest.raises(ResponseError, match=r"slot|cluster"):
         await script(keys=[first], args=[second])
 
 
 def batch(*threads: str) -> dict[int, events.MessageStreamEntry]:
-    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
+    streams = MessageStreams(keyspace.PREFIXES["messages"], SHARDS)
     out: dict[int, events.MessageStreamEntry] = {}
     for thread in threads:
         shard = streams.shard_of(1, thread)
@@ -172,7 +175,7 @@ def batch(*threads: str) -> dict[int, events.MessageStreamEntry]:
 
 def spread_threads(count: int) -> list[str]:
     """Threads of account 1 landing on `count` different shards."""
-    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
+    streams = MessageStreams(keyspace.PREFIXES["messages"], SHARDS)
     by_shard: dict[int, str] = {}
     for i in range(1000):
         by_shard.setdefault(streams.shard_of(1, f"t{i}"), f"t{i}")
@@ -189,7 +192,7 @@ async def stream_lengths(client: redis.Redis, streams: MessageStreams) -> list[i
 async def test_a_call_over_many_shards_is_stored_whole_on_the_cluster(
     client: redis.Redis, cluster: LocalCluster
 ) -> None:
-    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
+    streams = MessageStreams(keyspace.PREFIXES["messages"], SHARDS)
     repo = MessageStreamRepository(client, streams, 8_000, 10_000_000)
     threads = spread_threads(SHARDS)
     masters = {(await cluster.master_of(streams.stream(s))).port for s in range(SHARDS)}
@@ -208,7 +211,7 @@ async def test_a_call_over_many_shards_is_stored_whole_on_the_cluster(
 async def test_a_call_one_full_shard_refuses_is_refused_whole_on_the_cluster(
     client: redis.Redis,
 ) -> None:
-    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
+    streams = MessageStreams(keyspace.PREFIXES["messages"], SHARDS)
     repo = MessageStreamRepository(client, streams, 8 * 3, 10_000_000)  # 3 messages per shard
     threads = spread_threads(SHARDS)
     full = streams.shard_of(1, threads[-1])
@@ -226,7 +229,7 @@ async def test_a_call_one_full_shard_refuses_is_refused_whole_on_the_cluster(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_reservation_of_a_process_that_died_expires(client: redis.Redis) -> None:
-    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
+    streams = MessageStreams(keyspace.PREFIXES["messages"], SHARDS)
     repo = MessageStreamRepository(client, streams, 8 * 3, 10_000_000)
     [thread] = spread_threads(1)
     shard = streams.shard_of(1, thread)
@@ -247,7 +250,7 @@ async def test_the_reservation_of_a_process_that_died_expires(client: redis.Redi
 async def test_an_append_is_acknowledged_only_once_a_replica_has_it(
     client: redis.Redis,
 ) -> None:
-    streams = MessageStreams(keyspace.messages.PREFIX, SHARDS)
+    streams = MessageStreams(keyspace.PREFIXES["messages"], SHARDS)
     threads = spread_threads(3)
     waits_one = DurableScripts(client, 1, 2_000)
     await MessageStreamRepository(client, streams, 8_000, 10_000_000, waits_one).append(

@@ -22,7 +22,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import FloatRect, Locator, Page, async_playwright, expect
 
-from services.keyspace.messages import PREFIX as MESSAGES
+from services.keyspace import PREFIXES
 from tests.observability.trace_support import (
     GET_ROUTE,
     INGEST_RPC,
@@ -209,7 +209,7 @@ async def test_recent_traces_open_as_a_waterfall_with_attributes_on_click(
             await expect(attrs.locator("th")).to_have_text(
                 ["messaging.destination.name", "messaging.system"]
             )
-            await expect(attrs.locator("td")).to_have_text([MESSAGES, "redis"])
+            await expect(attrs.locator("td")).to_have_text([PREFIXES["messages"], "redis"])
             await expect(detail.locator(".facts")).to_contain_text("error: backlog full")
             await expect(detail.locator(".facts")).to_contain_text("producer")
             await expect(detail.locator("table.event caption")).to_contain_text("exception")

@@ -328,7 +328,9 @@ async def drop_liked_sets(url: str) -> int:
     dropped = 0
     try:
         batch: list[bytes] = []
-        async for key in client.scan_iter(match=keyspace.likes.LIKED.glob(prefix), count=1000):
+        async for key in client.scan_iter(
+            match=keyspace.family("likes.liked").glob(prefix), count=1000
+        ):
             batch.append(key)
             if len(batch) == 500:
                 dropped += int(await client.unlink(*batch))
@@ -358,7 +360,9 @@ async def drop_live_feeds(url: str) -> int:
     dropped = 0
     try:
         batch: list[bytes] = []
-        async for key in _scan(client, [f.glob(prefix) for f in keyspace.live.FAMILIES]):
+        async for key in _scan(
+            client, [f.glob(prefix) for f in keyspace.FAMILIES if f.id.startswith("live.")]
+        ):
             batch.append(key)
             if len(batch) == 500:
                 dropped += int(await client.unlink(*batch))
@@ -372,7 +376,7 @@ async def drop_live_feeds(url: str) -> int:
 
 # The streams the flusher consumes (it deletes each entry once committed). The live feeds are
 # streams too, but nobody drains them: they are trimmed by age and length.
-FLUSHER_STREAMS = (keyspace.messages.EVENTS, keyspace.likes.EVENTS)
+FLUSHER_STREAMS = (keyspace.family("messages.events"), keyspace.family("likes.events"))
 
 
 async def stream_backlog(url: str) -> int:

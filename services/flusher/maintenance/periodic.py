@@ -16,10 +16,11 @@ import redis.asyncio as redis
 from redis.exceptions import LockError
 
 from services.flusher.maintenance import metrics
-from services.keyspace.coordination import JOB_PERIOD, JOB_RUNNING
+from services.keyspace import family
 from services.runtime.loops import repeat
 
 log = logging.getLogger(__name__)
+_PERIOD, _RUNNING = family("coordination.job_period"), family("coordination.job_running")
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,13 @@ class PeriodicJobs:
         """Run every job whose period is free; returns the names of the jobs this replica ran."""
         ran = []
         for job in self._jobs:
-            period_key = JOB_PERIOD.key(self._prefix, job=job.name)
+            period_key = _PERIOD.key(self._prefix, job=job.name)
             if not await self._redis.set(
                 period_key, "1", nx=True, px=int(job.interval_seconds * 1000)
             ):
                 continue
             run_lock = self._redis.lock(
-                JOB_RUNNING.key(self._prefix, job=job.name),
+                _RUNNING.key(self._prefix, job=job.name),
                 timeout=job.timeout_seconds,
                 blocking=False,
                 thread_local=False,

@@ -22,13 +22,14 @@ from redis.exceptions import LockError
 
 from services.flusher.maintenance import metrics
 from services.flusher.maintenance.retention_repository import RetentionRepository
-from services.keyspace.coordination import PRUNE_LOCK, PRUNE_QUEUE
+from services.keyspace import family
 from services.runtime import lua
 from services.runtime.errors import is_transient
 from services.runtime.loops import repeat
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
+_QUEUE, _LOCK = family("coordination.prune_queue"), family("coordination.prune_lock")
 
 
 def _now_ms() -> int:
@@ -41,8 +42,8 @@ class PruneQueue:
     def __init__(self, client: redis.Redis, prefix: str | None = None) -> None:
         self._redis = client
         # One hash tag: the claim script moves members between the two (one slot on a cluster).
-        self.due_key = PRUNE_QUEUE.key(prefix, state="due")
-        self.running_key = PRUNE_QUEUE.key(prefix, state="running")
+        self.due_key = _QUEUE.key(prefix, state="due")
+        self.running_key = _QUEUE.key(prefix, state="running")
         self._claim = lua.register(client, __package__, "prune/claim")
         self._schedule = lua.register(client, __package__, "prune/schedule")
 
@@ -105,7 +106,7 @@ class Pruner:
         """Bring one conversation down to `keep` rows; skipped when another holder has its lock."""
         s = self.settings
         lock = self.client.lock(
-            PRUNE_LOCK.key(conversation=conversation_id),
+            _LOCK.key(conversation=conversation_id),
             timeout=s.lock_ttl_ms / 1000,
             blocking=False,
             thread_local=False,
