@@ -1,6 +1,6 @@
 """What a forum route within a course is asked with, read by one dependency: the clients that
-call upstream for the caller, the caller, the course of the path and, for a route of one post or
-comment, which one."""
+call upstream for the caller, the caller and the course of the path (and, for a route of one
+post or comment, which one: resource.AskedOf)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,6 @@ class Asked:
     clients: Clients
     user: Principal
     course_id: int
-
-
-@dataclass(frozen=True)
-class AskedOf(Asked):
-    """About the post or comment `target_id` of the course."""
-
-    target_id: int
 
 
 async def _asked(clients: RequestClients, user: CurrentUser, course_id: CourseId) -> Asked:

@@ -14,9 +14,8 @@ from services.gateway import schemas
 from services.gateway.convert import JsonBytes, comment_json, ok
 from services.gateway.params import IdempotencyKey
 from services.gateway.rate_limit import FORUM_WRITE
-from services.gateway.routes.forum.asked import AskedOf
 from services.gateway.routes.forum.posts import POST
-from services.gateway.routes.forum.resource import Listing, Resource, Rpc, Summaries
+from services.gateway.routes.forum.resource import AskedOf, Listing, Resource, Rpc, Summaries
 
 # A new comment's post, from the path as a post's own routes read it.
 OnPost = Annotated[AskedOf, Depends(POST.asked)]

@@ -12,20 +12,16 @@ from services.gateway import schemas
 from services.gateway.convert import JsonBytes, ok, optional_time, optional_value, page, time_text
 from services.gateway.params import CursorId, LikersLimit, TimeCursor, request_time
 from services.gateway.rate_limit import LikeLimiter
-from services.gateway.routes.forum.asked import AskedOf
-from services.gateway.routes.forum.resource import Edit, Resource, Row
+from services.gateway.routes.forum.resource import AskedOf, Edit, Resource, Row
 
 
 def add_likers_route(router: APIRouter, resource: Resource[Row, Edit]) -> None:
     """Who liked it, newest first."""
     At = Annotated[AskedOf, Depends(resource.asked)]  # noqa: N806 (a type, named as one)
 
-    @router.get(
-        f"{resource.path}/likes",
-        name=f"{resource.noun}_likers",
-        summary=resource.summaries.likers,
-        response_model=schemas.LikersPage,
-    )
+    summary = resource.summaries.likers
+
+    @resource.route(router, "GET", "/likes", "{noun}_likers", summary, schemas.LikersPage)
     async def likers(
         at: At,
         limit: LikersLimit = 50,
@@ -54,12 +50,9 @@ def add_like_route(router: APIRouter, resource: Resource[Row, Edit]) -> None:
     """The user's like of it, set or taken back."""
     At = Annotated[AskedOf, Depends(resource.asked)]  # noqa: N806 (a type, named as one)
 
-    @router.post(
-        f"{resource.path}/like",
-        name=f"like_{resource.noun}",
-        summary=resource.summaries.like,
-        response_model=schemas.LikeResponse,
-    )
+    summary = resource.summaries.like
+
+    @resource.route(router, "POST", "/like", "like_{noun}", summary, schemas.LikeResponse)
     async def like(at: At, limiter: LikeLimiter, body: schemas.LikeBody) -> JsonBytes:
         user_id = at.user.user_id
         await limiter.enforce(user_id, "like toggles")

@@ -25,13 +25,21 @@ from services.gateway.clients import Clients, RequestClients
 from services.gateway.convert import JsonBytes, comment_json, ok, optional_value, page
 from services.gateway.params import CourseId, CursorId, Limit, Reason
 from services.gateway.rate_limit import FORUM_WRITE
-from services.gateway.routes.forum.asked import AskedOf
+from services.gateway.routes.forum.asked import Asked
 from services.gateway.routes.forum.liked import with_likes
 
 Row = TypeVar("Row", forum_pb2.Post, forum_pb2.Comment)
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Awaitable[JsonBytes]])
 Edit = TypeVar("Edit", schemas.PostEdit, schemas.CommentEdit)
 
 _DELETED = {"data": {"deleted": True}}
+
+
+@dataclass(frozen=True)
+class AskedOf(Asked):
+    """About the post or comment `target_id` of the course."""
+
+    target_id: int
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,27 @@ class Resource(Generic[Row, Edit]):
     def target(self, target_id: int) -> like_pb.Target:
         return like_pb.Target(kind=self.kind, id=target_id)
 
+    def route(
+        self,
+        router: APIRouter,
+        method: str,
+        suffix: str,
+        name: str,
+        summary: str,
+        model: type[BaseModel],
+        **options: Any,
+    ) -> Callable[[Endpoint], Endpoint]:
+        """The decorator that adds a route of one of these to `router`: `method` at its path
+        and `suffix`, named `name` (its noun in place of {noun})."""
+        return router.api_route(
+            self.path + suffix,
+            methods=[method],
+            name=name.format(noun=self.noun),
+            summary=summary,
+            response_model=model,
+            **options,
+        )
+
     async def one(self, asked: AskedOf, reply: Any) -> JsonBytes:
         """The row of `reply` as the answer, with whether the user likes it."""
         rows = [self.row(reply)]
@@ -124,36 +153,29 @@ class Resource(Generic[Row, Edit]):
 
 def add_routes(router: APIRouter, resource: Resource[Row, Edit]) -> None:
     """Read it, delete it, edit it, and the comments under it."""
-    path, said = resource.path, resource.summaries
     At = Annotated[AskedOf, Depends(resource.asked)]  # noqa: N806 (a type, named as one)
+    route, said, below = resource.route, resource.summaries, resource.below
+    model = resource.response_model
+    write = [FORUM_WRITE]
 
-    @router.get(
-        path,
-        name=f"get_{resource.noun}",
-        summary=said.get,
-        response_model=resource.response_model,
-    )
+    @route(router, "GET", "", "get_{noun}", said.get, model)
     async def get(at: At) -> JsonBytes:
         return await resource.one(at, await resource.get(at.clients, **resource.ids(at)))
 
-    @router.delete(
-        path,
-        name=f"delete_{resource.noun}",
-        summary=said.delete,
-        response_model=schemas.DeletedResponse,
-        dependencies=[FORUM_WRITE],
+    @route(
+        router,
+        "DELETE",
+        "",
+        "delete_{noun}",
+        said.delete,
+        schemas.DeletedResponse,
+        dependencies=write,
     )
     async def delete(at: At, reason: Reason = None) -> JsonBytes:
         await resource.delete(at.clients, **resource.ids(at), reason=reason)
         return ok(_DELETED)
 
-    @router.patch(
-        path,
-        name=f"edit_{resource.noun}",
-        summary=said.edit,
-        response_model=resource.response_model,
-        dependencies=[FORUM_WRITE],
-    )
+    @route(router, "PATCH", "", "edit_{noun}", said.edit, model, dependencies=write)
     async def edit(
         at: At,
         # FastAPI takes the body's model from here; to mypy it is a value, not a type.
@@ -162,18 +184,10 @@ def add_routes(router: APIRouter, resource: Resource[Row, Edit]) -> None:
         edited = await resource.edit(at.clients, **resource.ids(at), **body.model_dump())
         return await resource.one(at, edited)
 
-    below = resource.below
-
-    @router.get(
-        path + below.path,
-        name=below.name,
-        summary=below.summary,
-        response_model=schemas.CommentsPage,
-    )
+    @route(router, "GET", below.path, below.name, below.summary, schemas.CommentsPage)
     async def listing(at: At, limit: Limit = 20, after_id: CursorId = None) -> JsonBytes:
         reply = await below.rpc(at.clients, **resource.ids(at), limit=limit, after_id=after_id)
         kind = like_pb.TARGET_KIND_COMMENT
         data = await with_likes(at, kind, comment_json, reply.comments)
-        return page(
-            data, limit, reply.has_more, next_after_id=optional_value(reply, "next_after_id")
-        )
+        cursor = optional_value(reply, "next_after_id")
+        return page(data, limit, reply.has_more, next_after_id=cursor)

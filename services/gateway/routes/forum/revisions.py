@@ -10,20 +10,16 @@ from fastapi import APIRouter, Depends
 from services.gateway import schemas
 from services.gateway.convert import JsonBytes, optional_value, page, revision_json
 from services.gateway.params import CursorId, Limit
-from services.gateway.routes.forum.asked import AskedOf
-from services.gateway.routes.forum.resource import Edit, Resource, Row
+from services.gateway.routes.forum.resource import AskedOf, Edit, Resource, Row
 
 
 def add_routes(router: APIRouter, resource: Resource[Row, Edit]) -> None:
     """The resource's earlier texts, newest first."""
     At = Annotated[AskedOf, Depends(resource.asked)]  # noqa: N806 (a type, named as one)
 
-    @router.get(
-        f"{resource.path}/revisions",
-        name=f"{resource.noun}_revisions",
-        summary=resource.summaries.revisions,
-        response_model=schemas.RevisionsPage,
-    )
+    summary = resource.summaries.revisions
+
+    @resource.route(router, "GET", "/revisions", "{noun}_revisions", summary, schemas.RevisionsPage)
     async def revisions(at: At, limit: Limit = 20, before_id: CursorId = None) -> JsonBytes:
         target = resource.target(at.target_id)
         rpc = read_pb.ListRevisionsRequest(
