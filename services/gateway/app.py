@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from redis.asyncio import Redis
 from starlette.middleware.cors import CORSMiddleware
 
 from services.domain.ids import MAX_ROW_ID
@@ -60,44 +61,56 @@ _ERRORS = {
 
 def create_app(settings: GatewaySettings) -> FastAPI:
     """The gateway app; its upstream channels and Redis open when it starts (lifespan)."""
+    app = _application(settings)
+    verifier = TokenVerifier.from_settings(settings)
+    app.state.token_verifier = verifier
+    errors.install(app)
+    _include_routes(app)
+    app.state.settings = settings
+    _trace(app)
+    _add_middleware(app, settings, verifier)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    web.install(app, settings)
+    return app
+
+
+def _application(settings: GatewaySettings) -> FastAPI:
+    return FastAPI(
+        title="agora gateway",
+        version="1.0.0",
+        description="HTTP/JSON API over the agora services. Every /api route needs a bearer JWT.",
+        lifespan=_lifespan(settings),
+        responses=_ERRORS,  # type: ignore[arg-type]
+        # Swagger UI and ReDoc are web.py's, from vendored assets (they work offline).
+        docs_url=None,
+        redoc_url=None,
+        # Tracing is _trace's, once: FastAPI's own telemetry would be a second layer of it.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
+
+
+def _trace(app: FastAPI) -> None:
+    """A span per request when spans are recorded (without them, TraceContext carries the
+    trace context through: _add_middleware)."""
+    if records_spans():
+        # Not the event streams: a span as long as a stream, and one per event written, would
+        # say nothing the delivery spans (linked to each write) do not.
+        FastAPIInstrumentor.instrument_app(app, excluded_urls=f"healthz,{live.STREAM_PATH.pattern}")
+
+
+def _lifespan(settings: GatewaySettings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What the app opens when it starts, closed (newest first) when it stops."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as resources:
-            app.state.clients = ClientPool.connect(
-                ingest_addr=settings.ingest_addr,
-                ingest_forum_addr=settings.ingest_forum_addr,
-                timeline_addr=settings.timeline_addr,
-                likes_addr=settings.likes_addr,
-                timeout=settings.rpc_timeout_seconds,
-                tls=settings.tls_material(),
-                connections=settings.gateway_upstream_connections,
-            )
-            resources.push_async_callback(app.state.clients.close)
-            app.state.live = Streams(
-                Feeds(settings.live_window_bytes_per_feed, settings.live_window_bytes),
-                StreamSettings(
-                    heartbeat_seconds=settings.live_heartbeat_seconds,
-                    send_timeout_seconds=settings.live_send_timeout_seconds,
-                    retry_ms=settings.live_retry_ms,
-                    recheck_seconds=settings.live_recheck_seconds,
-                ),
-            )
-            resources.callback(app.state.live.feeds.close)
-            clock = asyncio.create_task(app.state.live.tick())
-            resources.callback(clock.cancel)
+            app.state.clients = _upstreams(settings, resources)
+            app.state.live = _live_streams(settings, resources)
             redis = redis_client.connect(
                 settings.redis_url, max_connections=32, cluster=settings.redis_cluster
             )
             resources.push_async_callback(redis.aclose)
-            app.state.stream_bounds = StreamBounds(
-                redis,
-                settings.live_streams_per_user,
-                settings.live_streams_per_process,
-                settings.live_stream_lease_seconds,
-            )
-            renewing = asyncio.create_task(app.state.stream_bounds.renewing())
-            resources.callback(renewing.cancel)
+            app.state.stream_bounds = _stream_bounds(settings, redis, resources)
             app.state.limits = Limits.open(
                 redis,
                 likes=settings.like_toggles_per_minute,
@@ -108,48 +121,76 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             )
             yield
 
-    app = FastAPI(
-        title="agora gateway",
-        version="1.0.0",
-        description="HTTP/JSON API over the agora services. Every /api route needs a bearer JWT.",
-        lifespan=lifespan,
-        responses=_ERRORS,  # type: ignore[arg-type]
-        # Swagger UI and ReDoc are web.py's, from vendored assets (they work offline).
-        docs_url=None,
-        redoc_url=None,
-        # Tracing is set up below, once: FastAPI's own telemetry would be a second layer of it.
-        telemetry={"tracing": False, "metrics": False, "logs": False},
+    return lifespan
+
+
+def _upstreams(settings: GatewaySettings, resources: contextlib.AsyncExitStack) -> ClientPool:
+    clients = ClientPool.connect(
+        ingest_addr=settings.ingest_addr,
+        ingest_forum_addr=settings.ingest_forum_addr,
+        timeline_addr=settings.timeline_addr,
+        likes_addr=settings.likes_addr,
+        timeout=settings.rpc_timeout_seconds,
+        tls=settings.tls_material(),
+        connections=settings.gateway_upstream_connections,
     )
-    verifier = TokenVerifier.from_settings(settings)
-    app.state.token_verifier = verifier
-    errors.install(app)
+    resources.push_async_callback(clients.close)
+    return clients
+
+
+def _live_streams(settings: GatewaySettings, resources: contextlib.AsyncExitStack) -> Streams:
+    """The event streams' shared feeds, and the clock that ticks them."""
+    live = Streams(
+        Feeds(settings.live_window_bytes_per_feed, settings.live_window_bytes),
+        StreamSettings(
+            heartbeat_seconds=settings.live_heartbeat_seconds,
+            send_timeout_seconds=settings.live_send_timeout_seconds,
+            retry_ms=settings.live_retry_ms,
+            recheck_seconds=settings.live_recheck_seconds,
+        ),
+    )
+    resources.callback(live.feeds.close)
+    clock = asyncio.create_task(live.tick())
+    resources.callback(clock.cancel)
+    return live
+
+
+def _stream_bounds(
+    settings: GatewaySettings, redis: Redis, resources: contextlib.AsyncExitStack
+) -> StreamBounds:
+    """The bounds on open event streams, with the task that renews this process's leases."""
+    bounds = StreamBounds(
+        redis,
+        settings.live_streams_per_user,
+        settings.live_streams_per_process,
+        settings.live_stream_lease_seconds,
+    )
+    renewing = asyncio.create_task(bounds.renewing())
+    resources.callback(renewing.cancel)
+    return bounds
+
+
+def _include_routes(app: FastAPI) -> None:
     app.include_router(messaging.router)
     app.include_router(forum.courses_router)
     app.include_router(forum.router)
     app.include_router(live.router)
-    app.state.settings = settings
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
         # Liveness only: no data, no upstream calls, so it needs no token.
         return {"status": "ok"}
 
-    if records_spans():
-        # Not the event streams: a span as long as a stream, and one per event written, would
-        # say nothing the delivery spans (linked to each write) do not.
-        FastAPIInstrumentor.instrument_app(app, excluded_urls=f"healthz,{live.STREAM_PATH.pattern}")
-    # Starlette wraps each middleware around those added before it: innermost first.
+
+def _add_middleware(app: FastAPI, settings: GatewaySettings, verifier: TokenVerifier) -> None:
+    """The layers of the module's doc. Starlette wraps each middleware around those added
+    before it: innermost first."""
     app.add_middleware(InFlightLimit, limit=settings.gateway_max_in_flight, exempt=live.STREAM_PATH)
-    batch = next(
-        r
-        for r in messaging.router.routes
-        if isinstance(r, APIRoute) and r.endpoint is messaging.ingest_messages
-    )
     app.add_middleware(
         BodyLimit,
         limit=settings.gateway_max_body_bytes,
         timeout=settings.gateway_body_timeout_seconds,
-        route_limits=[(batch, settings.gateway_max_batch_body_bytes)],
+        route_limits=[(_batch_route(), settings.gateway_max_batch_body_bytes)],
     )
     app.add_middleware(AuthMiddleware, verifier=verifier)
     app.add_middleware(
@@ -169,9 +210,15 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         app.add_middleware(TraceContext)
     # Outermost: an event stream's body is written below every other layer (sse.py).
     app.add_middleware(Handoff)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    web.install(app, settings)
-    return app
+
+
+def _batch_route() -> APIRoute:
+    """The batch ingest route, whose body has a limit of its own."""
+    return next(
+        r
+        for r in messaging.router.routes
+        if isinstance(r, APIRoute) and r.endpoint is messaging.ingest_messages
+    )
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -4,8 +4,14 @@ counterless: the order of their writes with buffered pods during a mode switch),
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TypeVar
 
+import asyncpg
+import redis.asyncio as redis
 from agora.forum.v1 import like_service_pb2, like_service_pb2_grpc
 
 from services.domain import access, field_rules, schema
@@ -27,6 +33,67 @@ from services.streams.live import LiveRedis
 
 log = logging.getLogger(__name__)
 LIKES = like_service_pb2.DESCRIPTOR.services_by_name["LikeService"].full_name
+T = TypeVar("T")
+
+
+@dataclass
+class Opening:
+    """What a mode's builder opens its store with, and adds to: the settings, the datastores
+    (closed with `resources`), the checks on the read-only pool, and the service's dependencies
+    and background jobs."""
+
+    settings: LikesSettings
+    stores: service.Datastores
+    resources: contextlib.AsyncExitStack
+    checks: ForumChecks
+    dependencies: list[Dependency]
+    background: list[service.BackgroundJob] = field(default_factory=list)
+
+    @cached_property
+    def streams(self) -> LikeStreams:
+        return LikeStreams.from_settings(self.settings)
+
+    def open_redis(self) -> redis.Redis:
+        return self.stores.redis(required(self.settings.redis_url))
+
+    async def open_write_pool(self) -> asyncpg.Pool:
+        url, size = required(self.settings.postgres_write_url), self.settings.postgres_pool_size
+        return await self.stores.postgres(url, size, "likes-writer")
+
+    def durable(self, client: redis.Redis) -> DurableScripts:
+        s = self.settings
+        durable = DurableScripts(client, s.redis_wait_replicas, s.redis_wait_timeout_ms)
+        self.resources.push_async_callback(durable.aclose)
+        return durable
+
+    def direct(self, client: redis.Redis, durable: DurableScripts) -> DirectWrites:
+        s = self.settings
+        # A direct write's busy mark outlives any statement it guards.
+        busy = s.postgres_timeout_seconds + s.redis_timeout_seconds + 1
+        return DirectWrites(
+            client,
+            self.streams,
+            durable,
+            wait_seconds=s.like_pending_wait_seconds,
+            busy_seconds=busy,
+        )
+
+    def access_cache(self, client: redis.Redis) -> AccessCache:
+        s = self.settings
+        limits = AccessLimits(
+            seconds=s.access_cache_seconds,
+            courses=s.access_cache_courses,
+            members=s.access_cache_members,
+            targets=s.access_cache_targets,
+        )
+        return AccessCache(self.checks, client, self.streams, limits)
+
+
+def required(value: T | None) -> T:
+    """A setting the mode needs (LikesSettings refuses a mode without it)."""
+    if not value:
+        raise SystemExit("likes: no store configured")
+    return value
 
 
 async def build(settings: LikesSettings) -> service.Service:
@@ -36,88 +103,16 @@ async def build(settings: LikesSettings) -> service.Service:
         read_pool = await stores.postgres(
             settings.postgres_url, settings.postgres_pool_size, "likes"
         )
-        dependencies = [Dependency("postgresql", lambda: schema.postgres_ready(read_pool))]
-        checks = ForumChecks(read_pool)
+        dependency = Dependency("postgresql", lambda: schema.postgres_ready(read_pool))
+        opening = Opening(settings, stores, resources, ForumChecks(read_pool), [dependency])
         store: LikeStore
-        # LikesSettings guarantees the URLs each mode needs.
-        redis = None
-        if settings.redis_url:
-            redis = stores.redis(settings.redis_url)
-        # Buffered likes live in Redis. Counterless ones do not: while Redis is away they are
-        # checked in PostgreSQL and their dirty marks wait in the process.
-        if settings.likes_mode == "buffered" and redis is not None:
-            dependencies.append(
-                Dependency(
-                    "redis",
-                    lambda: redis_client.check_streams(redis, settings.redis_maxmemory_policy),
-                )
-            )
-        write_pool = None
-        if settings.likes_mode in ("sync", "counterless") and settings.postgres_write_url:
-            write_pool = await stores.postgres(
-                settings.postgres_write_url, settings.postgres_pool_size, "likes-writer"
-            )
-        streams = LikeStreams.from_settings(settings)
-        limits = AccessLimits(
-            seconds=settings.access_cache_seconds,
-            courses=settings.access_cache_courses,
-            members=settings.access_cache_members,
-            targets=settings.access_cache_targets,
-        )
-        durable = direct = None
-        background: list[service.BackgroundJob] = []
-        if redis is not None:
-            durable = DurableScripts(
-                redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
-            )
-            resources.push_async_callback(durable.aclose)
-            # A direct write's busy mark outlives any statement it guards.
-            busy = settings.postgres_timeout_seconds + settings.redis_timeout_seconds + 1
-            direct = DirectWrites(
-                redis,
-                streams,
-                durable,
-                wait_seconds=settings.like_pending_wait_seconds,
-                busy_seconds=busy,
-            )
-        if settings.likes_mode == "buffered" and redis is not None:
-            bound = BacklogBound.of(
-                settings.like_queue_max, settings.like_queue_max_bytes, streams.shards
-            )
-            cache = AccessCache(checks, redis, streams, limits)
-            store = BufferedLikes(
-                redis,
-                streams,
-                cache,
-                settings.liked_set_ttl_seconds,
-                bound,
-                durable,
-                settings.like_pending_wait_seconds,
-            )
-        elif settings.likes_mode == "counterless" and redis and write_pool and direct:
-            cache = AccessCache(checks, redis, streams, limits)
-            store = CounterlessLikes(cache, write_pool, redis, streams, direct)
-        elif settings.likes_mode == "sync" and write_pool is not None:
-            # The plain synchronous mode: the checks, then one statement, every like.
-            live, mark_dirty = None, None
-            if redis is None or durable is None:
-                log.warning(
-                    "LIKES_MODE=sync without REDIS_URL: this pod must not serve next to buffered"
-                    " pods (a toggle could be lost, see docs/likes.md), and publishes no like"
-                    " counts to the courses' live feeds"
-                )
-            else:
-                # Its committed counts go to the courses' feeds; the buffered pods' are the
-                # flusher's, the counterless pods' the recount's.
-                live_redis = LiveRedis.open(stores, settings, redis)
-                publisher = live_redis.publisher(settings)
-                if live_redis.detached:
-                    background.append(publisher.run)
-                live = LikeCountPublication(publisher)
-                mark_dirty = DirtyMarks(redis, streams).mark
-            store = SyncLikes(checks, write_pool, direct, live, mark_dirty)
-        else:
-            raise SystemExit("likes: no store configured")
+        match settings.likes_mode:
+            case "buffered":
+                store = _buffered(opening)
+            case "counterless":
+                store = await _counterless(opening)
+            case "sync":
+                store = await _sync(opening)
         handlers = LikeHandlers(store)
         server = GrpcServer.for_apis(
             settings,
@@ -131,7 +126,58 @@ async def build(settings: LikesSettings) -> service.Service:
             ],
             access.policy(settings),
         )
-        return service.Service(server, resources, background, dependencies=dependencies)
+        return service.Service(
+            server, resources, opening.background, dependencies=opening.dependencies
+        )
+
+
+def _buffered(opening: Opening) -> BufferedLikes:
+    """Likes live in Redis (SETs, and streams the flusher writes to PostgreSQL in batches)."""
+    s, client, streams = opening.settings, opening.open_redis(), opening.streams
+    opening.dependencies.append(
+        Dependency("redis", lambda: redis_client.check_streams(client, s.redis_maxmemory_policy))
+    )
+    durable = opening.durable(client)
+    bound = BacklogBound.of(s.like_queue_max, s.like_queue_max_bytes, streams.shards)
+    cache = opening.access_cache(client)
+    return BufferedLikes(
+        client, streams, cache, s.liked_set_ttl_seconds, bound, durable, s.like_pending_wait_seconds
+    )
+
+
+async def _counterless(opening: Opening) -> CounterlessLikes:
+    """The insert without the counter UPDATE; the flusher recounts the targets marked dirty.
+    While Redis is away likes are checked in PostgreSQL and their dirty marks wait in the
+    process, so Redis is no readiness dependency."""
+    client = opening.open_redis()
+    write_pool = await opening.open_write_pool()
+    direct = opening.direct(client, opening.durable(client))
+    cache = opening.access_cache(client)
+    return CounterlessLikes(cache, write_pool, client, opening.streams, direct)
+
+
+async def _sync(opening: Opening) -> SyncLikes:
+    """The plain synchronous mode: the checks, then one statement, every like."""
+    s = opening.settings
+    client = opening.open_redis() if s.redis_url else None
+    write_pool = await opening.open_write_pool()
+    if client is None:
+        log.warning(
+            "LIKES_MODE=sync without REDIS_URL: this pod must not serve next to buffered"
+            " pods (a toggle could be lost, see docs/likes.md), and publishes no like"
+            " counts to the courses' live feeds"
+        )
+        return SyncLikes(opening.checks, write_pool, None, None, None)
+    direct = opening.direct(client, opening.durable(client))
+    # Its committed counts go to the courses' feeds; the buffered pods' are the flusher's, the
+    # counterless pods' the recount's.
+    live_redis = LiveRedis.open(opening.stores, s, client)
+    publisher = live_redis.publisher(s)
+    if live_redis.detached:
+        opening.background.append(publisher.run)
+    live = LikeCountPublication(publisher)
+    mark_dirty = DirtyMarks(client, opening.streams).mark
+    return SyncLikes(opening.checks, write_pool, direct, live, mark_dirty)
 
 
 main = service.main("likes", LikesSettings, build)

@@ -4,7 +4,7 @@ services/domain/field_rules.py)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from agora.events.v1 import live_events_pb2
@@ -12,6 +12,7 @@ from agora.forum.v1 import forum_read_service_pb2 as pb
 from agora.forum.v1 import forum_read_service_pb2_grpc as pb_grpc
 from agora.forum.v1 import like_service_pb2 as like_pb
 from asyncpg import Record
+from google.protobuf.message import Message
 
 from services.domain.forum import (
     NOT_A_TEACHER,
@@ -35,7 +36,7 @@ COMMENT_NOT_FOUND = "comment not found in this course"
 
 # A thread's read: (course_id, post or comment id, user_id, limit, after_id) → its page.
 ThreadRead = Callable[[int, int, int, int, int | None], Awaitable[tuple[Checked, Page[Record]]]]
-CommentsResponse = TypeVar("CommentsResponse", pb.ListCommentsResponse, pb.ListRepliesResponse)
+Response = TypeVar("Response", bound=Message)
 
 
 class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
@@ -77,13 +78,8 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     ) -> pb.ListCoursesResponse:
         after = request.after_id if request.HasField("after_id") else None
         page = await self._repo.courses(request.user_id, request.limit, after)
-        rows = page.rows
-        if not rows:
-            return pb.ListCoursesResponse(has_more=page.has_more)
-        return pb.ListCoursesResponse(
-            courses=[membership_fields(r) for r in rows],
-            has_more=page.has_more,
-            next_after_id=rows[-1]["course_id"],
+        return _page(
+            pb.ListCoursesResponse, page, "courses", membership_fields, "next_after_id", "course_id"
         )
 
     async def ListPosts(
@@ -94,14 +90,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             request.course_id, request.user_id, request.limit, before
         )
         await require_enrolled(checked.enrolled, context)
-        rows = page.rows
-        if not rows:
-            return pb.ListPostsResponse(has_more=page.has_more)
-        return pb.ListPostsResponse(
-            posts=[post_fields(r) for r in rows],
-            has_more=page.has_more,
-            next_before_id=rows[-1]["id"],
-        )
+        return _page(pb.ListPostsResponse, page, "posts", post_fields, "next_before_id")
 
     async def GetPost(
         self, request: pb.GetPostRequest, context: grpc.aio.ServicerContext
@@ -123,7 +112,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         page = await self._thread_page(
             request, context, "post_id", self._repo.comments, POST_NOT_FOUND
         )
-        return _comments_response(pb.ListCommentsResponse, page)
+        return _page(pb.ListCommentsResponse, page, "comments", comment_fields, "next_after_id")
 
     async def ListReplies(
         self, request: pb.ListRepliesRequest, context: grpc.aio.ServicerContext
@@ -131,7 +120,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         page = await self._thread_page(
             request, context, "comment_id", self._repo.replies, COMMENT_NOT_FOUND
         )
-        return _comments_response(pb.ListRepliesResponse, page)
+        return _page(pb.ListRepliesResponse, page, "comments", comment_fields, "next_after_id")
 
     async def ListLikers(
         self, request: pb.ListLikersRequest, context: grpc.aio.ServicerContext
@@ -174,14 +163,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 "only its author and the course's teachers can read its earlier texts",
             )
-        rows = page.rows
-        if not rows:
-            return pb.ListRevisionsResponse(has_more=page.has_more)
-        return pb.ListRevisionsResponse(
-            revisions=[revision_fields(r) for r in rows],
-            has_more=page.has_more,
-            next_before_id=rows[-1]["id"],
-        )
+        return _page(pb.ListRevisionsResponse, page, "revisions", revision_fields, "next_before_id")
 
     async def ListModerationActions(
         self, request: pb.ListModerationActionsRequest, context: grpc.aio.ServicerContext
@@ -193,13 +175,8 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         await require_enrolled(checked.enrolled, context)
         if not checked.allowed:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_A_TEACHER)
-        rows = page.rows
-        if not rows:
-            return pb.ListModerationActionsResponse(has_more=page.has_more)
-        return pb.ListModerationActionsResponse(
-            actions=[moderation_fields(r) for r in rows],
-            has_more=page.has_more,
-            next_before_id=rows[-1]["id"],
+        return _page(
+            pb.ListModerationActionsResponse, page, "actions", moderation_fields, "next_before_id"
         )
 
     async def _thread_page(
@@ -229,16 +206,22 @@ async def _require_visible(
         await abort(context, grpc.StatusCode.NOT_FOUND, not_found)
 
 
-def _comments_response(
-    response_type: type[CommentsResponse], page: Page[Record]
-) -> CommentsResponse:
+def _page(
+    response_type: Callable[..., Response],
+    page: Page[Record],
+    field: str,
+    to_fields: Callable[[Record], Any],
+    cursor: str,
+    column: str = "id",
+) -> Response:
+    """A page as its RPC's response: its rows (the response's `field`, each row `to_fields`),
+    whether there are more and, when it has rows, the next page's `cursor`: its last row's
+    `column`."""
     rows = page.rows
     if not rows:
         return response_type(has_more=page.has_more)
     return response_type(
-        comments=[comment_fields(r) for r in rows],
-        has_more=page.has_more,
-        next_after_id=rows[-1]["id"],
+        **{field: [to_fields(r) for r in rows], cursor: rows[-1][column]}, has_more=page.has_more
     )
 
 

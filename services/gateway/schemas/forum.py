@@ -1,4 +1,4 @@
-"""JSON shapes of the course forum routes (services/gateway/routes/forum.py)."""
+"""JSON shapes of the course forum routes (services/gateway/routes/forum/)."""
 
 from __future__ import annotations
 
