@@ -22,10 +22,11 @@ from opentelemetry import trace
 
 from services.domain.live import POSITION_HEADER, reset_reason
 from services.runtime.grpc_errors import abort
+from services.runtime.jitter import jittered
 from services.runtime.stream_ids import FeedPosition
 from services.runtime.tokens import TokenError, TokenVerifier
 from services.runtime.trace_context import links_to
-from services.timeline.feed_hub import Delivery, FeedHub, jittered
+from services.timeline.feed_hub import Delivery, FeedHub
 
 R = TypeVar("R", bound=Message)
 log = logging.getLogger(__name__)
