@@ -155,8 +155,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.gateway_cors_origins,
-        allow_methods=["GET", "POST", "DELETE"],
-        allow_headers=["Authorization", "Content-Type"],
+        allow_methods=["GET", "POST", "PATCH", "DELETE"],
+        # A write's Idempotency-Key, and the position an event stream resumes from (a client
+        # reading the stream with fetch sends it itself).
+        allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
         # Bearer tokens, not cookies: a browser sends no credentials of its own.
         allow_credentials=False,
         expose_headers=["Retry-After"],
