@@ -1,6 +1,6 @@
 """Prometheus metrics every service shares: RED per RPC and per HTTP route, and pool saturation.
 
-Each process serves them as Prometheus text on METRICS_PORT (the flusher also on its status port).
+Each process serves them as Prometheus text on METRICS_PORT, listening on METRICS_HOST.
 """
 
 from __future__ import annotations
