@@ -196,8 +196,10 @@ def _add_middleware(app: FastAPI, settings: GatewaySettings, verifier: TokenVeri
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.gateway_cors_origins,
-        allow_methods=["GET", "POST", "DELETE"],
-        allow_headers=["Authorization", "Content-Type"],
+        allow_methods=["GET", "POST", "PATCH", "DELETE"],
+        # A write's Idempotency-Key, and the position an event stream resumes from (a client
+        # reading the stream with fetch sends it itself).
+        allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
         # Bearer tokens, not cookies: a browser sends no credentials of its own.
         allow_credentials=False,
         expose_headers=["Retry-After"],

@@ -10,7 +10,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.gateway.errors import ApiError, close_after
-from services.runtime.tokens import Principal, TokenError, TokenVerifier
+from services.runtime.tokens import Principal, TokenError, TokenVerifier, bearer_token
 
 __all__ = ["AuthMiddleware", "CurrentUser", "Principal", "require_account"]
 
@@ -25,11 +25,11 @@ PROTECTED_PREFIX = "/api/"
 
 def verify_authorization(verifier: TokenVerifier, authorization: str | None) -> Principal:
     """The caller named by an Authorization header, or ApiError 401."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(authorization)
+    if token is None:
         raise ApiError.unauthenticated("a bearer token is required")
     try:
-        return verifier.verify(token.strip())
+        return verifier.verify(token)
     except TokenError as exc:
         raise ApiError.unauthenticated(str(exc)) from exc
 

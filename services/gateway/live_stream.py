@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import random
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from starlette.types import Receive, Send
 from services.domain.live import reset_reason
 from services.gateway import sse
 from services.gateway.feeds import Encode, Feed, Feeds, Watch
+from services.runtime.jitter import jittered
 from services.runtime.stream_ids import FeedPosition
 
 _tracer = trace.get_tracer(__name__)
@@ -162,7 +162,7 @@ class LiveStream:
             position = start.position
             own_not_before, own_every = 0.0, _OWN_WATCH_EVERY[0]
             beat = time.monotonic() + settings.heartbeat_seconds
-            recheck = time.monotonic() + _jittered(settings.recheck_seconds)
+            recheck = time.monotonic() + jittered(settings.recheck_seconds)
             while not gone.done():
                 if streams.shutting_down:
                     await self._end(send, "shutting down")
@@ -174,7 +174,7 @@ class LiveStream:
                     return
                 now = time.monotonic()
                 if self.recheck is not None and now >= recheck:
-                    recheck = now + _jittered(settings.recheck_seconds)
+                    recheck = now + jittered(settings.recheck_seconds)
                     if await self.recheck() is not None:
                         await self._end(send, "permission_denied")
                         return
@@ -280,8 +280,3 @@ def reset_event(position: FeedPosition, reason: str) -> bytes:
     """A `reset` event: refetch, then go on from `position` (its id)."""
     data = orjson.dumps({"reason": reason, "position": str(position)})
     return sse.event(str(position), "reset", data)
-
-
-def _jittered(seconds: float) -> float:
-    """Streams opened together (a gateway's clients coming back after a restart) recheck apart."""
-    return seconds * random.uniform(0.75, 1.25)  # noqa: S311 - spreading load, not a secret

@@ -17,8 +17,6 @@ is warmed only from a database read that no such write overtook (services/likes/
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,10 +28,11 @@ from redis.exceptions import OutOfMemoryError
 
 from services.likes import metrics
 from services.likes.access import AccessCache
-from services.likes.direct_writes import BUSY
+from services.likes.direct_writes import BUSY, FIRST_PAUSE, MOST_PAUSE
 from services.likes.errors import BacklogFull, ColdSetError
 from services.runtime import lua
 from services.runtime.redis_client import DurableScripts
+from services.runtime.waits import doubling_until
 from services.streams.like_cache import LikeCache, member, unflushed
 from services.streams.likes import LikeStreams, TargetKind
 from services.streams.producer import LUA_APPEND, publishing
@@ -95,14 +94,19 @@ class BufferedLikes:
             target=like_service_pb2.Target(kind=kind, id=target_id),
             liked=like,
         )
-        deadline = time.monotonic() + self._wait
-        pause, tries, waited = 0.01, 0, False
-        # Usually once. Again when the SET expired between the probe and the script, or a direct
-        # pod wrote the user's likes since the probe (the members read may miss that write); after
-        # a pause while a direct pod is writing them.
-        while True:
-            probe = await self._probe(user_id, course_id)
-            if not probe.busy:
+        tries = 0
+
+        async def toggled() -> int | None:
+            """The script's answer: 1 changed, 0 already so, -1 the SET could not be warmed in
+            _ATTEMPTS tries; None while a direct pod is writing the user's likes (a pause, then
+            again). Usually one probe and one script; again at once when the SET expired between
+            the probe and the script, or a direct pod wrote the user's likes since the probe (the
+            members read may miss that write)."""
+            nonlocal tries
+            while True:
+                probe = await self._probe(user_id, course_id)
+                if probe.busy:
+                    return None
                 toggles = await self._buffered_toggles(user_id, course_id) if probe.cold else {}
                 # Redis cannot know enrolment or liveness: refuse before changing anything.
                 from_db = await self._access.authorize(
@@ -113,19 +117,24 @@ class BufferedLikes:
                 if result == -2:
                     raise BacklogFull("the like backlog is full")
                 if result in (0, 1):
-                    if waited:
-                        metrics.ORDER_WAITS.labels("buffered", "done").inc()
-                    return bool(result == 1)
-                if result == -1:
-                    tries += 1
-                    if tries < _ATTEMPTS:
-                        continue
-                    break
-            if time.monotonic() + pause > deadline:
-                break
-            waited = True
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.1)
+                    return result
+                if result != -1:
+                    return None
+                tries += 1
+                if tries >= _ATTEMPTS:
+                    return result
+
+        result, waited = await doubling_until(
+            toggled,
+            lambda result: result is None,
+            first=FIRST_PAUSE,
+            most=MOST_PAUSE,
+            within=self._wait,
+        )
+        if result in (0, 1):
+            if waited:
+                metrics.ORDER_WAITS.labels("buffered", "done").inc()
+            return result == 1
         if waited:
             metrics.ORDER_WAITS.labels("buffered", "gave_up").inc()
         raise ColdSetError("the liked set could not be warmed; retry")

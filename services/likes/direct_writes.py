@@ -26,10 +26,8 @@ still answered from PostgreSQL.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,12 +38,17 @@ from services.likes import metrics
 from services.likes.errors import EarlierToggleUnflushed
 from services.runtime import lua
 from services.runtime.redis_client import REDIS_ERRORS, DurableScripts
+from services.runtime.waits import doubling_until
 from services.streams.like_cache import LikeCache, member, unflushed
 from services.streams.likes import LikeStreams, TargetKind
 
 log = logging.getLogger(__name__)
 
 BUSY = "busy:"
+# The pauses of a toggle waiting for another mode's write of the same user and course (a
+# statement: milliseconds), doubling from the first to the most, within LIKE_PENDING_WAIT_SECONDS.
+FIRST_PAUSE = 0.01
+MOST_PAUSE = 0.1
 # How long a direct write's token is kept: far longer than any request between reading it and
 # warming a SET (its database read is bounded by POSTGRES_TIMEOUT_SECONDS).
 TOKEN_TTL_SECONDS = 3600
@@ -90,15 +93,16 @@ class DirectWrites:
         busy = f"{BUSY}{secrets.token_hex(8)}"
         keys = [liked_set, self._cache.last_ops(user_id, course_id), guard]
         args = [member(kind, target_id), busy, self._busy_ms]
-        deadline = time.monotonic() + self._wait
-        pause, waited = 0.01, False
-        while not await self._durable(self._begin, keys, args):
-            if time.monotonic() + pause > deadline:
-                metrics.ORDER_WAITS.labels("direct", "gave_up").inc()
-                raise EarlierToggleUnflushed
-            waited = True
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.1)
+        began, waited = await doubling_until(
+            lambda: self._durable(self._begin, keys, args),
+            lambda began: not began,
+            first=FIRST_PAUSE,
+            most=MOST_PAUSE,
+            within=self._wait,
+        )
+        if not began:
+            metrics.ORDER_WAITS.labels("direct", "gave_up").inc()
+            raise EarlierToggleUnflushed
         if waited:
             metrics.ORDER_WAITS.labels("direct", "done").inc()
         try:

@@ -13,6 +13,7 @@ server interceptor before the handler runs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,22 @@ import grpc
 from services.runtime.grpc_errors import abort
 from services.runtime.grpc_handlers import checked_first
 from services.runtime.tls import caller_identity
-from services.runtime.tokens import TokenError, TokenVerifier
+from services.runtime.tokens import Principal, TokenError, TokenVerifier, bearer_token
 
 ANYONE = "*"
+
+# The end user the interceptor verified for the call being handled: a call's check and its
+# handler run in that call's own task, so the handler reads what its check found.
+_verified_user: ContextVar[Principal | None] = ContextVar("verified_user", default=None)
+
+
+class EndUserRefused(Exception):
+    """The call's end user does not check out: the status and details to refuse it with."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
 
 
 @dataclass(frozen=True)
@@ -67,38 +81,60 @@ class AccessPolicy:
             return f"{identity} may not call {method}"
         return None
 
-    def end_user_problem(
+    def end_user(
         self, method: str, identity: str | None, request: Any, metadata: Mapping[str, str]
-    ) -> tuple[grpc.StatusCode, str] | None:
-        """None when the end user checks out (or the caller acts for none), else the refusal."""
+    ) -> Principal | None:
+        """The end user the call is made for, verified, when the caller acts for one (None when
+        it acts for no one); EndUserRefused when that user does not check out."""
         rule = self.rule(method)
         if rule is None or identity not in rule.on_behalf:
             return None
         header = metadata.get("authorization", "")
         if not header and rule.end_user_optional:
             return None
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return grpc.StatusCode.UNAUTHENTICATED, "the end user's token is required"
+        token = bearer_token(header)
+        if token is None:
+            raise EndUserRefused(
+                grpc.StatusCode.UNAUTHENTICATED, "the end user's token is required"
+            )
         try:
-            user = self._tokens.verify(token.strip())
+            user = self._tokens.verify(token)
         except TokenError as exc:
-            return grpc.StatusCode.UNAUTHENTICATED, f"the end user's token is invalid: {exc}"
+            raise EndUserRefused(
+                grpc.StatusCode.UNAUTHENTICATED, f"the end user's token is invalid: {exc}"
+            ) from exc
         # An unset field (0) names nobody: it is not a disagreement but a missing value, which
         # the handler refuses with INVALID_ARGUMENT and the field violations of the whole request.
         claimed_user = getattr(request, rule.user_field) if rule.user_field else 0
         if claimed_user and claimed_user != user.user_id:
-            return (
+            raise EndUserRefused(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"{rule.user_field} is not the user the token was issued to",
             )
         claimed_account = getattr(request, rule.account_field) if rule.account_field else 0
         if claimed_account and claimed_account not in user.accounts:
-            return (
+            raise EndUserRefused(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"the user's token does not grant {rule.account_field} {claimed_account}",
             )
-        return None
+        return user
+
+
+def forwarded_user(context: grpc.aio.ServicerContext, tokens: TokenVerifier) -> Principal | None:
+    """The end user whose token the call forwards: the one the interceptor verified, or, from a
+    caller the table does not have act for anyone (whose token the interceptor did not look at),
+    verified here. None when the call forwards no token; TokenError when its token is not
+    acceptable."""
+    user = _verified_user.get()
+    if user is not None:
+        return user
+    token = bearer_token(text_metadata(context).get("authorization"))
+    return None if token is None else tokens.verify(token)
+
+
+def text_metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """The call's metadata with a text value (binary `-bin` entries left out), by key."""
+    return {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
 
 
 class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -117,13 +153,16 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         policy = self._policy
 
         async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
+            # Set before every handler runs, so no call ever sees another's user.
+            _verified_user.set(None)
             identity = caller_identity(context)
             reason = policy.caller_allowed(method, identity)
             if reason is not None:
                 await abort(context, grpc.StatusCode.PERMISSION_DENIED, reason)
-            metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-            refused = policy.end_user_problem(method, identity, request, metadata)
-            if refused is not None:
-                await abort(context, *refused)
+            try:
+                user = policy.end_user(method, identity, request, text_metadata(context))
+            except EndUserRefused as refused:
+                await abort(context, refused.code, refused.details)
+            _verified_user.set(user)
 
         return checked_first(handler, check)

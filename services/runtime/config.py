@@ -43,6 +43,9 @@ class ServiceSettings(EnvSettings):
     workers: int = Field(default=1, ge=0)
     # Prometheus text on this port (GET /metrics); unset: not served.
     metrics_port: int | None = None
+    # Where that port listens: every address of a pod, whose IP Prometheus scrapes (the local
+    # stack sets loopback).
+    metrics_host: str = "0.0.0.0"
     # Deadlines of every datastore call (a statement, a command, taking a pooled connection): a
     # half-open connection must not hold a request or a shard for longer than this.
     mysql_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -1,6 +1,6 @@
 """Prometheus metrics every service shares: RED per RPC and per HTTP route, and pool saturation.
 
-Each process serves them as Prometheus text on METRICS_PORT (the flusher also on its status port).
+Each process serves them as Prometheus text on METRICS_PORT, listening on METRICS_HOST.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -49,10 +50,12 @@ _MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 _POOL_READERS: list[Callable[[], None]] = []
 
 
-def serve(port: int | None) -> None:
-    """Serve the default registry on `port` (a daemon thread); no-op when unset."""
-    if port:
-        start_http_server(port)
+def serve(port: int | None, host: str) -> WSGIServer | None:
+    """Serve the default registry on `host`:`port` (a daemon thread); no-op when unset."""
+    if not port:
+        return None
+    server, _thread = start_http_server(port, addr=host)
+    return server
 
 
 def watch_pool(name: str, size: Callable[[], int], idle: Callable[[], int], limit: int) -> None:

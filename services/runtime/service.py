@@ -81,10 +81,12 @@ def process(
         logs.setup(settings.log_level)
         processes = workers.count(settings.workers)
         if processes > 1 and not workers.is_worker():
-            raise SystemExit(await workers.supervise(processes, settings.metrics_port))
+            raise SystemExit(
+                await workers.supervise(processes, settings.metrics_port, settings.metrics_host)
+            )
         shutdown_telemetry = telemetry.setup(name)
         if not workers.is_worker():  # the supervisor serves the workers' metrics together
-            metrics.serve(settings.metrics_port)
+            metrics.serve(settings.metrics_port, settings.metrics_host)
         try:
             await serve_settings(settings)
         finally:

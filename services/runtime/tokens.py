@@ -166,6 +166,15 @@ class JwtSettings(EnvSettings):
         return None
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization` value (an HTTP header, or the `authorization` metadata a
+    caller forwards over gRPC) of the form `Bearer <token>`, the scheme in any case; None for
+    another scheme, no token or no value at all."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 class TokenVerifier:
     """Verifies a bearer token against the key its `kid` names, with that key's algorithm."""
 

@@ -56,12 +56,12 @@ def index() -> int:
     return int(os.environ.get(WORKER_ENV, "0"))
 
 
-async def supervise(workers: int, metrics_port: int | None) -> int:
+async def supervise(workers: int, metrics_port: int | None, metrics_host: str) -> int:
     """Run `workers` copies of this process until they exit; returns the exit status."""
     metrics_dir = Path(tempfile.mkdtemp(prefix="agora-metrics-"))
     try:
         if metrics_port:
-            _serve_aggregated_metrics(metrics_dir, metrics_port)
+            _serve_aggregated_metrics(metrics_dir, metrics_port, metrics_host)
         children = [
             await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -101,11 +101,11 @@ def _forward(children: list[asyncio.subprocess.Process], sig: signal.Signals) ->
             child.send_signal(sig)
 
 
-def _serve_aggregated_metrics(directory: Path, port: int) -> None:
+def _serve_aggregated_metrics(directory: Path, port: int, host: str) -> None:
     # Imported here: the parent must not have touched prometheus_client's multiprocess state
     # before the directory exists, and the workers import it with the variable already set.
     from prometheus_client import CollectorRegistry, multiprocess, start_http_server
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(directory))
-    start_http_server(port, registry=registry)
+    start_http_server(port, addr=host, registry=registry)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,6 +25,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from services.domain.live import reset_reason
+from services.runtime.jitter import jittered
 from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.stream_ids import FeedPosition
 from services.streams.live import WAKE_FIELD, LiveFeeds
@@ -295,10 +295,3 @@ class _SharedRead:
 
     begun: int
     result: asyncio.Future[Entries | Reset]
-
-
-def jittered(seconds: float) -> float:
-    """`seconds`, give or take a quarter: watches opened together (a gateway's streams coming
-    back after a restart) would otherwise look and recheck together, a burst of reads every
-    period that stalls the process for the deliveries due meanwhile."""
-    return seconds * random.uniform(0.75, 1.25)  # noqa: S311 - spreading load, not a secret

@@ -21,11 +21,13 @@ from google.protobuf.message import Message
 from opentelemetry import trace
 
 from services.domain.live import POSITION_HEADER, reset_reason
+from services.runtime.access import forwarded_user
 from services.runtime.grpc_errors import abort
+from services.runtime.jitter import jittered
 from services.runtime.stream_ids import FeedPosition
 from services.runtime.tokens import TokenError, TokenVerifier
 from services.runtime.trace_context import links_to
-from services.timeline.feed_hub import Delivery, FeedHub, jittered
+from services.timeline.feed_hub import Delivery, FeedHub
 
 R = TypeVar("R", bound=Message)
 log = logging.getLogger(__name__)
@@ -171,14 +173,11 @@ class Watches:
     def token_expires(self, context: grpc.aio.ServicerContext) -> float | None:
         """When the forwarded end-user token expires; None for a caller acting for no one (the
         interceptor has refused a missing or invalid token where one is needed)."""
-        metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-        scheme, _, token = metadata.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
         try:
-            return self._tokens.verify(token.strip()).expires_at
+            user = forwarded_user(context, self._tokens)
         except TokenError:
             return time.time()
+        return None if user is None else user.expires_at
 
     async def stream(
         self,

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from tools import k8s_validate, redis_acl
+from tools.k8s_validate.settings import settings_fields
 
 Doc = dict[str, Any]
 
@@ -32,13 +33,25 @@ OVERLAYS = sorted(IMAGES)
 
 METRICS_PORTS = {"ingest": 9051, "timeline": 9052, "likes": 9053, "flusher": 9054, "gateway": 9080}
 
+
+def listens_on(workload: str, setting: str) -> int:
+    """The port a service listens on unless told otherwise: its settings' default, which the
+    manifests spell out."""
+    port: int = settings_fields(workload)[setting].default
+    return port
+
+
 # The gRPC servers: their API ports (mTLS) by port name, and their plaintext health port.
 API_PORTS: dict[str, dict[str, int]] = {
-    "ingest": {"grpc": 50051, "grpc-forum": 50055},
-    "timeline": {"grpc": 50052},
-    "likes": {"grpc": 50053},
+    "ingest": {
+        "grpc": listens_on("ingest", "grpc_port"),
+        "grpc-forum": listens_on("ingest", "grpc_forum_port"),
+    },
+    "timeline": {"grpc": listens_on("timeline", "grpc_port")},
+    "likes": {"grpc": listens_on("likes", "grpc_port")},
     "flusher": {},
 }
+INGEST_PORT = API_PORTS["ingest"]["grpc"]
 
 HEALTH_PORTS = {"ingest": 50061, "timeline": 50062, "likes": 50063, "flusher": 50054}
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.deploy.k8s_support import (
+    INGEST_PORT,
     SERVICES,
     Doc,
     deployment_named,
@@ -65,9 +66,11 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     # name; no health port at all.
     ingest = copy.deepcopy(deployment_named(docs, "ingest"))
     container = ingest["spec"]["template"]["spec"]["containers"][0]
-    container["readinessProbe"]["grpc"] = {"port": 50051}
+    container["readinessProbe"]["grpc"] = {"port": INGEST_PORT}
     container["env"] = [
-        {"name": "GRPC_HEALTH_PORT", "value": "50051"} if e["name"] == "GRPC_HEALTH_PORT" else e
+        {"name": "GRPC_HEALTH_PORT", "value": str(INGEST_PORT)}
+        if e["name"] == "GRPC_HEALTH_PORT"
+        else e
         for e in container["env"]
     ]
     problems = k8s_validate.policy_errors(ingest)

@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from tests.deploy.k8s_support import (
+    API_PORTS,
     HEALTH_PORTS,
+    INGEST_PORT,
     OVERLAYS,
     Doc,
     config,
@@ -43,7 +45,7 @@ def test_forum_writes_are_for_the_gateway_alone(docs: list[Doc]) -> None:
         return [f for r in rules if any(p["port"] == port for p in r["ports"]) for f in r["from"]]
 
     assert admitted("ingest", 50055) == [gateway]
-    assert admitted("ingest", 50051) == [gateway, listeners]
+    assert admitted("ingest", INGEST_PORT) == [gateway, listeners]
     # The live feeds' watchers (a `watcher` certificate may only watch: services/domain/access.py).
     assert admitted("timeline", 50052) == [gateway, watchers]
     assert admitted("likes", 50053) == [gateway]
@@ -59,9 +61,7 @@ def test_forum_writes_are_for_the_gateway_alone(docs: list[Doc]) -> None:
         if "podSelector" in rule["to"][0] and "namespaceSelector" not in rule["to"][0]
     }
     assert {k: egress[k] for k in ("ingest", "timeline", "likes")} == {
-        "ingest": [50051, 50055],
-        "timeline": [50052],
-        "likes": [50053],
+        k: sorted(API_PORTS[k].values()) for k in ("ingest", "timeline", "likes")
     }
 
 
@@ -148,7 +148,7 @@ def test_cluster_assumptions_are_overlay_settings() -> None:
 
 
 GRPC_ADDRESSES = {
-    "INGEST_ADDR": "dns:///ingest:50051",
+    "INGEST_ADDR": f"dns:///ingest:{INGEST_PORT}",
     "INGEST_FORUM_ADDR": "dns:///ingest-forum:50055",
     "TIMELINE_ADDR": "dns:///timeline:50052",
     "LIKES_ADDR": "dns:///likes:50053",
@@ -173,7 +173,7 @@ def test_grpc_clients_balance_over_headless_services(directory: Path) -> None:
     gateway = deployment_named(broken, "gateway")["spec"]["template"]["spec"]["containers"][0]
     for item in gateway["env"]:
         if item["name"] == "INGEST_ADDR":
-            item["value"] = "ingest:50051"
+            item["value"] = f"ingest:{INGEST_PORT}"
         if item["name"] == "LIKES_ADDR":
             item["value"] = "dns:///likes:443"
     assert k8s_validate.grpc_address_errors(broken) == [

@@ -507,6 +507,32 @@ async def test_cors_preflight_from_an_allowed_origin_only(upstream: dict[str, An
         assert "access-control-allow-origin" not in simple.headers
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        ("PATCH", f"{POSTS}/1", "authorization, content-type, idempotency-key"),
+        ("GET", "/api/zalo-accounts/1/events", "authorization, last-event-id"),
+    ],
+    ids=["edit with an idempotency key", "event stream resumed"],
+)
+async def test_cors_preflight_of_an_edit_and_of_a_resumed_event_stream(
+    upstream: dict[str, Any], method: str, path: str, headers: str
+) -> None:
+    preflight = {"Access-Control-Request-Method": method, "Access-Control-Request-Headers": headers}
+    async with gateway_app(upstream, gateway_cors_origins=ORIGIN) as (_, client):
+        allowed = await client.options(path, headers={**preflight, "Origin": ORIGIN})
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == ORIGIN
+        assert method in allowed.headers["access-control-allow-methods"]
+        granted = allowed.headers["access-control-allow-headers"].lower()
+        assert all(h.strip() in granted for h in headers.split(",")), granted
+        other = await client.options(
+            path, headers={**preflight, "Origin": "https://evil.example.com"}
+        )
+        assert other.status_code >= 400
+        assert "access-control-allow-origin" not in other.headers
+
+
 async def test_no_cross_origin_access_by_default(gateway: httpx.AsyncClient) -> None:
     response = await gateway.options(
         POSTS, headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"}

@@ -24,6 +24,7 @@ from services.runtime.tokens import (
     TokenError,
     TokenExpired,
     TokenVerifier,
+    bearer_token,
     parse_key,
 )
 
@@ -330,3 +331,24 @@ def test_the_secret_can_come_from_a_file(tmp_path: Path) -> None:
     loaded = settings(jwt_dev_mode=True, jwt_secret_file=str(path), jwt_secret_kid="local")
     check = TokenVerifier.from_settings(loaded)
     assert check.verify(hs256(claims(aud=None, iss=None), kid="local")).user_id == 7
+
+
+@pytest.mark.parametrize(
+    ("authorization", "token"),
+    [
+        ("Bearer abc.def.ghi", "abc.def.ghi"),
+        ("bearer abc", "abc"),
+        ("BEARER  abc ", "abc"),
+        ("Bearer", None),
+        ("Bearer    ", None),
+        ("Basic abc", None),
+        ("abc", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_one_parser_reads_the_bearer_token_of_a_header_or_of_grpc_metadata(
+    authorization: str | None, token: str | None
+) -> None:
+    """The gateway's requests and the services' forwarded metadata are read by this one rule."""
+    assert bearer_token(authorization) == token

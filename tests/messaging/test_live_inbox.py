@@ -17,6 +17,7 @@ from agora.messaging.v1 import timeline_service_pb2 as pb
 from services.domain.live import POSITION_HEADER
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import ORIGIN, FeedPosition, Position
+from services.runtime.tokens import Principal, TokenVerifier
 from services.streams.live import LiveFeeds, LiveSettings
 from tests.helpers import Flusher, at, gateway_stub, message
 from tests.live.watching import started, take
@@ -249,6 +250,27 @@ async def test_the_stream_ends_unauthenticated_when_the_token_expires(
         await take(stream, 1, within=15)
     assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "expired" in (ended.value.details() or "")
+
+
+async def test_a_watch_verifies_its_forwarded_token_once(
+    watch: TimelineStub, env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The access interceptor verifies the end user's token; the watch ends at that token's
+    expiry from what the interceptor found, without verifying it again."""
+    verified: list[str] = []
+    verify = TokenVerifier.verify
+
+    def counted(self: TokenVerifier, token: str) -> Principal:
+        verified.append(token)
+        return verify(self, token)
+
+    monkeypatch.setattr(TokenVerifier, "verify", counted)
+    stream = open_watch(watch, env, ttl=2)
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        await take(stream, 1, within=15)
+    assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "expired" in (ended.value.details() or "")
+    assert len(verified) == 1
 
 
 async def test_an_internal_watcher_may_watch_any_account_and_call_nothing_else(

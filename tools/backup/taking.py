@@ -53,7 +53,7 @@ async def backup(
     try:
         manifest: dict[str, Any] = {
             "format": FORMAT,
-            "tool": "tools/backup.py",
+            "tool": "tools/backup",
             "host": socket.gethostname(),
             "started_at": iso(started),
         }

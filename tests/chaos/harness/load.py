@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import asyncpg
 import grpc
@@ -24,8 +25,11 @@ from agora.forum.v1 import (
     like_service_pb2_grpc,
 )
 from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, message_pb2
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from tools import callers
+
+T = TypeVar("T")
 
 CHAOS_ACCOUNT = 777
 CHAOS_COURSE = 4242
@@ -44,6 +48,34 @@ async def enrol(conn: asyncpg.Connection, users: Sequence[int]) -> None:
 BATCH = 20
 CONVERSATIONS_PER_SENDER = 5
 RPC_TIMEOUT = 3.0
+
+
+async def until_acked(
+    call: Callable[[int], Awaitable[T]],
+    stop: asyncio.Event,
+    refused: Callable[[grpc.aio.AioRpcError], None],
+) -> T | None:
+    """What `call(attempt)` answers once acknowledged, its attempts counted from 0; None when
+    `stop` was set by the time one was refused. Each refusal is told `refused`, then a pause as a
+    client's: 20 ms, doubling up to 500 ms."""
+    retrying: AsyncRetrying = AsyncRetrying(
+        retry=retry_if_exception_type(grpc.aio.AioRpcError),
+        wait=wait_exponential(multiplier=0.02, max=0.5),
+        stop=lambda _state: stop.is_set(),
+        after=lambda state: refused(_refusal(state)),
+        retry_error_callback=lambda _state: None,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await call(attempt.retry_state.attempt_number - 1)
+    return None  # stopped: the loop ends with the retry_error_callback's answer unused
+
+
+def _refusal(state: RetryCallState) -> grpc.aio.AioRpcError:
+    error = state.outcome.exception() if state.outcome is not None else None
+    if not isinstance(error, grpc.aio.AioRpcError):
+        raise AssertionError(f"only refusals are tried again, not {error!r}")
+    return error
 
 
 def thread_of(msg_id: str) -> str:
@@ -104,6 +136,13 @@ class Ledger:
             like=like,
         )
         return request, history
+
+    def refused(self, error: grpc.aio.AioRpcError, what: str = "") -> None:
+        """A call refused (`what` names what was called, when not the chat or likes load), by
+        its status code, with the first details of each code as its sample."""
+        code = f"{what} {error.code().name}".strip()
+        self.errors[code] += 1
+        self.error_samples.setdefault(code, error.details() or "")
 
     def like_acked(self, history: PairHistory, like: bool, at: float) -> None:
         history.acked.append(like)
@@ -182,19 +221,12 @@ class Load:
     async def _until_acked(
         self, call: Callable[[], Awaitable[object]], stop: asyncio.Event, times: list[float]
     ) -> bool:
-        backoff = 0.02
-        while True:
-            try:
-                await call()
-                times.append(time.monotonic())
-                return True
-            except grpc.aio.AioRpcError as exc:
-                self.ledger.errors[exc.code().name] += 1
-                self.ledger.error_samples.setdefault(exc.code().name, exc.details() or "")
-            if stop.is_set():
-                return False
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 0.5)
+        async def acked(_attempt: int) -> bool:
+            await call()
+            times.append(time.monotonic())
+            return True
+
+        return bool(await until_acked(acked, stop, self.ledger.refused))
 
     async def _messages(
         self, stub: ingest_service_pb2_grpc.IngestServiceStub, sender: int, stop: asyncio.Event
@@ -280,10 +312,7 @@ class Load:
             try:
                 await stub.CreateComment(request, timeout=RPC_TIMEOUT)
             except grpc.aio.AioRpcError as exc:
-                self.ledger.errors[f"forum {exc.code().name}"] += 1
-                self.ledger.error_samples.setdefault(
-                    f"forum {exc.code().name}", exc.details() or ""
-                )
+                self.ledger.refused(exc, "forum")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 0.5)
                 continue

@@ -39,6 +39,7 @@ from tests.chaos.harness.load import (
     Ledger,
     Load,
     enrol,
+    until_acked,
 )
 from tests.chaos.harness.stack import ChaosStack, Service
 from tools import callers
@@ -116,20 +117,16 @@ class Senders:
 
     async def _toggle(self, user: int, post: int, like: bool, op: int, stop: asyncio.Event) -> None:
         request, history = self._ledger.like_sending(user, post, like)
-        backoff, attempt = 0.02, op
-        while True:
-            pod = attempt % 2
-            try:
-                await self._stubs[pod].SetLike(request, timeout=RPC_TIMEOUT)
-                break
-            except grpc.aio.AioRpcError as exc:
-                self._ledger.errors[exc.code().name] += 1
-                self._ledger.error_samples.setdefault(exc.code().name, exc.details() or "")
-            if stop.is_set():
-                return
-            attempt += 1
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 0.5)
+
+        async def set_like(attempt: int) -> int:
+            """The pod that acknowledged: each attempt on the other pod than the last."""
+            pod = (op + attempt) % 2
+            await self._stubs[pod].SetLike(request, timeout=RPC_TIMEOUT)
+            return pod
+
+        pod = await until_acked(set_like, stop, self._ledger.refused)
+        if pod is None:
+            return
         now = time.monotonic()
         self._ledger.like_ack_times.append(now)
         self._ledger.like_acked(history, like, now)

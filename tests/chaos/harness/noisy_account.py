@@ -39,7 +39,7 @@ from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, mess
 from services.runtime.grpc_quota import quota_refusal
 from services.runtime.mysql import MysqlDatabase
 from services.streams.monitor import counters_sum
-from tests.chaos.harness.load import RPC_TIMEOUT, Ledger, Load
+from tests.chaos.harness.load import RPC_TIMEOUT, Ledger, Load, until_acked
 from tests.chaos.harness.stack import MESSAGE_STREAMS, SHARDS, ChaosStack, Service
 from tools import callers
 from tools.waiting import until
@@ -293,23 +293,22 @@ class Flood:
             msg.sent_at.FromDatetime(self._base + timedelta(milliseconds=seq))
             ids.append(msg_id)
         self._ledger.sent.update(ids)
-        started, backoff = time.monotonic(), 0.02
-        while True:
-            try:
-                await stub.IngestMessages(request, timeout=RPC_TIMEOUT)
-                break
-            except grpc.aio.AioRpcError as exc:
-                code = exc.code()
-                if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    tally.refused["share" if quota_refusal(exc) else "full"] += 1
-                else:
-                    tally.refused[code.name] += 1
-                self._ledger.errors[code.name] += 1
-                self._ledger.error_samples.setdefault(code.name, exc.details() or "")
-            if stop.is_set():
-                return
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 0.5)
+        started = time.monotonic()
+
+        async def ingested(_attempt: int) -> bool:
+            await stub.IngestMessages(request, timeout=RPC_TIMEOUT)
+            return True
+
+        def refused(exc: grpc.aio.AioRpcError) -> None:
+            code = exc.code()
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                tally.refused["share" if quota_refusal(exc) else "full"] += 1
+            else:
+                tally.refused[code.name] += 1
+            self._ledger.refused(exc)
+
+        if await until_acked(ingested, stop, refused) is None:
+            return
         now = time.monotonic()
         tally.latencies.append(now - started)
         tally.acked_messages += BATCH
