@@ -12,7 +12,7 @@ from stack.cli import main  # noqa: E402
 
 def _callers_locale() -> None:
     """Python sets LC_CTYPE for itself under the C locale (PEP 538); the programs the stack
-    starts get the caller's, as they did from a shell."""
+    starts get the caller's locale, as a shell would pass it on."""
     try:
         with open("/proc/self/environ", "rb") as given:
             initial = dict(v.partition(b"=")[::2] for v in given.read().split(b"\0") if v)

@@ -15,7 +15,8 @@ from .paths import VAR
 DATA_NODES = ("patroni-1", "patroni-2", "galera-1", "galera-2")
 
 
-# curl -f's exit statuses: no answer, and an answer that is an HTTP error.
+# What `ha-status` ends with when HAProxy's page is not there, as `curl -f` would: no answer, or an
+# answer that is an HTTP error.
 NO_ANSWER = 7
 HTTP_ERROR = 22
 

@@ -129,7 +129,7 @@ def gen_protos() -> None:
     )
     protoc = [PY, "-m", "grpc_tools.protoc", "-Iprotos"]
     outputs = ["--python_out=gen", "--grpc_python_out=gen", "--pyi_out=gen"]
-    # xargs ran protoc and answered 123 for any failure of it.
+    # 123 for a failed protoc, the status `find protos | xargs protoc` answers (callers see it).
     if shell.status([*protoc, *outputs, *protos], cwd=ROOT):
         raise SystemExit(123)
 

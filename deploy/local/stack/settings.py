@@ -1,7 +1,7 @@
 """The stack's variables: deploy/local/stack.env, a second stack's $AGORA_VAR/stack.env, and the
 files `run` adds (env/test.env, ...). They are shell files that run-service.sh sources too, so
 bash reads them here as well and every value means what it means there; whatever they set is
-exported to every program the stack starts, as `set -a` did."""
+exported to every program the stack starts (a shell's `set -a`)."""
 
 import os
 import re
