@@ -1,0 +1,1 @@
+"""The local stack on one machine, by concern (cli.py: its commands)."""
