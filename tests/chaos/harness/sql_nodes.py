@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncpg
 
-from tests.chaos.harness.stack import supervisorctl, var
+from tests.chaos.harness.local_stack import supervisorctl, var
 
 ROOT = Path(__file__).resolve().parents[3]
 NODES = (1, 2)
