@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from tests.deploy.k8s_support import SQL_HA, Doc, dev_with
+from tools import backup as tool
 from tools import k8s_validate
 
 
@@ -27,3 +32,24 @@ def ha_variant(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ha(ha_variant: Path) -> list[Doc]:
     """Its rendering."""
     return k8s_validate.render(ha_variant)
+
+
+@pytest_asyncio.fixture
+async def throwaway() -> AsyncIterator[str]:
+    """A database name the restore creates, in MariaDB and PostgreSQL; dropped afterwards, with
+    the per-service grants the restore gave it."""
+    name = f"agora_restore_{os.getpid()}_{secrets.token_hex(3)}"
+    yield name
+    cfg = tool.Config.from_env()
+    forget = " ".join(
+        f"DELETE FROM mysql.{t} WHERE Db = '{name}';" for t in ("db", "tables_priv", "columns_priv")
+    )
+    await tool.run(
+        [
+            *tool.mysql_admin_argv(cfg),
+            "-e",
+            f"DROP DATABASE IF EXISTS `{name}`; {forget} FLUSH PRIVILEGES",
+        ]
+    )
+    psql = [*tool.pg_admin_argv(cfg, "psql"), "-X", "-q", "-d", "postgres"]
+    await tool.run([*psql, "-c", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'])

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as redis
 
 from services.streams.live import FeedReader, LiveFeeds, LivePublisher, LiveSettings
-from tests.deploy.test_backup import private_redis, target
+from tests.deploy.backup_support import private_redis, target
 from tests.live.rebirth import Client, EpochBlindReader, Ledger
 from tools.backup.redis_data import drop_live_feeds, restore_redis, snapshot_redis
 
