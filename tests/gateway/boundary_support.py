@@ -25,7 +25,6 @@ MESSAGES = "/api/zalo-accounts/1/messages"
 POSTS = "/api/courses/42/posts"
 AUD = "agora-boundary-tests"
 ISS = "tests/gateway"
-ORIGIN = "https://app.example.com"
 SECRET_A = "boundary-test-secret-a-at-least-32-bytes"
 SECRET_B = "boundary-test-secret-b-at-least-32-bytes"
 

@@ -15,7 +15,6 @@ import pytest
 from services.gateway.config import GatewaySettings
 from tests.gateway.boundary_support import (
     CONVERSATIONS,
-    ORIGIN,
     POSTS,
     SECRET_A,
     bearer,
@@ -25,6 +24,7 @@ from tests.gateway.boundary_support import (
 from tools import callers
 
 pytestmark = pytest.mark.asyncio
+ORIGIN = "https://app.example.com"
 
 
 async def test_cors_preflight_from_an_allowed_origin_only(upstream: dict[str, Any]) -> None:
