@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 import grpc
@@ -41,6 +41,9 @@ from tools import callers
 from tools.jwt_token import mint
 from tools.waiting import until
 
+if TYPE_CHECKING:
+    from tests.stack import Env
+
 ACCOUNTS = (1, 2, 3)
 SHARDS = 4  # stream shards in tests (both message and like streams)
 # The live feeds as the services lay them out by default.
@@ -52,6 +55,11 @@ Stub = TypeVar("Stub")
 
 def mint_token(secret: str, *, sub: int, accounts: list[int], ttl: int = 3600) -> str:
     return mint(secret, sub, accounts, ttl)
+
+
+def as_user(env: Env, user: int) -> dict[str, str]:
+    """The headers of `user`, a course member with no Zalo account, for the gateway."""
+    return {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=user, accounts=[])}"}
 
 
 def as_service(identity: str, secret: str) -> dict[str, Any]:
