@@ -1,11 +1,22 @@
-"""What the forum tests share: a paged route walked to its end as a client pages it, and the nodes
-of a query plan."""
+"""What the forum tests share: a reply written through the gateway, a paged route walked to its end
+as a client pages it, and the nodes of a query plan."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import httpx
+
+
+async def post_reply(
+    gateway: httpx.AsyncClient, headers: dict[str, str], body: str, parent_id: int, post: int = 1
+) -> httpx.Response:
+    """A reply to comment `parent_id` under post `post` of course 42 (the forum lab's)."""
+    return await gateway.post(
+        f"/api/courses/42/posts/{post}/comments",
+        json={"body": body, "parent_id": parent_id},
+        headers=headers,
+    )
 
 
 async def walk(

@@ -16,7 +16,7 @@ from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.timeline import forum_repository as q
-from tests.forum.support import plan_nodes, walk
+from tests.forum.support import plan_nodes, post_reply, walk
 from tests.helpers import as_user, postgres_statements
 from tests.stack import Env
 from tools.forum_data import Volume, load_volume
@@ -61,18 +61,10 @@ async def test_fifty_concurrent_replies_keep_both_counters_exact(
 async def test_a_reply_to_a_reply_goes_under_the_root_and_remembers_whom_it_answered(
     gateway: httpx.AsyncClient, env: Env, pg_admin: asyncpg.Pool, clean: None
 ) -> None:
-    first = await gateway.post(
-        f"{COURSE}/posts/1/comments",
-        json={"body": "Được ạ", "parent_id": 1},
-        headers=as_user(env, 9),
-    )
+    first = await post_reply(gateway, as_user(env, 9), "Được ạ", 1)
     assert first.status_code == 201, first.text
     reply = first.json()["data"]
-    second = await gateway.post(
-        f"{COURSE}/posts/1/comments",
-        json={"body": "@9 cảm ơn", "parent_id": reply["id"]},
-        headers=as_user(env, 7),
-    )
+    second = await post_reply(gateway, as_user(env, 7), "@9 cảm ơn", reply["id"])
     assert second.status_code == 201, second.text
     nested = second.json()["data"]
     assert nested["parent_id"] == 1
@@ -108,11 +100,7 @@ async def test_pages_walk_every_item_once_and_never_show_deleted_ones(
         comments.append(created.json()["data"]["id"])
     replies = []
     for i in range(25):
-        created = await gateway.post(
-            f"{COURSE}/posts/{target}/comments",
-            json={"body": f"r{i}", "parent_id": comments[0]},
-            headers=author,
-        )
+        created = await post_reply(gateway, author, f"r{i}", comments[0], post=target)
         replies.append(created.json()["data"]["id"])
     for item in comments[1::4] + replies[::3]:
         deleted = await gateway.delete(f"{COURSE}/comments/{item}", headers=author)
