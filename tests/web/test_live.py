@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,6 +37,8 @@ pytestmark = pytest.mark.asyncio
 
 LONG = "live-long"  # more than a page: room to scroll up
 SHORT = "live-short"  # the newest activity at first
+OFFLINE = "live-offline"  # messages arrive while its agent is offline
+RESET = "live-reset"  # more arrive than the feed keeps
 LIVE = '#live[data-state="live"]'
 
 
@@ -103,18 +107,43 @@ class Asked:
             self.reads.append(time.monotonic())
 
 
-async def open_three(
-    api: httpx.AsyncClient, watched: Watched, stack: str, thread: str, start: datetime
-) -> Asked:
-    """Three messages of `thread` from `start` on, stored; then user 7's page on them, what it
-    asks for recorded from before it signs in."""
-    await ingest(api, conversation(thread, 3, start))
-    await stored(api, thread, 3)
-    asked = Asked()
-    watched.page.on("request", asked.record)
-    await sign_in(watched, stack, 7)
-    await open_conversation(watched.page, thread)
-    return asked
+@asynccontextmanager
+async def agent_on_three(
+    stack: str, browser: Browser, env: Env, thread: str, hours: int
+) -> AsyncIterator[tuple[datetime, httpx.AsyncClient, Watched, Asked]]:
+    """User 7, an agent of account 1: three messages of `thread` from `hours` before now on,
+    stored through the API as them; then their page signed in and open on those, what it asks for
+    recorded from before it signs in. Yields that now, the API client, the page and what it
+    asked."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with (
+        httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api,
+        watched_page(browser) as watched,
+    ):
+        await ingest(api, conversation(thread, 3, now - timedelta(hours=hours)))
+        await stored(api, thread, 3)
+        asked = Asked()
+        watched.page.on("request", asked.record)
+        await sign_in(watched, stack, 7)
+        await open_conversation(watched.page, thread)
+        yield now, api, watched, asked
+
+
+@asynccontextmanager
+async def beside_a_student(
+    stack: str, browser: Browser, env: Env, at: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, Page]]:
+    """User 7's page signed in on `at`, and user 8 (a student of course 42) writing through the
+    API beside it; when the block ends, the page is still the document it began with, and clean."""
+    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
+    async with (
+        httpx.AsyncClient(base_url=stack, headers=student8) as api,
+        signed_in(browser, stack, 7, at) as watched,
+    ):
+        yield api, watched.page
+        await still_same_document(watched.page)
+        watched.assert_clean()
 
 
 async def test_two_agents_see_a_new_message_within_a_second_and_each_others_mark_read(
@@ -202,14 +231,7 @@ async def test_two_agents_see_a_new_message_within_a_second_and_each_others_mark
 async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_when_back(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    now = datetime.now(UTC).replace(microsecond=0)
-    thread = "live-offline"
-    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api,
-        watched_page(browser) as watched,
-    ):
-        asked = await open_three(api, watched, stack, thread, now - timedelta(hours=1))
+    async with agent_on_three(stack, browser, env, OFFLINE, hours=1) as (now, api, watched, asked):
         page = watched.page
         await expect(page.locator(".message")).to_have_count(3)
         await same_document(page)
@@ -219,7 +241,7 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
 
         def later(name: str) -> dict[str, Any]:
             return message(
-                thread, name, now - timedelta(minutes=next(minutes)), f"Lúc vắng: {name}"
+                OFFLINE, name, now - timedelta(minutes=next(minutes)), f"Lúc vắng: {name}"
             )
 
         async def away_while(names: list[str]) -> None:
@@ -230,7 +252,7 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
             await expect(status).to_have_text("reconnecting…")
             before = await shown_ids(page)
             await ingest(api, [later(name) for name in names])
-            await stored(api, thread, len(before) + len(names))
+            await stored(api, OFFLINE, len(before) + len(names))
             await page.wait_for_timeout(500)
             assert await shown_ids(page) == before  # offline: nothing came in
             await watched.screenshot("live-inbox-reconnecting")
@@ -241,7 +263,7 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
         # event), so it resumes from there and the two come by the stream, not by a refetch.
         read_before = len(asked.reads)
         await away_while(["gap-1", "gap-2"])
-        expected = [f"{thread}-{i}" for i in range(3)] + ["gap-1", "gap-2"]
+        expected = [f"{OFFLINE}-{i}" for i in range(3)] + ["gap-1", "gap-2"]
         await expect(page.locator(".message")).to_have_count(len(expected))
         assert await shown_ids(page) == expected
         assert asked.resumed_from[-1] is not None
@@ -263,7 +285,7 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
         assert asked.resumed_from[-1] is not None
         assert len(asked.reads) == read_before
         await expect(page.locator(".thread-unread")).to_have_text("10 unread")
-        badge = page.locator(f'.conversation[data-key="{thread}"] .unread')
+        badge = page.locator(f'.conversation[data-key="{OFFLINE}"] .unread')
         await expect(badge).to_have_attribute("data-count", "10")
         await still_same_document(page)
         watched.assert_clean()
@@ -273,17 +295,10 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
 async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    now = datetime.now(UTC).replace(microsecond=0)
-    thread = "live-reset"
-    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api,
-        watched_page(browser) as watched,
-    ):
-        asked = await open_three(api, watched, stack, thread, now - timedelta(hours=3))
+    async with agent_on_three(stack, browser, env, RESET, hours=3) as (now, api, watched, asked):
         page = watched.page
         await same_document(page)
-        await ingest(api, [message(thread, "here", now - timedelta(hours=2), "Còn đây")])
+        await ingest(api, [message(RESET, "here", now - timedelta(hours=2), "Còn đây")])
         await expect(page.locator('.message[data-msg-id="here"]')).to_have_count(1)
 
         # Away while 150 arrive: more than the account's feed keeps (100 events), so the
@@ -291,13 +306,13 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
         await page.context.set_offline(True)
         await expect(page.locator("#live")).to_have_attribute("data-state", "reconnecting")
         flood = [
-            message(thread, f"flood-{i:03d}", now - timedelta(minutes=150 - i), f"Tin {i}")
+            message(RESET, f"flood-{i:03d}", now - timedelta(minutes=150 - i), f"Tin {i}")
             for i in range(150)
         ]
         await ingest(api, flood)
 
         async def all_stored() -> bool:
-            reply = await api.get(f"/api/zalo-accounts/1/conversations/{thread}/unread")
+            reply = await api.get(f"/api/zalo-accounts/1/conversations/{RESET}/unread")
             unread: int = reply.json()["data"]["unread"]
             return unread == 2 + 1 + 150  # every one incoming
 
@@ -314,7 +329,7 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
         assert await shown_ids(page) == newest
         assert asked.resumed_from[-1] is not None  # it did resume from its position
         assert any(at > back for at in asked.reads)  # and read the timeline again
-        badge = page.locator(f'.conversation[data-key="{thread}"] .unread')
+        badge = page.locator(f'.conversation[data-key="{RESET}"] .unread')
         await expect(badge).to_have_attribute("data-count", str(2 + 1 + 150))
         await still_same_document(page)
         watched.assert_clean()
@@ -328,12 +343,7 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
 async def test_a_like_by_another_user_changes_the_count_on_an_open_post(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=student8) as api,
-        signed_in(browser, stack, 7, "/#/forum/42/posts/1") as watched,
-    ):
-        page = watched.page
+    async with beside_a_student(stack, browser, env, "/#/forum/42/posts/1") as (api, page):
         post_like = page.locator(".post.full .like")
         comment_like = page.locator('.comment.root[data-id="1"] > .comment-block .like')
         await expect(post_like).to_have_attribute("data-count", "0")
@@ -351,19 +361,12 @@ async def test_a_like_by_another_user_changes_the_count_on_an_open_post(
         unliked = await api.post("/api/courses/42/posts/1/like", json={"like": False})
         assert unliked.status_code == 200, unliked.text
         await expect(post_like).to_have_attribute("data-count", "0")
-        await still_same_document(page)
-        watched.assert_clean()
 
 
 async def test_the_forum_shows_new_posts_and_comments_and_drops_deleted_ones(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=student8) as api,
-        signed_in(browser, stack, 7, "/#/forum/42") as watched,
-    ):
-        page = watched.page
+    async with beside_a_student(stack, browser, env, "/#/forum/42") as (api, page):
         posts = page.locator(".post")
         await expect(posts).to_have_count(2)
         await expect(page.locator(LIVE)).to_be_visible()
@@ -403,5 +406,3 @@ async def test_the_forum_shows_new_posts_and_comments_and_drops_deleted_ones(
         assert deleted.status_code == 200, deleted.text
         await expect(roots).to_have_count(3)
         await expect(page.locator(".post.full .comment-count")).to_have_text("💬 3 comments")
-        await still_same_document(page)
-        watched.assert_clean()
