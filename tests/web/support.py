@@ -142,6 +142,14 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+@asynccontextmanager
+async def opened_at(browser: Browser, url: str) -> AsyncIterator[tuple[Watched, Page]]:
+    """A watched page, on `url`."""
+    async with watched_page(browser) as watched:
+        await watched.page.goto(url)
+        yield watched, watched.page
+
+
 async def sign_in(watched: Watched, base: str, user: int, *, shot: str | None = None) -> None:
     """The sign-in page, then the demo user `user` (the development gateway mints the token)."""
     page = watched.page

@@ -28,6 +28,7 @@ from tests.web.support import (
     bearer,
     conversation,
     new_post,
+    opened_at,
     settings,
     sign_in,
     signed_in,
@@ -391,9 +392,7 @@ async def docs_gateway() -> AsyncIterator[str]:
 async def test_a_pasted_token_signs_in_and_a_gateway_without_dev_mode_offers_no_demo(
     docs_gateway: str, browser: Browser
 ) -> None:
-    async with watched_page(browser) as watched:
-        page = watched.page
-        await page.goto(f"{docs_gateway}/")
+    async with opened_at(browser, f"{docs_gateway}/") as (watched, page):
         await expect(page.locator("#demo-title + p")).to_contain_text("Not offered here")
         assert await page.locator(".demo-user").count() == 0
         await page.locator("#token").fill("not-a-token")
@@ -418,9 +417,7 @@ async def test_a_pasted_token_signs_in_and_a_gateway_without_dev_mode_offers_no_
 async def test_the_api_documentation_renders_with_nothing_from_outside(
     docs_gateway: str, browser: Browser
 ) -> None:
-    async with watched_page(browser) as watched:
-        page = watched.page
-        await page.goto(f"{docs_gateway}/docs")
+    async with opened_at(browser, f"{docs_gateway}/docs") as (watched, page):
         await expect(page.locator(".swagger-ui .info .title")).to_contain_text("agora gateway")
         await expect(page.locator(".opblock").first).to_be_visible()
         assert await page.locator(".opblock").count() >= 15
