@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 import grpc
@@ -34,15 +34,20 @@ from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
 from services.streams.course_events import LikeCountPublication
 from services.streams.likes import LikeStreams
-from services.streams.live import LiveFeeds, LivePublisher
+from services.streams.live import LiveFeeds, LivePublisher, LiveSettings
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
 from tools import callers
 from tools.jwt_token import mint
 from tools.waiting import until
 
+if TYPE_CHECKING:
+    from tests.stack import Env
+
 ACCOUNTS = (1, 2, 3)
 SHARDS = 4  # stream shards in tests (both message and like streams)
+# The live feeds as the services lay them out by default.
+FEEDS = LiveFeeds.from_settings(LiveSettings())
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 8, 2, 10, 0, tzinfo=UTC)
 Stub = TypeVar("Stub")
@@ -50,6 +55,11 @@ Stub = TypeVar("Stub")
 
 def mint_token(secret: str, *, sub: int, accounts: list[int], ttl: int = 3600) -> str:
     return mint(secret, sub, accounts, ttl)
+
+
+def as_user(env: Env, user: int) -> dict[str, str]:
+    """The headers of `user`, a course member with no Zalo account, for the gateway."""
+    return {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=user, accounts=[])}"}
 
 
 def as_service(identity: str, secret: str) -> dict[str, Any]:
@@ -164,6 +174,23 @@ class Flusher:
             while n := await consumer.run_once():
                 handled += n
         return handled
+
+    @asynccontextmanager
+    async def draining(self) -> AsyncIterator[Flusher]:
+        """Draining continuously, as its process does, until the block ends."""
+        stop = asyncio.Event()
+
+        async def loop() -> None:
+            while not stop.is_set():
+                if not await self.drain():
+                    await asyncio.sleep(0.02)
+
+        task = asyncio.create_task(loop())
+        try:
+            yield self
+        finally:
+            stop.set()
+            await task
 
     def configured(self, **overrides: Any) -> Flusher:
         """The same flusher with these settings overridden (e.g. archive_enabled=True)."""

@@ -110,6 +110,12 @@ def secret_values(docs: list[Doc], name: str) -> dict[str, str]:
     return k8s_validate.data_of(find(docs, "Secret", name))
 
 
+def labels_of(doc: Doc) -> dict[str, str]:
+    """The labels of a workload's pods."""
+    labels: dict[str, str] = doc["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
 def env_of(docs: list[Doc], name: str) -> dict[str, Doc]:
     [container] = deployment_named(docs, name)["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e for e in container["env"]}

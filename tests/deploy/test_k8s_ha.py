@@ -1,31 +1,26 @@
 """High availability of the SQL datastores in Kubernetes: what prod declares its managed
 PostgreSQL and MySQL must do (commit synchronously to a copy a failover promotes), and the dev
 overlay with components/sql-ha (a switch in overlays/dev): Patroni with a synchronous standby and
-MariaDB Galera behind HAProxy, reached at the addresses the services already use. Its start-up
-scripts run here too, against stand-ins for their peers and for mariadbd."""
+MariaDB Galera behind HAProxy, reached at the addresses the services already use. Who may reach
+whom there is test_k8s_ha_network.py; its start-up scripts run in test_k8s_galera_scripts.py."""
 
 from __future__ import annotations
 
 import configparser
 import copy
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 import yaml
 
 from tests.deploy.k8s_support import (
     DEV,
-    SQL_HA,
     Doc,
     copy_of_k8s,
-    dev_with,
     env_of,
     find,
+    labels_of,
     names,
     rendered,
     secret_values,
@@ -117,23 +112,8 @@ def test_dev_declares_nothing_of_the_sort() -> None:
 # ---- dev with components/sql-ha ----
 
 
-@pytest.fixture(scope="module")
-def variant(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return dev_with(SQL_HA, tmp_path_factory.mktemp("k8s"))
-
-
-@pytest.fixture(scope="module")
-def ha(variant: Path) -> list[Doc]:
-    return k8s_validate.render(variant)
-
-
 def pod(doc: Doc) -> Doc:
     return k8s_validate.pod_of(doc)
-
-
-def labels_of(doc: Doc) -> dict[str, str]:
-    labels: dict[str, str] = doc["spec"]["template"]["metadata"]["labels"]
-    return labels
 
 
 def patroni_config(docs: list[Doc]) -> dict[str, Any]:
@@ -143,10 +123,10 @@ def patroni_config(docs: list[Doc]) -> dict[str, Any]:
     return config
 
 
-def test_the_ha_variant_passes_every_check(variant: Path) -> None:
+def test_the_ha_variant_passes_every_check(ha_variant: Path) -> None:
     # Schemas, the project's rules over the whole rendering (the connection budget among them),
     # and checkov with the project's configuration.
-    assert k8s_validate.validate(variant) == []
+    assert k8s_validate.validate(ha_variant) == []
 
 
 def test_dev_switches_to_ha_with_one_line(tmp_path: Path, ha: list[Doc]) -> None:
@@ -424,357 +404,3 @@ def test_each_ha_workload_has_a_disruption_budget_and_keeps_its_pods_apart(ha: l
         labels = labels_of(workload)
         covering = [b for b in budgets if k8s_validate.selects(b["spec"]["selector"], labels)]
         assert len(covering) <= 1, workload["metadata"]["name"]
-
-
-# ---- who reaches whom ----
-
-
-def peer_selects(peer: Doc, labels: dict[str, str]) -> bool:
-    """A NetworkPolicy peer of this namespace (a bare podSelector) selecting these pods."""
-    if set(peer) != {"podSelector"}:
-        return False
-    return k8s_validate.selects(peer["podSelector"], labels)
-
-
-def rule_admits(rule: Doc, direction: str, labels: dict[str, str], port: int) -> bool:
-    peers = rule.get("from" if direction == "ingress" else "to", [])
-    ports = [p.get("port") for p in rule.get("ports", [])]
-    return any(peer_selects(p, labels) for p in peers) and (not ports or port in ports)
-
-
-def reaches(docs: list[Doc], source: dict[str, str], target: dict[str, str], port: int) -> bool:
-    """Whether the NetworkPolicies let pods with the source labels open a connection to pods with
-    the target labels on that port: an egress rule of a policy selecting the source, and an
-    ingress rule of one selecting the target (default-deny selects every pod both ways)."""
-    policies = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy"]
-
-    def allowed(direction: str, pod_labels: dict[str, str], other: dict[str, str]) -> bool:
-        kind = direction.capitalize()
-        return any(
-            rule_admits(rule, direction, other, port)
-            for p in policies
-            if kind in p["policyTypes"] and k8s_validate.selects(p["podSelector"], pod_labels)
-            for rule in p.get(direction, [])
-        )
-
-    return allowed("egress", source, target) and allowed("ingress", target, source)
-
-
-def app(name: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": name}
-
-
-def test_network_policies_admit_the_ha_paths_and_no_others(ha: list[Doc]) -> None:
-    patroni = labels_of(find(ha, "StatefulSet", "postgres-ha"))
-    galera = labels_of(find(ha, "StatefulSet", "mariadb-galera"))
-    proxy = labels_of(find(ha, "Deployment", "mariadb-proxy"))
-    pgbouncer = labels_of(find(ha, "Deployment", "pgbouncer"))
-    migrate = labels_of(next(d for d in ha if d["kind"] == "Job"))
-    admitted = [
-        # The clients, as before: PgBouncer and the migrator to PostgreSQL.
-        (pgbouncer, patroni, 5432),
-        (migrate, patroni, 5432),
-        # The Patroni nodes: replication and pg_rewind, the REST API (failover, failsafe).
-        (patroni, patroni, 5432),
-        (patroni, patroni, 8008),
-        # MariaDB's clients reach the proxies, the proxies the nodes and their check port.
-        *[(app(name), proxy, 3306) for name in ("ingest", "timeline", "flusher", "migrate")],
-        (proxy, galera, 3306),
-        (proxy, galera, 9200),
-        # The Galera nodes: group communication, IST, SST, the start-up's questions.
-        *[(galera, galera, port) for port in (4567, 4568, 4444, 9200)],
-    ]
-    for source, target, port in admitted:
-        assert reaches(ha, source, target, port), (source, target, port)
-    refused = [
-        # Nobody but the proxies talks to a Galera node's MariaDB port.
-        *[(app(name), galera, 3306) for name in ("ingest", "timeline", "flusher", "migrate")],
-        (app("likes"), proxy, 3306),
-        # Nobody but the nodes reaches the group, the state transfers, Patroni's REST API.
-        (proxy, galera, 4567),
-        (proxy, galera, 4444),
-        (pgbouncer, patroni, 8008),
-        (app("flusher"), patroni, 5432),
-        (galera, patroni, 5432),
-    ]
-    for source, target, port in refused:
-        assert not reaches(ha, source, target, port), (source, target, port)
-    assert k8s_validate.network_policy_errors(ha, deployed=True) == []
-    # Patroni reaches the Kubernetes API server at the address the component's settings name.
-    settings = yaml.safe_load((SQL_HA / "settings.yaml").read_text())["data"]
-    api = [
-        (d["metadata"]["name"], rule)
-        for d in ha
-        if d["kind"] == "NetworkPolicy"
-        for rule in d["spec"].get("egress", [])
-        if any("ipBlock" in peer for peer in rule["to"])
-    ]
-    assert api == [
-        (
-            "postgres-ha-kube-api",
-            {
-                "to": [{"ipBlock": {"cidr": settings["kube-api-cidr"]}}],
-                "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}],
-            },
-        )
-    ]
-    assert (
-        find(ha, "NetworkPolicy", "postgres-ha-kube-api")["spec"]["podSelector"]
-        == (find(ha, "StatefulSet", "postgres-ha")["spec"]["selector"])
-    )
-    # The evaluation sees a rule taken away.
-    broken = copy.deepcopy(ha)
-    galera_policy = find(broken, "NetworkPolicy", "mariadb-galera")["spec"]
-    galera_policy["ingress"] = galera_policy["ingress"][:1]
-    assert not reaches(broken, proxy, galera, 3306)
-
-
-# ---- the Galera scripts, run ----
-
-SCRIPTS = ("galera-start.sh", "galera-http.sh", "galera-check.sh", "galera.cnf")
-UUID = "6f3b1c0e-6a6f-11ef-9a57-0242ac120002"
-
-
-def grastate(seqno: int, safe: int = 0, uuid: str = UUID) -> str:
-    return (
-        f"# GALERA saved state\nversion: 2.1\nuuid:    {uuid}\nseqno:   {seqno}\n"
-        f"safe_to_bootstrap: {safe}\n"
-    )
-
-
-def http(status: str, body: str = "") -> str:
-    return f"HTTP/1.0 {status}\r\nContent-Type: text/plain\r\n\r\n{body}"
-
-
-def require(*tools: str) -> None:
-    missing = [t for t in tools if shutil.which(t) is None]
-    assert not missing, f"not installed: {', '.join(missing)}"
-
-
-class Node:
-    """One Galera pod's start-up, with its peers' check ports and the image's programs stood in
-    for: socat answers from files (no file: the peer does not answer), docker-entrypoint.sh
-    records its arguments, galera_recovery prints a recovered position."""
-
-    def __init__(self, root: Path, ordinal: int) -> None:
-        self.root = root
-        self.ordinal = ordinal
-        self.scripts = root / "etc"
-        self.scripts.mkdir(parents=True)
-        for name in SCRIPTS:
-            shutil.copy(SQL_HA / name, self.scripts / name)
-        self.data = root / "data"
-        self.data.mkdir()
-        self.answers = root / "answers"
-        self.answers.mkdir()
-        self.bin = root / "bin"
-        self.bin.mkdir()
-        self.conf = root / "galera.cnf"
-        self.capture = root / "entrypoint-args"
-        self.shim(
-            "socat",
-            "for a; do last=$a; done\nhost=${last#TCP:}; host=${host%%:*}\nread -r _ path _\n"
-            "case $path in /state) f=state ;; *) f=ready ;; esac\n"
-            '[ -f "$ANSWERS/$host.$f" ] || exit 1\ncat "$ANSWERS/$host.$f"\n',
-        )
-        self.shim("docker-entrypoint.sh", 'printf "%s\\n" "$@" >"$CAPTURE"\n')
-        self.shim("galera_recovery", f"echo --wsrep_start_position={UUID}:41\n")
-
-    def shim(self, name: str, body: str) -> None:
-        path = self.bin / name
-        path.write_text("#!/bin/sh\n" + body)
-        path.chmod(0o755)
-
-    def peer(self, ordinal: int, *, ready: bool = False, state: str | None = "") -> None:
-        """A peer's answers: GET / (takes writes or not), GET /state (its grastate.dat; None: it
-        does not answer at all)."""
-        host = f"mariadb-galera-{ordinal}.mariadb-galera"
-        if state is None:
-            return
-        (self.answers / f"{host}.ready").write_text(
-            http("200 OK", "synced\n") if ready else http("503 Service Unavailable")
-        )
-        (self.answers / f"{host}.state").write_text(http("200 OK", state))
-
-    def start(self, seconds: float = 10) -> tuple[list[str] | None, str]:
-        """The arguments mariadbd got (None: it still waited when stopped) and the log."""
-        require("bash", "sed", "awk", "timeout")
-        env = {
-            **os.environ,
-            "PATH": f"{self.bin}:{os.environ['PATH']}",
-            "POD_NAME": f"mariadb-galera-{self.ordinal}",
-            "POD_IP": f"10.1.0.{10 + self.ordinal}",
-            "GALERA_NODES": "3",
-            "GALERA_SERVICE": "mariadb-galera",
-            "GALERA_DATADIR": str(self.data),
-            "GALERA_CONF": str(self.conf),
-            "GALERA_POLL_SECONDS": "0.2",
-            "ANSWERS": str(self.answers),
-            "CAPTURE": str(self.capture),
-        }
-        result = subprocess.run(
-            [
-                "timeout",
-                str(seconds),
-                "bash",
-                str(self.scripts / "galera-start.sh"),
-                "--max-connections=200",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode == 124:
-            return None, result.stderr
-        assert result.returncode == 0, result.stderr
-        return self.capture.read_text().splitlines(), result.stderr
-
-
-BOOTSTRAP = ["mariadbd", "--max-connections=200", "--wsrep-new-cluster"]
-PLAIN = ["mariadbd", "--max-connections=200"]
-
-
-def test_a_new_cluster_is_started_by_its_first_pod_alone(tmp_path: Path) -> None:
-    first = Node(tmp_path / "0", 0)
-    first.peer(1)
-    first.peer(2)
-    args, log = first.start()
-    assert args == BOOTSTRAP, log
-    # The pod's galera.cnf: its name, its address, every node by its stable name.
-    cnf = configparser.ConfigParser(strict=False, allow_no_value=True)
-    cnf.read_string(first.conf.read_text())
-    assert cnf["mariadbd"]["wsrep_node_name"] == "mariadb-galera-0"
-    assert cnf["mariadbd"]["wsrep_node_address"] == "10.1.0.10"
-    assert cnf["mariadbd"]["wsrep_cluster_address"] == "gcomm://" + ",".join(
-        f"mariadb-galera-{n}.mariadb-galera" for n in range(3)
-    )
-    # The other pods of a new cluster wait for it, then join.
-    second = Node(tmp_path / "1", 1)
-    second.peer(0)
-    second.peer(2)
-    args, log = second.start(seconds=2)
-    assert args is None
-    assert "waiting" in log
-    second.peer(0, ready=True)
-    args, _ = second.start()
-    assert args == PLAIN
-
-
-def test_no_new_cluster_beside_one_that_runs_or_one_that_holds_data(tmp_path: Path) -> None:
-    # The first pod with an empty volume (lost) while its peers run a cluster: it joins.
-    node = Node(tmp_path / "running", 0)
-    node.peer(1, ready=True, state=grastate(-1))
-    node.peer(2, state=grastate(-1))
-    args, _ = node.start()
-    assert args == PLAIN
-    # ... while they are down but hold a state, or one of them does not answer: it waits.
-    for name, peer2 in (("data", grastate(17)), ("silent", None)):
-        node = Node(tmp_path / name, 0)
-        node.peer(1)
-        node.peer(2, state=peer2)
-        args, log = node.start(seconds=2)
-        assert args is None, name
-        assert "waiting" in log
-
-
-def test_a_crashed_node_recovers_its_position_and_starts_from_it(tmp_path: Path) -> None:
-    node = Node(tmp_path / "crashed", 2)
-    (node.data / "grastate.dat").write_text(grastate(-1))
-    node.peer(0, state=grastate(-1))
-    node.peer(1, state=grastate(-1))
-    args, log = node.start()
-    # No new cluster: Galera forms the last primary component again once all three are back.
-    assert args == [*PLAIN, f"--wsrep_start_position={UUID}:41"], log
-    assert "recovered" in log
-    # A node that left cleanly, beside one that crashed: the same (it joins what they form).
-    clean = Node(tmp_path / "clean", 0)
-    (clean.data / "grastate.dat").write_text(grastate(40))
-    clean.peer(1, state=grastate(-1))
-    clean.peer(2, state=grastate(41))
-    args, _ = clean.start()
-    assert args == PLAIN
-
-
-def test_the_last_node_to_leave_starts_the_cluster_again(tmp_path: Path) -> None:
-    node = Node(tmp_path / "safe", 2)
-    (node.data / "grastate.dat").write_text(grastate(30, safe=1))
-    node.peer(0, state=grastate(29))
-    node.peer(1, state=None)
-    args, _ = node.start()
-    assert args == BOOTSTRAP
-    other = Node(tmp_path / "other", 0)
-    (other.data / "grastate.dat").write_text(grastate(29))
-    other.peer(1, state=grastate(28))
-    other.peer(2, state=grastate(30, safe=1))
-    args, _ = other.start(seconds=2)
-    assert args is None
-
-
-def test_nodes_that_left_together_agree_on_the_highest_seqno(tmp_path: Path) -> None:
-    seqnos = {0: 10, 1: 12, 2: 12}
-    decisions = {}
-    for ordinal, seqno in seqnos.items():
-        node = Node(tmp_path / str(ordinal), ordinal)
-        (node.data / "grastate.dat").write_text(grastate(seqno))
-        for peer, theirs in seqnos.items():
-            if peer != ordinal:
-                node.peer(peer, state=grastate(theirs))
-        args, _ = node.start(seconds=2)
-        decisions[ordinal] = args
-    # The highest seqno, the lowest ordinal on a tie; the others wait for its cluster.
-    assert decisions == {0: None, 1: BOOTSTRAP, 2: None}
-
-
-def run_check(tmp_path: Path, request: str, status: str) -> str:
-    """One exchange with galera-http.sh, the node's status from a stand-in mariadb client."""
-    require("bash", "sh", "grep")
-    root = tmp_path / "check"
-    (root / "bin").mkdir(parents=True, exist_ok=True)
-    (root / "data").mkdir(exist_ok=True)
-    for name in SCRIPTS:
-        shutil.copy(SQL_HA / name, root / name)
-    client = root / "bin" / "mariadb"
-    client.write_text(f"#!/bin/sh\nprintf '{status}'\n")
-    client.chmod(0o755)
-    (root / "data" / "grastate.dat").write_text(grastate(-1))
-    result = subprocess.run(
-        ["bash", str(root / "galera-http.sh")],
-        input=request.encode(),
-        env={
-            **os.environ,
-            "PATH": f"{root / 'bin'}:{os.environ['PATH']}",
-            "GALERA_DATADIR": str(root / "data"),
-        },
-        capture_output=True,
-        check=True,
-        timeout=10,
-    )
-    # Bytes: the CRLFs of the answer as they are sent.
-    return result.stdout.decode()
-
-
-@pytest.mark.parametrize(
-    ("state", "ready", "expected"),
-    [
-        ("4", "ON", "200 OK"),
-        # A donor keeps taking writes (IST from its cache).
-        ("2", "ON", "200 OK"),
-        # Joining, or cut off from the primary component.
-        ("1", "ON", "503 Service Unavailable"),
-        ("4", "OFF", "503 Service Unavailable"),
-    ],
-)
-def test_the_check_port_answers_whether_the_node_takes_writes(
-    tmp_path: Path, state: str, ready: str, expected: str
-) -> None:
-    status = f"wsrep_local_state\\t{state}\\nwsrep_ready\\t{ready}\\n"
-    answer = run_check(tmp_path, "GET / HTTP/1.0\r\n\r\n", status)
-    assert answer.startswith(f"HTTP/1.0 {expected}\r\n")
-
-
-def test_the_check_port_shows_the_nodes_saved_state(tmp_path: Path) -> None:
-    answer = run_check(tmp_path, "GET /state HTTP/1.0\r\nHost: x\r\n\r\n", "")
-    head, _, body = answer.partition("\r\n\r\n")
-    assert head.startswith("HTTP/1.0 200 OK")
-    assert body == grastate(-1).rstrip("\n")

@@ -17,7 +17,8 @@ from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from agora.forum.v1 import forum_write_service_pb2_grpc
 
 from services.runtime.grpc_errors import field_violations
-from tests.forum.test_forum import as_user
+from tests.forum.support import post_reply
+from tests.helpers import as_user
 from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
@@ -98,11 +99,7 @@ async def test_the_author_edits_and_the_replaced_text_is_kept(
 async def test_comments_and_replies_are_edited_on_the_same_rules(
     gateway: httpx.AsyncClient, env: Env, pg_admin: asyncpg.Pool, clean: None
 ) -> None:
-    reply = await gateway.post(
-        f"{COURSE}/posts/1/comments",
-        json={"body": "Em cũng hỏi vậy", "parent_id": 1},
-        headers=as_user(env, 9),
-    )
+    reply = await post_reply(gateway, as_user(env, 9), "Em cũng hỏi vậy", 1)
     reply_id = reply.json()["data"]["id"]
     edited = await gateway.patch(
         f"{COURSE}/comments/{reply_id}",

@@ -16,16 +16,13 @@ from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.timeline import forum_repository as q
-from tests.helpers import mint_token, postgres_statements
+from tests.forum.support import plan_nodes, post_reply, walk
+from tests.helpers import as_user, postgres_statements
 from tests.stack import Env
 from tools.forum_data import Volume, load_volume
 
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
-
-
-def as_user(env: Env, user: int) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=user, accounts=[])}"}
 
 
 async def counters(pg: asyncpg.Pool, post_id: int, comment_id: int) -> tuple[int, int]:
@@ -64,18 +61,10 @@ async def test_fifty_concurrent_replies_keep_both_counters_exact(
 async def test_a_reply_to_a_reply_goes_under_the_root_and_remembers_whom_it_answered(
     gateway: httpx.AsyncClient, env: Env, pg_admin: asyncpg.Pool, clean: None
 ) -> None:
-    first = await gateway.post(
-        f"{COURSE}/posts/1/comments",
-        json={"body": "Được ạ", "parent_id": 1},
-        headers=as_user(env, 9),
-    )
+    first = await post_reply(gateway, as_user(env, 9), "Được ạ", 1)
     assert first.status_code == 201, first.text
     reply = first.json()["data"]
-    second = await gateway.post(
-        f"{COURSE}/posts/1/comments",
-        json={"body": "@9 cảm ơn", "parent_id": reply["id"]},
-        headers=as_user(env, 7),
-    )
+    second = await post_reply(gateway, as_user(env, 7), "@9 cảm ơn", reply["id"])
     assert second.status_code == 201, second.text
     nested = second.json()["data"]
     assert nested["parent_id"] == 1
@@ -83,22 +72,6 @@ async def test_a_reply_to_a_reply_goes_under_the_root_and_remembers_whom_it_answ
     assert nested["reply_to_user_id"] == 9
     assert reply["reply_to_user_id"] is None
     assert await counters(pg_admin, post_id=1, comment_id=1) == (4, 2)
-
-
-async def walk(
-    gateway: httpx.AsyncClient, path: str, headers: dict[str, str], cursor: str
-) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    params: dict[str, int] = {"limit": 7}
-    for _ in range(100):
-        response = await gateway.get(path, params=params, headers=headers)
-        assert response.status_code == 200, response.text
-        body = response.json()
-        items += body["data"]
-        if not body["pagination"]["has_more"]:
-            return items
-        params = {"limit": 7, cursor: body["pagination"][f"next_{cursor}"]}
-    raise AssertionError("pagination did not end")
 
 
 async def test_pages_walk_every_item_once_and_never_show_deleted_ones(
@@ -127,11 +100,7 @@ async def test_pages_walk_every_item_once_and_never_show_deleted_ones(
         comments.append(created.json()["data"]["id"])
     replies = []
     for i in range(25):
-        created = await gateway.post(
-            f"{COURSE}/posts/{target}/comments",
-            json={"body": f"r{i}", "parent_id": comments[0]},
-            headers=author,
-        )
+        created = await post_reply(gateway, author, f"r{i}", comments[0], post=target)
         replies.append(created.json()["data"]["id"])
     for item in comments[1::4] + replies[::3]:
         deleted = await gateway.delete(f"{COURSE}/comments/{item}", headers=author)
@@ -211,13 +180,6 @@ async def test_a_deleted_parent_cannot_be_replied_to(
     )
     assert reply.status_code == 422
     assert reply.json()["error"]["fields"][0]["field"] == "parent_id"
-
-
-def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes += plan_nodes(child)
-    return nodes
 
 
 async def test_comment_and_reply_pages_use_the_partial_indexes_with_few_buffers(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import asyncpg
 import grpc
@@ -18,11 +17,14 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 
 from services.runtime.grpc_errors import field_violations
 from services.timeline import forum_repository as q
-from tests.forum.test_forum import as_user, plan_nodes
+from tests.forum.support import plan_nodes, walk
+from tests.helpers import as_user
 from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
+# A likers page's cursor: the last liker's like time, then its user id.
+LIKERS = ("before_liked_at", "before_user_id")
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 
@@ -38,36 +40,19 @@ async def liked_by(pg: asyncpg.Pool, table: str, target: int, users: range) -> l
     return [u for _, u, _ in sorted(rows, key=lambda r: (r[2], r[1]), reverse=True)]
 
 
-async def walk(gateway: httpx.AsyncClient, path: str, user: dict[str, str]) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"limit": 7}
-    for _ in range(50):
-        answer = await gateway.get(path, params=params, headers=user)
-        assert answer.status_code == 200, answer.text
-        body = answer.json()
-        assert len(body["data"]) <= 7
-        items += body["data"]
-        if not body["pagination"]["has_more"]:
-            return items
-        params = {
-            "limit": 7,
-            "before_liked_at": body["pagination"]["next_before_liked_at"],
-            "before_user_id": body["pagination"]["next_before_user_id"],
-        }
-    raise AssertionError("pagination did not end")
-
-
 async def test_likers_newest_first_each_once_across_pages(
     gateway: httpx.AsyncClient, env: Env, pg_admin: asyncpg.Pool, clean: None
 ) -> None:
     post_order = await liked_by(pg_admin, "post_likes", 1, range(1000, 1040))
     comment_order = await liked_by(pg_admin, "comment_likes", 2, range(2000, 2010))
     member = as_user(env, 7)
-    posts = await walk(gateway, f"{COURSE}/posts/1/likes", member)
+    posts = await walk(gateway, f"{COURSE}/posts/1/likes", member, *LIKERS, pages=50, sized=True)
     # The lab's own like of post 2 (by user 7) is not post 1's.
     assert [x["user_id"] for x in posts] == post_order
     assert posts[0]["liked_at"] == "2026-11-02T09:39:00.000+00:00"
-    comments = await walk(gateway, f"{COURSE}/comments/2/likes", member)
+    comments = await walk(
+        gateway, f"{COURSE}/comments/2/likes", member, *LIKERS, pages=50, sized=True
+    )
     assert [x["user_id"] for x in comments] == comment_order
     # Either half of the cursor alone, as the timeline's: before an instant, or before one
     # user's like (of the likes at the same instant, those of greater user ids are newer).

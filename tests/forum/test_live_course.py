@@ -41,9 +41,10 @@ from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import FeedPosition
 from services.streams.like_cache import LikeCache
 from services.streams.likes import COMMENT, POST, LikeStreams, LikeStreamSettings, TargetKind
-from services.streams.live import LiveFeeds, LivePublisher, LiveSettings
+from services.streams.live import LiveFeeds, LivePublisher
 from tests.gateway import sse_client as sse
 from tests.helpers import (
+    FEEDS,
     ROOT,
     SHARDS,
     Flusher,
@@ -59,7 +60,6 @@ from tools.ports import free_port
 from tools.wait_healthy import wait
 
 pytestmark = pytest.mark.asyncio
-FEEDS = LiveFeeds.from_settings(LiveSettings())
 STREAMS = LikeStreams(LikeStreamSettings().like_stream_prefix, SHARDS)
 CACHE = LikeCache.beside(STREAMS)
 Stream: TypeAlias = grpc.aio.UnaryStreamCall

@@ -15,7 +15,7 @@ from agora.forum.v1 import forum_write_service_pb2 as write_pb
 from agora.forum.v1 import forum_write_service_pb2_grpc
 
 from services.runtime.grpc_errors import field_violations
-from tests.forum.test_forum import as_user
+from tests.helpers import as_user
 from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio

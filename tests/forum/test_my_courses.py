@@ -14,8 +14,7 @@ from agora.forum.v1 import forum_pb2, forum_read_service_pb2_grpc
 from agora.forum.v1 import forum_read_service_pb2 as read_pb
 
 from services.runtime.grpc_errors import field_violations
-from tests.forum.test_forum import as_user
-from tests.helpers import mint_token
+from tests.helpers import as_user, mint_token
 from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio

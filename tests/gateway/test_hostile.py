@@ -28,8 +28,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.runtime.grpc_errors import field_violations
 from services.runtime.mysql import MysqlDatabase
+from tests.chaos.harness.local_stack import ROOT
 from tests.chaos.harness.run import prepare
-from tests.chaos.harness.stack import ROOT, ChaosStack
+from tests.chaos.harness.stack import ChaosStack
 from tests.helpers import as_gateway, as_listener, at, batch_reply, message, mint_token
 from tests.stack import Env
 from tools import callers, certs

@@ -15,16 +15,14 @@ from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc
 
 from services.runtime.stream_ids import FeedPosition, Position
-from services.streams.live import LiveFeeds, LiveSettings
 from tests.gateway import sse_client as sse
-from tests.helpers import Flusher, at, message, mint_token
+from tests.helpers import FEEDS, Flusher, at, message, mint_token
 from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 gateway = sse.gateway
 events = sse.events
 ROUTE = "/api/zalo-accounts/{}/events"
-FEEDS = LiveFeeds.from_settings(LiveSettings())
 
 
 async def send(

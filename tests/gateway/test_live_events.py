@@ -22,11 +22,11 @@ from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 from services.keyspace import family
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import FeedPosition
-from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
+from services.streams.live import FeedEvent, LivePublisher
 from services.timeline import server as timeline_service
 from services.timeline.config import TimelineSettings
 from tests.gateway import sse_client as sse
-from tests.helpers import Flusher, as_service, at, message, mint_token
+from tests.helpers import FEEDS, Flusher, as_service, at, message, mint_token
 from tests.stack import Env, gateway_settings, serving
 
 pytestmark = pytest.mark.asyncio
@@ -37,7 +37,6 @@ gateway = sse.gateway
 events = sse.events
 Gateway = sse.Gateway
 STREAMS_PER_USER = sse.STREAMS_PER_USER
-FEEDS = LiveFeeds.from_settings(LiveSettings())
 
 
 async def send(
@@ -356,7 +355,7 @@ async def busy(feed: str, client: redis.Redis, stop: asyncio.Event) -> int:
     """Bursts of 250 events on the inbox feed of account 1 every 50 ms until `stop`: more than a
     read takes (a page is 200) and than a slow client drains, so a stream always has something
     to write. Returns how many."""
-    publisher = LivePublisher(client, LiveFeeds.from_settings(LiveSettings()))
+    publisher = LivePublisher(client, FEEDS)
     n = 0
     while not stop.is_set():
         burst = []

@@ -36,8 +36,8 @@ from tests.helpers import (
     SHARDS,
     Flusher,
     as_gateway,
+    as_user,
     enrol,
-    mint_token,
     run_flusher,
 )
 from tests.stack import Env
@@ -68,10 +68,6 @@ def like_event(
         user_id=user, course_id=course, target=pb.Target(kind=kind, id=target), liked=liked
     )
     return as_mapping(event)
-
-
-def as_user(env: Env, user: int) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint_token(env.jwt_secret, sub=user, accounts=[])}"}
 
 
 def post(target_id: int) -> pb.Target:

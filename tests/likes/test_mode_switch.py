@@ -225,20 +225,43 @@ async def test_a_direct_toggle_gives_up_when_the_one_it_follows_is_not_flushed_i
     assert await set_like(pods["sync"], 8, POST, 1, False)  # the retry, once flushed
 
 
+class Meanwhile:
+    """A step taken once: the first time the read it overtakes has its answer, before that answer
+    is used."""
+
+    def __init__(self, step: Callable[[], Awaitable[object]]) -> None:
+        self._step: Callable[[], Awaitable[object]] | None = step
+
+    async def once(self) -> None:
+        if self._step is not None:
+            step, self._step = self._step, None
+            await step()
+
+
 class Overtaken(ForumChecks):
     """The real queries; the first time it reads what users liked, a direct pod's toggle
     commits before the answer comes back (a read overtaken by a write)."""
 
     def __init__(self, pool: asyncpg.Pool, meanwhile: Callable[[], Awaitable[object]]) -> None:
         super().__init__(pool)
-        self._meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+        self._meanwhile = Meanwhile(meanwhile)
 
     async def liked_many(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[str]]:
         found = await super().liked_many(pairs)
-        if self._meanwhile is not None:
-            step, self._meanwhile = self._meanwhile, None
-            await step()
+        await self._meanwhile.once()
         return found
+
+
+def buffered_store(client: redis.Redis, checks: ForumChecks) -> BufferedLikes:
+    """A buffered pod's store over `checks`, as the likes service builds it."""
+    streams = LikeStreams(STREAMS.prefix, SHARDS)
+    return BufferedLikes(
+        client,
+        streams,
+        AccessCache(checks, client, streams, AccessLimits()),
+        3600,
+        BacklogBound.of(10_000, 10_000_000, SHARDS),
+    )
 
 
 async def test_a_set_warmed_from_a_read_a_direct_write_overtook_is_not_kept(
@@ -253,14 +276,8 @@ async def test_a_set_warmed_from_a_read_a_direct_write_overtook_is_not_kept(
     like commits before that read is used. The unlike came after the like (it was acknowledged
     later), so it must undo it: a SET warmed from the overtaken read would say "already so"."""
     client = redis_client_module.connect(env.redis_likes_url, cluster=ON_CLUSTER)
-    checks = Overtaken(pg_likes, lambda: set_like(pods["sync"], 8, POST, 1, True))
-    streams = LikeStreams(STREAMS.prefix, SHARDS)
-    store = BufferedLikes(
-        client,
-        streams,
-        AccessCache(checks, client, streams, AccessLimits()),
-        3600,
-        BacklogBound.of(10_000, 10_000_000, SHARDS),
+    store = buffered_store(
+        client, Overtaken(pg_likes, lambda: set_like(pods["sync"], 8, POST, 1, True))
     )
     try:
         assert await store.set_like(8, 42, POST, 1, False)
@@ -290,15 +307,7 @@ async def test_a_set_warmed_while_the_flusher_commits_keeps_the_flushed_toggle(
     assert await set_like(pods["sync"], 8, COMMENT, 1, True)
     assert await in_set(redis_client, 8, ["p:1"]) is None  # the direct write dropped the SET
     client = redis_client_module.connect(env.redis_likes_url, cluster=ON_CLUSTER)
-    checks = Overtaken(pg_likes, flusher.drain)
-    streams = LikeStreams(STREAMS.prefix, SHARDS)
-    store = BufferedLikes(
-        client,
-        streams,
-        AccessCache(checks, client, streams, AccessLimits()),
-        3600,
-        BacklogBound.of(10_000, 10_000_000, SHARDS),
-    )
+    store = buffered_store(client, Overtaken(pg_likes, flusher.drain))
     try:
         if warmed_by == "toggle":
             assert await store.set_like(8, 42, POST, 2, True)
@@ -318,13 +327,11 @@ class FlushedMidRead:
 
     def __init__(self, pool: asyncpg.Pool, meanwhile: Callable[[], Awaitable[object]]) -> None:
         self._pool = pool
-        self._meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+        self._meanwhile = Meanwhile(meanwhile)
 
     async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
         rows: list[asyncpg.Record] = await self._pool.fetch(sql, *args)
-        if self._meanwhile is not None:
-            step, self._meanwhile = self._meanwhile, None
-            await step()
+        await self._meanwhile.once()
         return rows
 
 

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis.asyncio as redis
+
 from services.runtime.stream_ids import FeedPosition, Position
-from services.streams.live import FeedEvent, LivePublisher
+from services.streams.live import FeedEvent, LiveFeeds, LivePublisher
 from services.streams.live_reader import Entries, FeedReader, Item, Reset
 
 
@@ -91,3 +93,18 @@ class EpochBlindReader(FeedReader):
         ]
         position = items[-1].position if items else FeedPosition(epoch, after.entry)
         return Entries(items, position, len(items) >= count)
+
+
+async def read_by_three(
+    client: redis.Redis, feeds: LiveFeeds, feed: str
+) -> tuple[Ledger, FeedReader, EpochBlindReader, tuple[Client, Client, Client]]:
+    """A feed's first two events (e1, e2) published and read from its head by three clients: the
+    first two through the reader of epochs, the third through the reader before them."""
+    ledger = Ledger(LivePublisher(client, feeds), feed)
+    reader, blind_reader = FeedReader(client, feeds), EpochBlindReader(client, feeds)
+    start = await reader.head(feed)
+    await ledger.publish("e1", "e2")
+    clients = Client(start), Client(start), Client(start)
+    for watcher, by in zip(clients, (reader, reader, blind_reader), strict=True):
+        await watcher.resume(by, feed, ledger.published)
+    return ledger, reader, blind_reader, clients

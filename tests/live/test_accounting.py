@@ -38,17 +38,8 @@ CUT_EVERY = 2.0
 @pytest_asyncio.fixture
 async def flushing(flusher: Flusher) -> AsyncIterator[Flusher]:
     """The flusher draining continuously, as its process does."""
-    stop = asyncio.Event()
-
-    async def loop() -> None:
-        while not stop.is_set():
-            if not await flusher.drain():
-                await asyncio.sleep(0.02)
-
-    task = asyncio.create_task(loop())
-    yield flusher
-    stop.set()
-    await task
+    async with flusher.draining():
+        yield flusher
 
 
 Run: TypeAlias = Callable[..., Awaitable[accounting.Outcome]]

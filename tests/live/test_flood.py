@@ -29,16 +29,15 @@ from services import keyspace
 from services.runtime import redis_client
 from services.runtime.mysql import MysqlDatabase
 from services.streams.likes import POST
-from services.streams.live import FeedEvent, LiveFeeds, LivePublisher, LiveSettings
+from services.streams.live import FeedEvent, LiveFeeds, LivePublisher
 from services.streams.live_reader import FeedReader, Reset
-from tests.helpers import Flusher, at, message
+from tests.helpers import FEEDS, Flusher, at, message
 from tests.live.rebirth import Client
 from tests.stack import ON_CLUSTER
 from tools import redis_server
 from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
-FEEDS = LiveFeeds.from_settings(LiveSettings())
 FEED_BUDGET = 1024 * 1024  # the flusher's LIVE_MAX_BYTES_PER_FEED here
 BIG = "ạ" * 65_000  # 195 KB of content: the largest a message may carry
 NEAR_BUDGET = "ư" * 1_100  # 3.3 KB: just under the event budget, with its envelope
@@ -62,17 +61,8 @@ async def tight_redis(redis_client: redis.Redis) -> AsyncIterator[int]:
 async def flushing(flusher: Flusher) -> AsyncIterator[Flusher]:
     """The flusher draining continuously with a feed budget of 1 MiB, as its process does."""
     budgeted = flusher.configured(live_max_bytes_per_feed=FEED_BUDGET)
-    stop = asyncio.Event()
-
-    async def loop() -> None:
-        while not stop.is_set():
-            if not await budgeted.drain():
-                await asyncio.sleep(0.02)
-
-    task = asyncio.create_task(loop())
-    yield budgeted
-    stop.set()
-    await task
+    async with budgeted.draining():
+        yield budgeted
 
 
 async def set_maxmemory(client: redis.Redis, value: int | str) -> None:

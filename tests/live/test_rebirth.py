@@ -16,8 +16,8 @@ import redis.asyncio as redis
 from services.keyspace import feed_keys
 from services.streams.live import LiveFeeds, LivePublisher, LiveSettings
 from services.streams.live_reader import FeedReader
-from tests.deploy.test_backup import private_redis, target
-from tests.live.rebirth import Client, EpochBlindReader, Ledger
+from tests.deploy.backup_support import private_redis, target
+from tests.live.rebirth import Client, EpochBlindReader, Ledger, read_by_three
 from tools.backup.redis_data import drop_live_feeds, restore_redis, snapshot_redis
 
 pytestmark = pytest.mark.asyncio
@@ -35,13 +35,9 @@ async def test_a_feed_that_expired_resets_its_watchers_instead_of_skipping(
     if nothing came between."""
     feeds = layout(retention_ms=1000)  # the stream expires 2 s after its last write
     feed = feeds.inbox(1)
-    ledger = Ledger(LivePublisher(redis_client, feeds), feed)
-    reader, blind_reader = FeedReader(redis_client, feeds), EpochBlindReader(redis_client, feeds)
-    start = await reader.head(feed)
-    await ledger.publish("e1", "e2")
-    away, blind, current = Client(start), Client(start), Client(start)
-    for client, by in ((away, reader), (blind, blind_reader), (current, reader)):
-        await client.resume(by, feed, ledger.published)
+    ledger, reader, blind_reader, (away, current, blind) = await read_by_three(
+        redis_client, feeds, feed
+    )
     await ledger.publish("e3")
     await current.resume(reader, feed, ledger.published)  # it saw the last event
     await asyncio.sleep(2.5)
@@ -89,14 +85,9 @@ async def test_a_restore_from_a_backup_taken_before_some_events_resets_every_wat
         try:
             feeds = layout(prefix=LiveSettings().live_prefix)  # the one the restore drops
             feed = feeds.inbox(7)
-            ledger = Ledger(LivePublisher(client, feeds), feed)
-            reader = FeedReader(client, feeds)
-            blind_reader = EpochBlindReader(client, feeds)
-            start = await reader.head(feed)
-            await ledger.publish("e1", "e2")
-            before, after_backup, blind = Client(start), Client(start), Client(start)
-            for watcher, by in ((before, reader), (after_backup, reader), (blind, blind_reader)):
-                await watcher.resume(by, feed, ledger.published)
+            ledger, reader, blind_reader, (before, after_backup, blind) = await read_by_three(
+                client, feeds, feed
+            )
             await snapshot_redis(server.url, tmp_path / "redis.rdb")
             await ledger.publish("e3", "e4")
             await after_backup.resume(reader, feed, ledger.published)

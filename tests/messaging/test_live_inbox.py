@@ -18,15 +18,13 @@ from services.domain.live import POSITION_HEADER
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.stream_ids import ORIGIN, FeedPosition, Position
 from services.runtime.tokens import Principal, TokenVerifier
-from services.streams.live import LiveFeeds, LiveSettings
-from tests.helpers import Flusher, at, gateway_stub, message
+from tests.helpers import FEEDS, Flusher, at, gateway_stub, message
 from tests.live.watching import started, take
 from tests.stack import Env, serving_timeline
 from tools import callers
 from tools.jwt_token import mint
 
 pytestmark = pytest.mark.asyncio
-FEEDS = LiveFeeds.from_settings(LiveSettings())
 Stream: TypeAlias = grpc.aio.UnaryStreamCall
 TimelineStub: TypeAlias = timeline_service_pb2_grpc.TimelineServiceStub
 

@@ -12,10 +12,9 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 
-from services.runtime import redis_client
-from services.streams.live import LiveFeeds, LivePublisher
-from services.streams.live_reader import FeedReader
-from tests.live.rebirth import Client, EpochBlindReader, Ledger
+from services.streams.live import LiveFeeds
+from tests.live.rebirth import read_by_three
+from tests.redis_cluster.local_cluster import emptied, on_node, replica_of, run_id
 from tools.redis_cluster import LocalCluster, Node
 from tools.waiting import until
 
@@ -25,67 +24,37 @@ FEEDS = LiveFeeds("failover", 3_600_000, 1000, 2)
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def client(cluster: LocalCluster) -> AsyncIterator[redis.Redis]:
-    connected = redis_client.connect(cluster.url, cluster=True, timeout=2.0)
-    await redis_client.flush_all(connected)
-    yield connected
-    await connected.aclose()
-
-
-async def replica_of(cluster: LocalCluster, master: Node) -> Node:
-    node = cluster.node_client(master)
-    try:
-        role: Any = await node.execute_command("ROLE")
-    finally:
-        await node.aclose()
-    return next(n for n in cluster.nodes if n.port == int(role[2][0][1]))
-
-
-async def run_id(cluster: LocalCluster, node: Node) -> str:
-    client = cluster.node_client(node)
-    try:
-        info: Any = await client.info("server")
-    finally:
-        await client.aclose()
-    return str(info["run_id"])
+    async with emptied(cluster, timeout=2.0) as connected:
+        yield connected
 
 
 async def lose_the_tail(cluster: LocalCluster, node: Node, feed: str, kept: int) -> None:
     """The feed on `node` as a replica that never had its entries past the first `kept`: the
     stream rebuilt from those alone (its own record too), and its meta's last entry."""
-    client = cluster.node_client(node)
-    try:
+    async with on_node(cluster, node) as client:
         entries: Any = await client.xrange(feed)
         await client.delete(feed)
         for entry_id, fields in entries[:kept]:
             await client.xadd(feed, fields, id=entry_id)
         await client.hset(f"{feed}:meta", "last", entries[kept - 1][0])
-    finally:
-        await client.aclose()
 
 
 async def test_a_failover_to_a_replica_without_the_tail_resets_instead_of_skipping(
     cluster: LocalCluster, client: redis.Redis
 ) -> None:
     feed = FEEDS.inbox(1)
-    ledger = Ledger(LivePublisher(client, FEEDS), feed)
-    reader, blind_reader = FeedReader(client, FEEDS), EpochBlindReader(client, FEEDS)
-    start = await reader.head(feed)
-    await ledger.publish("e1", "e2")
-    away, blind, tail_reader = Client(start), Client(start), Client(start)
-    for watcher, by in ((away, reader), (blind, blind_reader), (tail_reader, reader)):
-        await watcher.resume(by, feed, ledger.published)
+    ledger, reader, blind_reader, (away, tail_reader, blind) = await read_by_three(
+        client, FEEDS, feed
+    )
     await ledger.publish("e3")  # the tail the replica will lack
     await tail_reader.resume(reader, feed, ledger.published)  # read it from the old master
 
     await cluster.wait_replicas_linked()
     master = await cluster.master_of(feed)
     replica = await replica_of(cluster, master)
-    promoted = cluster.node_client(replica)
-    try:
+    async with on_node(cluster, replica) as promoted:
         # At once, without the master's agreement: as after the master's crash.
         await promoted.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
-    finally:
-        await promoted.aclose()
 
     async def taken_over() -> bool:
         return (await cluster.roles()).get(replica.port) == "master"

@@ -30,6 +30,7 @@ from services.streams.leases import ShardLeases
 from services.streams.messages import MessageStreams
 from services.streams.supervisor import ShardSupervisor
 from tests.helpers import message
+from tests.redis_cluster.local_cluster import configure, emptied, replica_of
 from tools.redis_cluster import LocalCluster, Node
 from tools.waiting import until
 
@@ -57,10 +58,8 @@ async def killable_masters(cluster: LocalCluster, client: redis.Redis) -> list[N
 @pytest_asyncio.fixture(loop_scope="session")
 async def client(cluster: LocalCluster) -> AsyncIterator[redis.Redis]:
     # A short deadline, as a failing command must not outlast a lease renewal.
-    connected = redis_client.connect(cluster.url, cluster=True, timeout=1.0)
-    await redis_client.flush_all(connected)
-    yield connected
-    await connected.aclose()
+    async with emptied(cluster, timeout=1.0) as connected:
+        yield connected
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -76,24 +75,6 @@ def settings(flusher_settings: FlusherSettings) -> FlusherSettings:
     return flusher_settings.model_copy(
         update={"flusher_lease_ttl_ms": LEASE_MS, "flusher_consumer_name": MEMBER}
     )
-
-
-async def replica_of(cluster: LocalCluster, master: Node) -> Node:
-    client = cluster.node_client(master)
-    try:
-        role: Any = await client.execute_command("ROLE")
-    finally:
-        await client.aclose()
-    return next(n for n in cluster.nodes if n.port == int(role[2][0][1]))
-
-
-async def configure(cluster: LocalCluster, nodes: list[Node], name: str, value: str | int) -> None:
-    for node in nodes:
-        client = cluster.node_client(node)
-        try:
-            await client.execute_command("CONFIG", "SET", name, value)
-        finally:
-            await client.aclose()
 
 
 @contextlib.asynccontextmanager

@@ -29,7 +29,7 @@ from services import keyspace
 from services.flusher.maintenance.prune import PruneQueue
 from services.gateway.rate_limit import RateLimiter
 from services.ingest.repository import BacklogFull, MessageStreamRepository
-from services.runtime import lua, redis_client
+from services.runtime import lua
 from services.runtime.redis_client import DurableScripts, NotReplicated
 from services.streams.consumer import failures_key
 from services.streams.like_cache import LikeCache
@@ -37,6 +37,7 @@ from services.streams.likes import COMMENT, POST, LikeStreams
 from services.streams.messages import MessageStreams
 from services.streams.monitor import counters_sum
 from tests.helpers import ROOT, message
+from tests.redis_cluster.local_cluster import emptied
 from tools.redis_cluster import LocalCluster
 
 SHARDS = 8
@@ -140,10 +141,8 @@ def test_the_prune_queue_lives_in_one_slot() -> None:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def client(cluster: LocalCluster) -> AsyncIterator[redis.Redis]:
-    connected = redis_client.connect(cluster.url, cluster=True)
-    await redis_client.flush_all(connected)
-    yield connected
-    await connected.aclose()
+    async with emptied(cluster) as connected:
+        yield connected
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser
 
-from tests.chaos.harness.faults import ensure_grants
+from tests.chaos.harness.faults.grants import ensure_grants
 from tests.chaos.harness.stack import ChaosStack
 from tests.web.support import chromium
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from playwright.async_api import (
     Browser,
@@ -141,6 +142,14 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+@asynccontextmanager
+async def opened_at(browser: Browser, url: str) -> AsyncIterator[tuple[Watched, Page]]:
+    """A watched page, on `url`."""
+    async with watched_page(browser) as watched:
+        await watched.page.goto(url)
+        yield watched, watched.page
+
+
 async def sign_in(watched: Watched, base: str, user: int, *, shot: str | None = None) -> None:
     """The sign-in page, then the demo user `user` (the development gateway mints the token)."""
     page = watched.page
@@ -152,6 +161,26 @@ async def sign_in(watched: Watched, base: str, user: int, *, shot: str | None = 
         await watched.screenshot(shot)
     await demo.click()
     await expect(page.locator("#who")).to_contain_text(f"User {user}")
+
+
+@asynccontextmanager
+async def signed_in(browser: Browser, base: str, user: int, at: str = "") -> AsyncIterator[Watched]:
+    """A watched page signed in as the demo user `user`, then on `at` (a route of the web client,
+    "/#/…") when one is given."""
+    async with watched_page(browser) as watched:
+        await sign_in(watched, base, user)
+        if at:
+            await watched.page.goto(f"{base}{at}")
+        yield watched
+
+
+async def new_post(
+    api: httpx.AsyncClient, title: str, body: str, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    """A post in course 42 (the forum lab's), by `headers`' user or else the client's own."""
+    return await api.post(
+        "/api/courses/42/posts", json={"title": title, "body": body}, headers=headers
+    )
 
 
 def conversation(thread: str, count: int, start: datetime) -> list[dict[str, Any]]:

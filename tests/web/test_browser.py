@@ -27,8 +27,11 @@ from tests.web.support import (
     SECRET,
     bearer,
     conversation,
+    new_post,
+    opened_at,
     settings,
     sign_in,
+    signed_in,
     watched_page,
 )
 from tools.jwt_token import mint
@@ -181,20 +184,15 @@ async def test_forum_likes_replies_and_a_course_you_are_not_in(
         )
         assert answer.status_code == 201, answer.text
         answer_id = answer.json()["data"]["id"]
-        doomed = await api.post(
-            "/api/courses/42/posts",
-            json={"title": "Bài sẽ bị xoá", "body": "Ai thích bài này thì nhanh tay 🏃"},
-            headers=student8,
-        )
+        doomed = await new_post(api, "Bài sẽ bị xoá", "Ai thích bài này thì nhanh tay 🏃", student8)
         doomed_id = doomed.json()["data"]["id"]
 
         async def post_state(post: int) -> tuple[int, bool]:
             data = (await api.get(f"/api/courses/42/posts/{post}", headers=student7)).json()
             return data["data"]["like_count"], data["data"]["liked_by_me"]
 
-        async with watched_page(browser) as watched:
+        async with signed_in(browser, stack, 7) as watched:
             page = watched.page
-            await sign_in(watched, stack, 7)
             # This walk is about the page's own requests and their answers (a like of a post
             # deleted under the page is refused and rolled back): the course's live events,
             # which would take that post away first, are kept out. test_live.py has them.
@@ -332,16 +330,11 @@ async def test_forum_markdown_renders_and_nothing_a_user_wrote_runs(
 ) -> None:
     student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
     async with httpx.AsyncClient(base_url=stack) as api:
-        made = await api.post(
-            "/api/courses/42/posts",
-            json={"title": "Markdown 📝", "body": MARKDOWN_BODY},
-            headers=student8,
-        )
+        made = await new_post(api, "Markdown 📝", MARKDOWN_BODY, student8)
         assert made.status_code == 201, made.text
         post_id = made.json()["data"]["id"]
-    async with watched_page(browser) as watched:
+    async with signed_in(browser, stack, 7) as watched:
         page = watched.page
-        await sign_in(watched, stack, 7)
         await page.route("**/api/courses/*/events", lambda route: route.abort())
         await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
         body = page.locator(".post.full .post-body")
@@ -399,9 +392,7 @@ async def docs_gateway() -> AsyncIterator[str]:
 async def test_a_pasted_token_signs_in_and_a_gateway_without_dev_mode_offers_no_demo(
     docs_gateway: str, browser: Browser
 ) -> None:
-    async with watched_page(browser) as watched:
-        page = watched.page
-        await page.goto(f"{docs_gateway}/")
+    async with opened_at(browser, f"{docs_gateway}/") as (watched, page):
         await expect(page.locator("#demo-title + p")).to_contain_text("Not offered here")
         assert await page.locator(".demo-user").count() == 0
         await page.locator("#token").fill("not-a-token")
@@ -426,9 +417,7 @@ async def test_a_pasted_token_signs_in_and_a_gateway_without_dev_mode_offers_no_
 async def test_the_api_documentation_renders_with_nothing_from_outside(
     docs_gateway: str, browser: Browser
 ) -> None:
-    async with watched_page(browser) as watched:
-        page = watched.page
-        await page.goto(f"{docs_gateway}/docs")
+    async with opened_at(browser, f"{docs_gateway}/docs") as (watched, page):
         await expect(page.locator(".swagger-ui .info .title")).to_contain_text("agora gateway")
         await expect(page.locator(".opblock").first).to_be_visible()
         assert await page.locator(".opblock").count() >= 15
@@ -450,11 +439,7 @@ async def test_a_teacher_removes_a_students_comment_and_reads_it_in_the_log(
     student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
     student9 = bearer(mint_token(env.jwt_secret, sub=9, accounts=[]))
     async with httpx.AsyncClient(base_url=stack) as api:
-        made = await api.post(
-            "/api/courses/42/posts",
-            json={"title": "Hỏi về bài tập 2", "body": "Câu 3 làm thế nào ạ?"},
-            headers=student8,
-        )
+        made = await new_post(api, "Hỏi về bài tập 2", "Câu 3 làm thế nào ạ?", student8)
         post_id = made.json()["data"]["id"]
         spam = await api.post(
             f"/api/courses/42/posts/{post_id}/comments",
@@ -463,19 +448,15 @@ async def test_a_teacher_removes_a_students_comment_and_reads_it_in_the_log(
         )
         spam_id = spam.json()["data"]["id"]
     # A student sees Delete on their own and nothing on another member's.
-    async with watched_page(browser) as watched:
+    async with signed_in(browser, stack, 8, f"/#/forum/42/posts/{post_id}") as watched:
         page = watched.page
-        await sign_in(watched, stack, 8)
-        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
         spam_el = page.locator(f'.comment[data-id="{spam_id}"]')
         await expect(spam_el).to_be_visible()
         await expect(spam_el.locator(".moderate, .danger")).to_have_count(0)
         await expect(page.locator(".moderation-log")).to_have_count(0)
         watched.assert_clean()
-    async with watched_page(browser) as watched:
+    async with signed_in(browser, stack, 1, f"/#/forum/42/posts/{post_id}") as watched:
         page = watched.page
-        await sign_in(watched, stack, 1)
-        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
         teacher_chip = page.locator('.my-courses a[data-course="42"]')
         await expect(teacher_chip).to_have_attribute("data-role", "teacher")
         spam_el = page.locator(f'.comment[data-id="{spam_id}"]')
@@ -500,16 +481,10 @@ async def test_a_student_edits_a_post_in_place_and_its_history_shows_the_old_tex
 ) -> None:
     student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
     async with httpx.AsyncClient(base_url=stack) as api:
-        made = await api.post(
-            "/api/courses/42/posts",
-            json={"title": "Lịch học bù", "body": "Học bù vào thứ Bảy."},
-            headers=student8,
-        )
+        made = await new_post(api, "Lịch học bù", "Học bù vào thứ Bảy.", student8)
         post_id = made.json()["data"]["id"]
-    async with watched_page(browser) as watched:
+    async with signed_in(browser, stack, 8, f"/#/forum/42/posts/{post_id}") as watched:
         page = watched.page
-        await sign_in(watched, stack, 8)
-        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
         post = page.locator(".post.full")
         await expect(post.locator(".post-body")).to_have_text("Học bù vào thứ Bảy.")
         await expect(post.locator(".edited")).to_have_count(0)
@@ -530,10 +505,8 @@ async def test_a_student_edits_a_post_in_place_and_its_history_shows_the_old_tex
         await watched.screenshot("forum-edit-history")
         watched.assert_clean()
     # Another member sees the edited text and the mark, not an Edit button or the history.
-    async with watched_page(browser) as watched:
+    async with signed_in(browser, stack, 7, f"/#/forum/42/posts/{post_id}") as watched:
         page = watched.page
-        await sign_in(watched, stack, 7)
-        await page.goto(f"{stack}/#/forum/42/posts/{post_id}")
         post = page.locator(".post.full")
         await expect(post.locator(".post-title")).to_have_text("Lịch học bù (đã đổi phòng)")
         await expect(post.locator(".edited")).to_be_visible()
@@ -562,10 +535,8 @@ async def test_a_post_whose_answer_is_lost_is_retried_with_its_key_and_created_o
         else:
             await route.continue_()
 
-    async with watched_page(browser) as watched:
+    async with signed_in(browser, stack, 8, "/#/forum/42") as watched:
         page = watched.page
-        await sign_in(watched, stack, 8)
-        await page.goto(f"{stack}/#/forum/42")
         await page.route("**/api/courses/42/posts", lose_the_first_answer)
         await page.locator(".composer summary").click()
         await page.locator("#post-title").fill(title)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,13 +22,23 @@ from playwright.async_api import Browser, Page, Request, expect
 
 from tests.helpers import mint_token
 from tests.stack import Env
-from tests.web.support import bearer, conversation, sign_in, watched_page
+from tests.web.support import (
+    Watched,
+    bearer,
+    conversation,
+    new_post,
+    sign_in,
+    signed_in,
+    watched_page,
+)
 from tools.waiting import until
 
 pytestmark = pytest.mark.asyncio
 
 LONG = "live-long"  # more than a page: room to scroll up
 SHORT = "live-short"  # the newest activity at first
+OFFLINE = "live-offline"  # messages arrive while its agent is offline
+RESET = "live-reset"  # more arrive than the feed keeps
 LIVE = '#live[data-state="live"]'
 
 
@@ -77,6 +90,60 @@ async def shown_ids(page: Page) -> list[str]:
         "els => els.map(e => e.dataset.msgId)"
     )
     return ids
+
+
+@dataclass
+class Asked:
+    """What a page asked the gateway for: the Last-Event-ID of each inbox stream it opened (None:
+    from now on), and when it read a page of messages."""
+
+    resumed_from: list[str | None] = field(default_factory=list)
+    reads: list[float] = field(default_factory=list)
+
+    async def record(self, request: Request) -> None:
+        if request.url.endswith("/api/zalo-accounts/1/events"):
+            self.resumed_from.append(await request.header_value("last-event-id"))
+        elif "/api/zalo-accounts/1/messages?" in request.url:
+            self.reads.append(time.monotonic())
+
+
+@asynccontextmanager
+async def agent_on_three(
+    stack: str, browser: Browser, env: Env, thread: str, hours: int
+) -> AsyncIterator[tuple[datetime, httpx.AsyncClient, Watched, Asked]]:
+    """User 7, an agent of account 1: three messages of `thread` from `hours` before now on,
+    stored through the API as them; then their page signed in and open on those, what it asks for
+    recorded from before it signs in. Yields that now, the API client, the page and what it
+    asked."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with (
+        httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api,
+        watched_page(browser) as watched,
+    ):
+        await ingest(api, conversation(thread, 3, now - timedelta(hours=hours)))
+        await stored(api, thread, 3)
+        asked = Asked()
+        watched.page.on("request", asked.record)
+        await sign_in(watched, stack, 7)
+        await open_conversation(watched.page, thread)
+        yield now, api, watched, asked
+
+
+@asynccontextmanager
+async def beside_a_student(
+    stack: str, browser: Browser, env: Env, at: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, Page]]:
+    """User 7's page signed in on `at`, and user 8 (a student of course 42) writing through the
+    API beside it; when the block ends, the page is still the document it began with, and clean."""
+    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
+    async with (
+        httpx.AsyncClient(base_url=stack, headers=student8) as api,
+        signed_in(browser, stack, 7, at) as watched,
+    ):
+        yield api, watched.page
+        await still_same_document(watched.page)
+        watched.assert_clean()
 
 
 async def test_two_agents_see_a_new_message_within_a_second_and_each_others_mark_read(
@@ -164,28 +231,8 @@ async def test_two_agents_see_a_new_message_within_a_second_and_each_others_mark
 async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_when_back(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    now = datetime.now(UTC).replace(microsecond=0)
-    thread = "live-offline"
-    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
-    resumed_from: list[str | None] = []
-    reads: list[str] = []
-
-    async def stream_request(request: Request) -> None:
-        if request.url.endswith("/api/zalo-accounts/1/events"):
-            resumed_from.append(await request.header_value("last-event-id"))
-        elif "/api/zalo-accounts/1/messages?" in request.url:
-            reads.append(request.url)
-
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api,
-        watched_page(browser) as watched,
-    ):
-        await ingest(api, conversation(thread, 3, now - timedelta(hours=1)))
-        await stored(api, thread, 3)
+    async with agent_on_three(stack, browser, env, OFFLINE, hours=1) as (now, api, watched, asked):
         page = watched.page
-        page.on("request", stream_request)
-        await sign_in(watched, stack, 7)
-        await open_conversation(page, thread)
         await expect(page.locator(".message")).to_have_count(3)
         await same_document(page)
         context = page.context
@@ -194,7 +241,7 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
 
         def later(name: str) -> dict[str, Any]:
             return message(
-                thread, name, now - timedelta(minutes=next(minutes)), f"Lúc vắng: {name}"
+                OFFLINE, name, now - timedelta(minutes=next(minutes)), f"Lúc vắng: {name}"
             )
 
         async def away_while(names: list[str]) -> None:
@@ -205,7 +252,7 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
             await expect(status).to_have_text("reconnecting…")
             before = await shown_ids(page)
             await ingest(api, [later(name) for name in names])
-            await stored(api, thread, len(before) + len(names))
+            await stored(api, OFFLINE, len(before) + len(names))
             await page.wait_for_timeout(500)
             assert await shown_ids(page) == before  # offline: nothing came in
             await watched.screenshot("live-inbox-reconnecting")
@@ -214,19 +261,19 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
 
         # Cut before any event: the stream's opening told its start position (an id-only
         # event), so it resumes from there and the two come by the stream, not by a refetch.
-        read_before = len(reads)
+        read_before = len(asked.reads)
         await away_while(["gap-1", "gap-2"])
-        expected = [f"{thread}-{i}" for i in range(3)] + ["gap-1", "gap-2"]
+        expected = [f"{OFFLINE}-{i}" for i in range(3)] + ["gap-1", "gap-2"]
         await expect(page.locator(".message")).to_have_count(len(expected))
         assert await shown_ids(page) == expected
-        assert resumed_from[-1] is not None
-        assert len(reads) == read_before
+        assert asked.resumed_from[-1] is not None
+        assert len(asked.reads) == read_before
 
         # One live message gives it a position; then five arrive while it is away.
         await ingest(api, [later("here")])
         await expect(page.locator('.message[data-msg-id="here"]')).to_have_count(1)
         await expect(page.locator(".thread-unread")).to_have_text("5 unread")  # its state came
-        reconnects = len(resumed_from)
+        reconnects = len(asked.resumed_from)
         five = [f"away-{i}" for i in range(5)]
         await away_while(five)
         expected += ["here", *five]
@@ -234,11 +281,11 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
         assert await shown_ids(page) == expected  # each once, in order
         assert await page.locator(".timeline").get_attribute("data-loaded") == str(len(expected))
         # The reconnection resumed after the last event it had, not from now.
-        assert len(resumed_from) > reconnects
-        assert resumed_from[-1] is not None
-        assert len(reads) == read_before
+        assert len(asked.resumed_from) > reconnects
+        assert asked.resumed_from[-1] is not None
+        assert len(asked.reads) == read_before
         await expect(page.locator(".thread-unread")).to_have_text("10 unread")
-        badge = page.locator(f'.conversation[data-key="{thread}"] .unread')
+        badge = page.locator(f'.conversation[data-key="{OFFLINE}"] .unread')
         await expect(badge).to_have_attribute("data-count", "10")
         await still_same_document(page)
         watched.assert_clean()
@@ -248,30 +295,10 @@ async def test_an_agent_offline_while_messages_arrive_shows_each_once_in_order_w
 async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    now = datetime.now(UTC).replace(microsecond=0)
-    thread = "live-reset"
-    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
-    streams: list[str | None] = []
-    pages: list[float] = []
-
-    async def watch(request: Request) -> None:
-        if request.url.endswith("/api/zalo-accounts/1/events"):
-            streams.append(await request.header_value("last-event-id"))
-        elif "/api/zalo-accounts/1/messages?" in request.url:
-            pages.append(time.monotonic())
-
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=bearer(token)) as api,
-        watched_page(browser) as watched,
-    ):
-        await ingest(api, conversation(thread, 3, now - timedelta(hours=3)))
-        await stored(api, thread, 3)
+    async with agent_on_three(stack, browser, env, RESET, hours=3) as (now, api, watched, asked):
         page = watched.page
-        page.on("request", watch)
-        await sign_in(watched, stack, 7)
-        await open_conversation(page, thread)
         await same_document(page)
-        await ingest(api, [message(thread, "here", now - timedelta(hours=2), "Còn đây")])
+        await ingest(api, [message(RESET, "here", now - timedelta(hours=2), "Còn đây")])
         await expect(page.locator('.message[data-msg-id="here"]')).to_have_count(1)
 
         # Away while 150 arrive: more than the account's feed keeps (100 events), so the
@@ -279,13 +306,13 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
         await page.context.set_offline(True)
         await expect(page.locator("#live")).to_have_attribute("data-state", "reconnecting")
         flood = [
-            message(thread, f"flood-{i:03d}", now - timedelta(minutes=150 - i), f"Tin {i}")
+            message(RESET, f"flood-{i:03d}", now - timedelta(minutes=150 - i), f"Tin {i}")
             for i in range(150)
         ]
         await ingest(api, flood)
 
         async def all_stored() -> bool:
-            reply = await api.get(f"/api/zalo-accounts/1/conversations/{thread}/unread")
+            reply = await api.get(f"/api/zalo-accounts/1/conversations/{RESET}/unread")
             unread: int = reply.json()["data"]["unread"]
             return unread == 2 + 1 + 150  # every one incoming
 
@@ -300,9 +327,9 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
         await expect(page.locator(".message").last).to_have_attribute("data-msg-id", newest[-1])
         await expect(page.locator(".message")).to_have_count(30)
         assert await shown_ids(page) == newest
-        assert streams[-1] is not None  # it did resume from its position
-        assert any(at > back for at in pages)  # and read the timeline again
-        badge = page.locator(f'.conversation[data-key="{thread}"] .unread')
+        assert asked.resumed_from[-1] is not None  # it did resume from its position
+        assert any(at > back for at in asked.reads)  # and read the timeline again
+        badge = page.locator(f'.conversation[data-key="{RESET}"] .unread')
         await expect(badge).to_have_attribute("data-count", str(2 + 1 + 150))
         await still_same_document(page)
         watched.assert_clean()
@@ -316,14 +343,7 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
 async def test_a_like_by_another_user_changes_the_count_on_an_open_post(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=student8) as api,
-        watched_page(browser) as watched,
-    ):
-        page = watched.page
-        await sign_in(watched, stack, 7)
-        await page.goto(f"{stack}/#/forum/42/posts/1")
+    async with beside_a_student(stack, browser, env, "/#/forum/42/posts/1") as (api, page):
         post_like = page.locator(".post.full .like")
         comment_like = page.locator('.comment.root[data-id="1"] > .comment-block .like')
         await expect(post_like).to_have_attribute("data-count", "0")
@@ -341,30 +361,18 @@ async def test_a_like_by_another_user_changes_the_count_on_an_open_post(
         unliked = await api.post("/api/courses/42/posts/1/like", json={"like": False})
         assert unliked.status_code == 200, unliked.text
         await expect(post_like).to_have_attribute("data-count", "0")
-        await still_same_document(page)
-        watched.assert_clean()
 
 
 async def test_the_forum_shows_new_posts_and_comments_and_drops_deleted_ones(
     stack: str, browser: Browser, env: Env
 ) -> None:
-    student8 = bearer(mint_token(env.jwt_secret, sub=8, accounts=[]))
-    async with (
-        httpx.AsyncClient(base_url=stack, headers=student8) as api,
-        watched_page(browser) as watched,
-    ):
-        page = watched.page
-        await sign_in(watched, stack, 7)
-        await page.goto(f"{stack}/#/forum/42")
+    async with beside_a_student(stack, browser, env, "/#/forum/42") as (api, page):
         posts = page.locator(".post")
         await expect(posts).to_have_count(2)
         await expect(page.locator(LIVE)).to_be_visible()
         await same_document(page)
 
-        written = await api.post(
-            "/api/courses/42/posts",
-            json={"title": "Lịch thi cuối kỳ 📅", "body": "Thi ngày nào ạ?"},
-        )
+        written = await new_post(api, "Lịch thi cuối kỳ 📅", "Thi ngày nào ạ?")
         assert written.status_code == 201, written.text
         new_id = written.json()["data"]["id"]
         await expect(posts).to_have_count(3)
@@ -398,5 +406,3 @@ async def test_the_forum_shows_new_posts_and_comments_and_drops_deleted_ones(
         assert deleted.status_code == 200, deleted.text
         await expect(roots).to_have_count(3)
         await expect(page.locator(".post.full .comment-count")).to_have_text("💬 3 comments")
-        await still_same_document(page)
-        watched.assert_clean()

@@ -41,7 +41,8 @@ from tests.chaos.harness.load import (
     enrol,
     until_acked,
 )
-from tests.chaos.harness.stack import ChaosStack, Service
+from tests.chaos.harness.service import Service
+from tests.chaos.harness.stack import ChaosStack
 from tools import callers
 from tools.ports import free_port
 

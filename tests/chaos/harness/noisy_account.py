@@ -40,7 +40,9 @@ from services.runtime.grpc_quota import quota_refusal
 from services.runtime.mysql import MysqlDatabase
 from services.streams.monitor import counters_sum
 from tests.chaos.harness.load import RPC_TIMEOUT, Ledger, Load, until_acked
-from tests.chaos.harness.stack import MESSAGE_STREAMS, SHARDS, ChaosStack, Service
+from tests.chaos.harness.service import Service
+from tests.chaos.harness.shards import MESSAGE_STREAMS, SHARDS
+from tests.chaos.harness.stack import ChaosStack
 from tools import callers
 from tools.waiting import until
 

@@ -15,15 +15,9 @@ import asyncpg
 from services.runtime.mysql import MysqlDatabase
 from services.streams.like_cache import LikeCache, member
 from services.streams.likes import POST
-from tests.chaos.harness.faults import (
-    CLUSTER_FAILOVER,
-    FAULTS,
-    Fault,
-    Scenario,
-    ensure_grants,
-    mysql_admin_url,
-    pg_admin_url,
-)
+from tests.chaos.harness.faults import CLUSTER_FAILOVER, FAULTS
+from tests.chaos.harness.faults.grants import ensure_grants
+from tests.chaos.harness.faults.scenario import Fault, Scenario
 from tests.chaos.harness.load import (
     CHAOS_ACCOUNT,
     CHAOS_COURSE,
@@ -32,8 +26,10 @@ from tests.chaos.harness.load import (
     PairHistory,
     enrol,
 )
+from tests.chaos.harness.local_stack import mysql_admin_url, pg_admin_url
+from tests.chaos.harness.shards import LIKE_STREAMS, MESSAGE_STREAMS
 from tests.chaos.harness.sql_failover import FAILOVERS, PG_LEADER_LOST, lose_pg_leader_async
-from tests.chaos.harness.stack import LIKE_STREAMS, MESSAGE_STREAMS, ChaosStack
+from tests.chaos.harness.stack import ChaosStack
 
 USERS = list(range(60_000, 62_000))
 

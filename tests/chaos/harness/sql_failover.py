@@ -23,8 +23,9 @@ from collections.abc import Awaitable, Callable, Iterator
 import asyncpg
 
 from services.runtime.mysql import MysqlDatabase
-from tests.chaos.harness.faults import Scenario, mysql_admin_url, pg_admin_url
+from tests.chaos.harness.faults.scenario import Scenario
 from tests.chaos.harness.load import Load
+from tests.chaos.harness.local_stack import mysql_admin_url, pg_admin_url
 from tests.chaos.harness.sql_nodes import (
     REPLICATING,
     GaleraNode,

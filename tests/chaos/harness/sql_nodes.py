@@ -18,13 +18,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import asyncpg
 
-from tests.chaos.harness.stack import supervisorctl, var
+from tests.chaos.harness.local_stack import supervisorctl, var
 
-ROOT = Path(__file__).resolve().parents[3]
 NODES = (1, 2)
 # A replica's state in Patroni's /cluster: "running" (3.0), "streaming" (from 3.0.3 on).
 REPLICATING = ("running", "streaming")
@@ -36,26 +35,37 @@ def _superuser() -> str:
 
 
 @dataclass(frozen=True)
-class PgNode:
-    """One Patroni member (`ha:patroni-<n>`) and the PostgreSQL it runs."""
+class HaNode:
+    """One of an HA engine's two nodes (NODES), each on the port after the one before."""
 
     n: int
+    # What the engine's nodes are called, and the variable that holds the first one's port.
+    prefix: ClassVar[str]
+    first_port: ClassVar[str]
 
     @property
     def name(self) -> str:
-        return f"pg-{self.n}"
+        return f"{self.prefix}-{self.n}"
 
     @property
     def port(self) -> int:
-        return int(os.environ["HA_PG_PORT"]) + self.n - 1
+        return int(os.environ[self.first_port]) + self.n - 1
+
+    @property
+    def other(self) -> Self:
+        return type(self)(3 - self.n)
+
+
+@dataclass(frozen=True)
+class PgNode(HaNode):
+    """One Patroni member (`ha:patroni-<n>`) and the PostgreSQL it runs."""
+
+    prefix = "pg"
+    first_port = "HA_PG_PORT"
 
     @property
     def rest(self) -> str:
         return f"http://127.0.0.1:{int(os.environ['HA_PATRONI_PORT']) + self.n - 1}"
-
-    @property
-    def other(self) -> PgNode:
-        return PgNode(3 - self.n)
 
     async def is_primary(self) -> bool:
         """Patroni's own answer (what HAProxy routes by): holds the leader lock and runs as
@@ -163,22 +173,11 @@ async def patroni_config(**settings: Any) -> None:
 
 
 @dataclass(frozen=True)
-class GaleraNode:
+class GaleraNode(HaNode):
     """One Galera data node (`ha:galera-<n>`)."""
 
-    n: int
-
-    @property
-    def name(self) -> str:
-        return f"galera-{self.n}"
-
-    @property
-    def port(self) -> int:
-        return int(os.environ["HA_MYSQL_PORT"]) + self.n - 1
-
-    @property
-    def other(self) -> GaleraNode:
-        return GaleraNode(3 - self.n)
+    prefix = "galera"
+    first_port = "HA_MYSQL_PORT"
 
     async def sql(self, statement: str) -> list[list[str]]:
         """As the administrator over the node's socket; rows of tab-separated columns."""

@@ -5,8 +5,9 @@ here on free ports, so a scenario can kill -9 any of it without touching the dev
 Optionally several flusher replicas (flusher-a, flusher-b, …: one consumer name and ports each),
 and each datastore behind a proxy of its own (harness/proxy.py) that a scenario can blackhole.
 Redis is one redis-server, or (redis_cluster=True) a Redis Cluster of three masters with a replica
-each (tools/redis_cluster.py) that a scenario can fail over or reshard; every harness read below
-works on both (one key per command, or pipelines the cluster client splits by slot).
+each (tools/redis_cluster.py) that a scenario can fail over or reshard; every harness read
+(here and in shards.py) works on both (one key per command, or pipelines the cluster client splits
+by slot).
 """
 
 from __future__ import annotations
@@ -19,30 +20,29 @@ import signal
 import string
 import tempfile
 import time
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
 
 import asyncpg
 import redis.asyncio as redis
-from prometheus_client.parser import text_string_to_metric_families
 
-from services.runtime.mysql import MysqlDatabase
 from services.runtime.redis_client import REDIS_ERRORS, connect
-from services.streams import likes, messages
-from services.streams.likes import LikeStreams, LikeStreamSettings
-from services.streams.messages import MessageStreams, MessageStreamSettings
 from tests.chaos.harness.proxy import ProxyProcess
-from tools import callers, redis_server
+from tests.chaos.harness.service import Service
+from tests.chaos.harness.shards import (
+    LIKE_STREAMS,
+    MESSAGE_STREAMS,
+    SHARDS,
+    ShardReads,
+    fence_epochs,
+)
+from tools import redis_server
 from tools.ports import free_port
 from tools.redis_cluster import LocalCluster
 from tools.wait_healthy import wait
 from tools.waiting import seconds_until, until
 
-ROOT = Path(__file__).resolve().parents[3]
-SHARDS = 4
 # Every datastore call of the services has this deadline (seconds): a blackholed datastore must
 # cost a call this long, not the defaults' 5-10 s.
 DATASTORE_TIMEOUT = "2"
@@ -53,173 +53,10 @@ GATEWAY_WRITE_LIMITS = (
     "INGEST_CALLS_PER_MINUTE_PER_USER",
     "INBOX_WRITES_PER_MINUTE",
 )
-# The stream layouts the services use (they read the same prefixes from the same environment).
-MESSAGE_STREAMS = MessageStreams.from_settings(MessageStreamSettings(message_stream_shards=SHARDS))
-LIKE_STREAMS = LikeStreams.from_settings(LikeStreamSettings(like_stream_shards=SHARDS))
-# (stream, consumer group) of every shard the flushers consume.
-CONSUMED = [(s, messages.GROUP) for s in MESSAGE_STREAMS.all_streams()] + [
-    (s, likes.GROUP) for s in LIKE_STREAMS.all_streams()
-]
-
-
-def var() -> Path:
-    """The local stack's state directory (where its supervisord runs)."""
-    return Path(os.environ.get("AGORA_VAR") or ROOT / "var")
-
-
-async def supervisorctl(*args: str) -> str:
-    """A command to the local stack's supervisord (its datastores); what it printed."""
-    proc = await asyncio.create_subprocess_exec(
-        str(ROOT / ".venv/bin/supervisorctl"),
-        "-c",
-        str(var() / "supervisord.conf"),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await proc.communicate()
-    return out.decode()
 
 
 @dataclass
-class Service:
-    """One service process: `name` is how the scenario calls it, `module` what runs."""
-
-    name: str
-    module: str
-    # The API listener (mTLS); the flusher has none and this is its health port.
-    port: int
-    env: dict[str, str]
-    log_dir: Path
-    metrics_port: int = field(default_factory=free_port)
-    health_port: int = field(default_factory=free_port)
-    # ingest's forum write listener.
-    forum_port: int = field(default_factory=free_port)
-    proc: asyncio.subprocess.Process | None = None
-    paused: bool = False
-    # Stopped by the scenario on purpose (not a crash).
-    down_on_purpose: bool = False
-    _log: IO[bytes] | None = None
-
-    @property
-    def log_path(self) -> Path:
-        return self.log_dir / f"{self.name}.log"
-
-    async def start(self, **extra: str) -> None:
-        if self._log is None:
-            self._log = self.log_path.open("ab")
-        self._log.write(f"--- start {time.strftime('%H:%M:%S')} {extra or ''}\n".encode())
-        self._log.flush()
-        self.proc = await asyncio.create_subprocess_exec(
-            os.environ.get("PYTHON", str(ROOT / ".venv/bin/python")),
-            "-m",
-            f"services.{self.module}",
-            cwd=ROOT,
-            env={**self.env, **self.ports_env(), **extra},
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=self._log,
-        )
-        self.paused = False
-        self.down_on_purpose = False
-
-    def ports_env(self) -> dict[str, str]:
-        if self.module == "flusher":
-            self.health_port = self.port
-        return {
-            "GRPC_PORT": str(self.port),
-            "GRPC_FORUM_PORT": str(self.forum_port),
-            "GRPC_HEALTH_PORT": str(self.health_port),
-            "METRICS_PORT": str(self.metrics_port),
-            # Its workload certificate (the local CA's, var/tls).
-            **callers.tls_env(self.module),
-        }
-
-    async def healthy(self, seconds: float = 30) -> None:
-        if await wait([f"grpc:127.0.0.1:{self.health_port}"], seconds):
-            raise RuntimeError(self.why_not_healthy())
-
-    def why_not_healthy(self) -> str:
-        """What CI prints when a process never answered: whether it is still running, and how its
-        log ends (the log file itself is gone with the machine)."""
-        state = "still running" if self.running else f"exited {self.proc and self.proc.returncode}"
-        if self._log is not None:
-            self._log.flush()
-        tail = self.log_path.read_text(errors="replace").splitlines()[-25:]
-        return f"{self.name} did not become healthy ({state}); {self.log_path} ends:\n" + "\n".join(
-            tail
-        )
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    def kill(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGKILL)
-
-    def pause(self) -> None:
-        """SIGSTOP: the process keeps its sockets and its state, and does nothing at all."""
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGSTOP)
-            self.paused = True
-
-    def resume(self) -> None:
-        if self.running and self.paused:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
-
-    async def stop(self, *, on_purpose: bool = True) -> None:
-        """SIGTERM (the graceful path: drain, give shards back), SIGKILL after 20 s."""
-        self.resume()  # a stopped process cannot act on SIGTERM
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), 20)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        self.down_on_purpose = on_purpose
-
-    async def exited(self, seconds: float) -> int | None:
-        assert self.proc is not None
-        with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(self.proc.wait(), seconds)
-        return None
-
-    def close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_count(self, text: str, *, unless: str | None = None) -> int:
-        """Lines of this service's log (every run of it) with `text` (and without `unless`)."""
-        if self._log is not None:
-            self._log.flush()
-        if not self.log_path.exists():
-            return 0
-        with self.log_path.open(errors="replace") as log:
-            return sum(text in line and not (unless and unless in line) for line in log)
-
-    async def metrics(self) -> list[Any]:
-        """The metric families it serves (empty when it does not answer)."""
-
-        def fetch() -> list[Any]:
-            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    return list(text_string_to_metric_families(response.read().decode()))
-            except OSError:
-                return []
-
-        return await asyncio.to_thread(fetch)
-
-
-@dataclass
-class ChaosStack:
+class ChaosStack(ShardReads):
     """Redis (AOF on or off) + ingest + likes + flusher replicas for one scenario."""
 
     aof: bool = True
@@ -316,7 +153,7 @@ class ChaosStack:
         await self.start_redis()
         # The fencing rows outlive every scenario's Redis: a first lease (epoch 1) takes a shard
         # over at the row's epoch plus one, and sets the lease counter to it.
-        fences = await _fence_epochs()
+        fences = await fence_epochs()
         e = os.environ
         if self.cluster is not None:
             if self.proxied:
@@ -523,94 +360,6 @@ class ChaosStack:
         finally:
             await client.aclose()
 
-    async def waiting(self, client: redis.Redis) -> int:
-        """Entries in the streams (an entry stays until its batch is acknowledged)."""
-        total = 0
-        for stream, _ in CONSUMED:
-            total += int(await client.xlen(stream))
-        return total
-
-    async def pending(self, client: redis.Redis) -> int:
-        """Entries delivered to a flusher and not acknowledged, over every consumed shard."""
-        total = 0
-        for stream, group in CONSUMED:
-            with contextlib.suppress(redis.ResponseError):  # no group: nothing was ever read
-                total += int((await client.xpending(stream, group))["pending"])
-        return total
-
-    async def dead_letters(self, client: redis.Redis) -> int:
-        dead = MESSAGE_STREAMS.all_dead_letters() + LIKE_STREAMS.all_dead_letters()
-        return sum([int(await client.xlen(s)) for s in dead])
-
-    async def held_by(self, client: redis.Redis, consumer: str, group: str = likes.GROUP) -> int:
-        """Entries `consumer` has read and not acknowledged, over the shards of `group`."""
-        total = 0
-        for stream, g in CONSUMED:
-            if g != group:
-                continue
-            with contextlib.suppress(redis.ResponseError):
-                summary: Any = await client.xpending(stream, group)
-                for c in summary.get("consumers") or []:
-                    if _text(c["name"]) == consumer:
-                        total += int(c["pending"])
-        return total
-
-    async def batches_in_hand(
-        self, client: redis.Redis, consumer: str, group: str = likes.GROUP, within_ms: int = 300
-    ) -> dict[str, int]:
-        """Entries `consumer` holds, by stream, where it holds the lease and read its latest
-        entry within `within_ms`: a batch its running consumer is working on (not entries an
-        earlier consumer of it left behind when it gave the shard up)."""
-        holders = await self.lease_holders(client)
-        hand: dict[str, int] = {}
-        for stream, g in CONSUMED:
-            if g != group or holders.get(stream) != consumer:
-                continue
-            with contextlib.suppress(redis.ResponseError):
-                rows: Any = await client.xpending_range(
-                    stream, group, min="-", max="+", count=10_000, consumername=consumer
-                )
-                if rows and min(int(r["time_since_delivered"]) for r in rows) <= within_ms:
-                    hand[stream] = len(rows)
-        return hand
-
-    async def stuck(self, client: redis.Redis) -> list[str]:
-        """For each shard with entries left: how many, who has them pending, who holds the lease
-        at which epoch, and the epoch its fencing row holds (what a report of an undrained
-        stream needs)."""
-        holders = await self.lease_holders(client)
-        fences = await _fence_epochs()
-        lines = []
-        for stream, group in CONSUMED:
-            length = int(await client.xlen(stream))
-            if not length:
-                continue
-            pending: dict[str, int] = {}
-            with contextlib.suppress(redis.ResponseError):
-                summary: Any = await client.xpending(stream, group)
-                pending = {_text(c["name"]): int(c["pending"]) for c in summary["consumers"] or []}
-            layout = LIKE_STREAMS if group == likes.GROUP else MESSAGE_STREAMS
-            shard = layout.all_streams().index(stream)
-            counter = await client.get(layout.lease_epoch_key(shard))
-            lines.append(
-                f"{stream}: {length} entries, pending {pending}, lease held by"
-                f" {holders.get(stream)} (lease epoch counter {_text(counter) if counter else 0},"
-                f" fencing row epoch {fences.get(stream)})"
-            )
-        return lines
-
-    async def lease_holders(self, client: redis.Redis) -> dict[str, str | None]:
-        """Who holds each shard's lease, by stream (the key layout of streams/leases.py)."""
-        keys: list[tuple[str, str]] = []
-        for layout in (MESSAGE_STREAMS, LIKE_STREAMS):
-            keys += [(layout.stream(s), layout.lease_key(s)) for s in range(SHARDS)]
-        # One GET each: the leases live in their shards' hash slots.
-        values = [await client.get(k) for _, k in keys]
-        return {
-            stream: (_text(v) if v is not None else None)
-            for (stream, _), v in zip(keys, values, strict=True)
-        }
-
     async def metric(self, sample: str, prefix: str = "flusher", **labels: str) -> float:
         """Sum of `sample` over the running services whose name starts with `prefix`."""
         total = 0.0
@@ -646,45 +395,6 @@ class ChaosStack:
                 sorted(ports),
             )
         )
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-async def _fence_epochs() -> dict[str, int]:
-    """The epoch of every fencing row (services/flusher/fencing.py), MySQL's and PostgreSQL's;
-    a database that does not answer has none."""
-    epochs: dict[str, int] = {}
-    for rows in (_mysql_fences, _postgres_fences):
-        with contextlib.suppress(Exception):
-            epochs |= {str(stream): int(epoch) for stream, epoch in await rows()}
-    return epochs
-
-
-async def _mysql_fences() -> list[tuple[Any, ...]]:
-    e = os.environ
-    db = await MysqlDatabase.connect(
-        f"mysql://agora_migrator:{e['MYSQL_MIGRATOR_PASSWORD']}@127.0.0.1:{e['MYSQL_PORT']}/agora_test"
-    )
-    try:
-        return list(await db.fetchall(_FENCES))
-    finally:
-        await db.close()
-
-
-async def _postgres_fences() -> list[tuple[Any, ...]]:
-    e = os.environ
-    conn = await asyncpg.connect(
-        f"postgresql://agora_migrator:{e['PG_MIGRATOR_PASSWORD']}@127.0.0.1:{e['PG_PORT']}/agora_test"
-    )
-    try:
-        return [tuple(r) for r in await conn.fetch(_FENCES)]
-    finally:
-        await conn.close()
-
-
-_FENCES = "SELECT stream, epoch FROM stream_fences"
 
 
 def _tcp_ports(pid: int) -> set[int]:

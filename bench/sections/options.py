@@ -1,0 +1,24 @@
+"""What the command line asked of the sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line asked for (bench/__main__.py)."""
+
+    rows: int
+    ingest_messages: int
+    prune_messages: int
+    prune_rounds: int
+    samples: int
+    warmup: int
+    likes_open_seconds: float
+    wrk_seconds: float
+    scaling_rows: list[int]
+    scaling_concurrency: list[int]
+    scaling_seconds: float
+    keep_rows: bool
+    cluster_rounds: int = 3
