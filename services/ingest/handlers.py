@@ -7,6 +7,7 @@ import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC
 from typing import TypeVar
 
@@ -34,22 +35,15 @@ R = TypeVar("R", bound=Message)
 UNKNOWN_ACCOUNT = FieldViolation("account_id", "no Zalo account has this id")
 
 
+@dataclass(eq=False)
 class IngestHandlers(pb_grpc.IngestServiceServicer):
     """Validates, shards by conversation, and appends; never writes a database directly."""
 
-    def __init__(
-        self,
-        limits: Limits,
-        streams: MessageStreams,
-        repo: MessageStreamRepository,
-        accounts: AccountDirectory,
-        kept: KeptResponses | None = None,
-    ) -> None:
-        self._kept = kept
-        self._streams = streams
-        self._repo = repo
-        self._accounts = accounts
-        self._limits = limits
+    limits: Limits
+    streams: MessageStreams
+    repo: MessageStreamRepository
+    accounts: AccountDirectory
+    kept: KeptResponses | None = None
 
     async def IngestMessages(
         self, request: pb.IngestMessagesRequest, context: grpc.aio.ServicerContext
@@ -63,12 +57,12 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         self, request: pb.IngestMessagesRequest, context: grpc.aio.ServicerContext
     ) -> pb.IngestMessagesResponse:
         now = utc_now()
-        accepted, rejected = validate_batch(request.messages, now.replace(tzinfo=UTC), self._limits)
+        accepted, rejected = validate_batch(request.messages, now.replace(tzinfo=UTC), self.limits)
         by_shard: dict[int, list[message_pb2.Message]] = defaultdict(list)
         for index in accepted:
             msg = request.messages[index]  # the request is ours: adjust in place, copy once below
             msg.sent_at.nanos -= msg.sent_at.nanos % 1_000_000  # keep milliseconds, as stored
-            by_shard[self._streams.shard_of(request.account_id, msg.thread_id)].append(msg)
+            by_shard[self.streams.shard_of(request.account_id, msg.thread_id)].append(msg)
 
         accepted_at = to_timestamp(now)
         entries = {
@@ -115,7 +109,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
                 sent_at=truncate_to_millis(sent_at),
             ),
         )
-        shard = self._streams.shard_of(request.account_id, request.thread_id)
+        shard = self.streams.shard_of(request.account_id, request.thread_id)
         await self._append({shard: entry}, context)
         return pb.RecordAgentSentResponse()
 
@@ -136,7 +130,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
             accepted_at=to_timestamp(now),
             read=events.ConversationRead(thread_id=request.conversation_key, read_at=read_at),
         )
-        shard = self._streams.shard_of(request.account_id, request.conversation_key)
+        shard = self.streams.shard_of(request.account_id, request.conversation_key)
         await self._append({shard: entry}, context)
         return pb.MarkReadResponse(read_at=read_at)
 
@@ -150,11 +144,11 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         """`append`, once per idempotency key (see kept_responses.py): a repeat answers the
         first call's response; ABORTED while the first runs; INVALID_ARGUMENT for a different
         request with the key."""
-        if not request.idempotency_key or self._kept is None:
+        if not request.idempotency_key or self.kept is None:
             return await append()
         try:
             async with refused_as_grpc(context):
-                claim = await self._kept.claim(
+                claim = await self.kept.claim(
                     request.account_id, request.idempotency_key, fingerprint(request)
                 )
         except BacklogFull as exc:
@@ -164,20 +158,20 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         try:
             answer = await append()
         except BaseException:
-            await asyncio.shield(self._kept.release(claim))
+            await asyncio.shield(self.kept.release(claim))
             raise
         if isinstance(answer, pb.IngestMessagesResponse) and not answer.accepted:
             # Nothing was stored (every message refused): nothing to answer a retry with, and
             # the client's corrected retry with the same key must run.
-            await self._kept.release(claim)
+            await self.kept.release(claim)
             return answer
-        await self._kept.keep(claim, answer.SerializeToString())
+        await self.kept.keep(claim, answer.SerializeToString())
         return answer
 
     async def _require_account(self, account_id: int, context: grpc.aio.ServicerContext) -> None:
         """Abort unless zalo_accounts has the account: the flusher could store nothing for it."""
         try:
-            known = await self._accounts.exists(account_id)
+            known = await self.accounts.exists(account_id)
         except AccountsUnavailable:
             await abort(
                 context,
@@ -196,7 +190,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> None:
         try:
-            await self._repo.append(entries)
+            await self.repo.append(entries)
         except AccountOverShare as exc:
             # Not "the backlog is full": this account is refused so that the others are not.
             retry = max(1, math.ceil(exc.retry_after))

@@ -11,6 +11,7 @@ removed (or its post, or its root comment), so that no removed or replaced text 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from agora.events.v1 import live_events_pb2
 from agora.forum.v1 import forum_pb2
@@ -107,18 +108,18 @@ def withheld(named: Named, reason: int) -> Changed:
 
 def _inbox_as(event: InboxEvent, changed: Changed) -> InboxEvent:
     """`event`'s envelope (account, trace context, commit time) around `changed`."""
-    return InboxEvent(
-        account_id=event.account_id,
-        changed=changed,
-        trace_context=event.trace_context,
-        committed_at=event.committed_at,
-    )
+    return _around(InboxEvent(account_id=event.account_id), event, changed)
 
 
 def _course_as(event: CourseEvent, changed: Changed) -> CourseEvent:
-    return CourseEvent(
-        course_id=event.course_id,
-        changed=changed,
-        trace_context=event.trace_context,
-        committed_at=event.committed_at,
-    )
+    return _around(CourseEvent(course_id=event.course_id), event, changed)
+
+
+Envelope = TypeVar("Envelope", InboxEvent, CourseEvent)
+
+
+def _around(envelope: Envelope, event: Envelope, changed: Changed) -> Envelope:
+    envelope.changed.CopyFrom(changed)
+    envelope.trace_context.update(event.trace_context)
+    envelope.committed_at.CopyFrom(event.committed_at)
+    return envelope

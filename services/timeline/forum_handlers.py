@@ -109,17 +109,13 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     async def ListComments(
         self, request: pb.ListCommentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCommentsResponse:
-        page = await self._thread_page(
-            request, context, "post_id", self._repo.comments, POST_NOT_FOUND
-        )
+        page = await self._thread_page(request, context, "post_id", self._repo.comments)
         return _page(pb.ListCommentsResponse, page, "comments", comment_fields, "next_after_id")
 
     async def ListReplies(
         self, request: pb.ListRepliesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRepliesResponse:
-        page = await self._thread_page(
-            request, context, "comment_id", self._repo.replies, COMMENT_NOT_FOUND
-        )
+        page = await self._thread_page(request, context, "comment_id", self._repo.replies)
         return _page(pb.ListRepliesResponse, page, "comments", comment_fields, "next_after_id")
 
     async def ListLikers(
@@ -185,10 +181,10 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         context: grpc.aio.ServicerContext,
         target: str,
         read: ThreadRead,
-        not_found: str,
     ) -> Page[Record]:
         """One page of a thread (a post's comments or a comment's replies), `target` naming the
         request's field of its post or comment."""
+        not_found = POST_NOT_FOUND if target == "post_id" else COMMENT_NOT_FOUND
         target_id: int = getattr(request, target)
         after = request.after_id if request.HasField("after_id") else None
         checked, page = await read(

@@ -18,6 +18,7 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from services.keyspace import feed_keys
 from services.runtime.stream_ids import FeedPosition, Position
 from services.streams.live import FeedEvent, LiveFeeds, LivePublisher
 from services.streams.live_reader import Entries, FeedReader, Item, Reset
@@ -75,7 +76,7 @@ class EpochBlindReader(FeedReader):
 
     async def after(self, feed: str, after: FeedPosition, count: int) -> Entries | Reset:
         client: Any = self._client
-        epoch = await client.hget(f"{feed}:meta", "epoch")
+        epoch = await client.hget(feed_keys(feed)[1], "epoch")
         epoch = epoch.decode() if epoch else after.epoch
         if not await client.exists(feed):
             return Entries([], after, False)

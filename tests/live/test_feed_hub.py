@@ -23,6 +23,7 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 
+from services.keyspace import feed_keys
 from services.runtime.stream_ids import FeedPosition, Position
 from services.streams.live import FeedEvent, LiveFeeds, LivePublisher
 from services.streams.live_reader import Entries, Reset
@@ -75,7 +76,7 @@ async def hub(redis_client: redis.Redis) -> AsyncIterator[tuple[CountingHub, Liv
 
 async def feed_positions(client: redis.Redis, feed: str) -> list[FeedPosition]:
     entries: Any = await client.xrange(feed)
-    epoch: Any = await client.hget(f"{feed}:meta", "epoch")
+    epoch: Any = await client.hget(feed_keys(feed)[1], "epoch")
     epoch = epoch.decode() if epoch else ""
     return [FeedPosition(epoch, Position.parse(entry_id)) for entry_id, _ in entries]
 

@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as redis
 
+from services.keyspace import feed_keys
 from services.streams.live import LiveFeeds
 from tests.live.rebirth import read_by_three
 from tests.redis_cluster.local_cluster import emptied, on_node, replica_of, run_id
@@ -36,7 +37,7 @@ async def lose_the_tail(cluster: LocalCluster, node: Node, feed: str, kept: int)
         await client.delete(feed)
         for entry_id, fields in entries[:kept]:
             await client.xadd(feed, fields, id=entry_id)
-        await client.hset(f"{feed}:meta", "last", entries[kept - 1][0])
+        await client.hset(feed_keys(feed)[1], "last", entries[kept - 1][0])
 
 
 async def test_a_failover_to_a_replica_without_the_tail_resets_instead_of_skipping(

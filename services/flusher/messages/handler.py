@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from agora.events.v1 import message_events_pb2 as events
 
@@ -16,21 +17,15 @@ from services.streams.faults import fault
 from services.streams.fencing import Fence
 
 
+@dataclass(eq=False)
 class MessageEntryHandler:
     """BatchHandler for the message streams; publishes what each batch changed to the live feeds
     and schedules a prune of what it touched."""
 
-    def __init__(
-        self,
-        repo: MessageRepository,
-        prune_queue: PruneQueue | None,
-        debounce_ms: int = 0,
-        live: InboxPublication | None = None,
-    ) -> None:
-        self._repo = repo
-        self._prune_queue = prune_queue
-        self._debounce_ms = debounce_ms
-        self._live = live
+    repo: MessageRepository
+    prune_queue: PruneQueue | None
+    debounce_ms: int = 0
+    live: InboxPublication | None = None
 
     def decode(self, entry: Entry) -> events.MessageStreamEntry:
         return messages.decode(entry)
@@ -55,24 +50,24 @@ class MessageEntryHandler:
         return item
 
     async def take_over(self, fence: Fence) -> Fence:
-        return await self._repo.fences.take_over(fence)
+        return await self.repo.fences.take_over(fence)
 
     async def apply(self, items: Sequence[events.MessageStreamEntry], fence: Fence | None) -> None:
-        live = self._live
+        live = self.live
         read: list[ReadBack] = []
 
         async def read_back(tx: Connection) -> None:
             if live is not None:
                 read.append(await live.read_back(tx, items))
 
-        touched = await self._repo.apply(items, fence, before_commit=read_back)
+        touched = await self.repo.apply(items, fence, before_commit=read_back)
         # After COMMIT and before ACK: a crash in between redelivers the batch, which publishes
         # and schedules again, so no watcher misses an event and no conversation its prune.
         fault("before_publish")
         if live is not None and read:
             await live.publish(read[0])
-        if self._prune_queue is not None:
-            await self._prune_queue.schedule(touched, self._debounce_ms)
+        if self.prune_queue is not None:
+            await self.prune_queue.schedule(touched, self.debounce_ms)
 
     async def dead_lettered(self, items: Sequence[events.MessageStreamEntry]) -> None:
         """Nothing to undo: a message stored nowhere has left no trace."""

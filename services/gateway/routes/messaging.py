@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Body, Path, Query
+from pydantic import BaseModel
 
 from services.domain.ids import ID_PATTERN
 from services.gateway import schemas
@@ -260,42 +261,45 @@ async def mark_read(
     )
 
 
-@router.get(
-    "/conversations/{conversation_key}/latest-incoming",
-    summary="The newest incoming message of a conversation (for auto-reply)",
-    response_model=schemas.LatestIncomingResponse,
-)
-async def latest_incoming(
-    clients: RequestClients,
-    user: CurrentUser,
-    account_id: AccountId,
-    conversation_key: ConversationKeyPath,
-) -> JsonBytes:
-    require_account(user, account_id)
-    reply = await clients.timeline.LatestIncoming(
-        timeline_pb.LatestIncomingRequest(account_id=account_id, conversation_key=conversation_key),
-        **clients.options,
+def _latest_route(direction: str, summary: str, model: type[BaseModel], rpc: str) -> None:
+    """GET …/latest-<direction>: the conversation's newest message that way (TimelineService
+    LatestIncoming / LatestOutgoing, each with its own request type)."""
+
+    async def latest(
+        clients: RequestClients,
+        user: CurrentUser,
+        account_id: AccountId,
+        conversation_key: ConversationKeyPath,
+    ) -> JsonBytes:
+        require_account(user, account_id)
+        request = getattr(timeline_pb, f"{rpc}Request")
+        reply = await getattr(clients.timeline, rpc)(
+            request(account_id=account_id, conversation_key=conversation_key), **clients.options
+        )
+        return _latest(conversation_key, reply)
+
+    router.add_api_route(
+        f"/conversations/{{conversation_key}}/latest-{direction}",
+        latest,
+        methods=["GET"],
+        name=f"latest_{direction}",
+        summary=summary,
+        response_model=model,
     )
-    return _latest(conversation_key, reply)
 
 
-@router.get(
-    "/conversations/{conversation_key}/latest-outgoing",
-    summary="The newest outgoing message of a conversation (what the business last said)",
-    response_model=schemas.LatestOutgoingResponse,
+_latest_route(
+    "incoming",
+    "The newest incoming message of a conversation (for auto-reply)",
+    schemas.LatestIncomingResponse,
+    "LatestIncoming",
 )
-async def latest_outgoing(
-    clients: RequestClients,
-    user: CurrentUser,
-    account_id: AccountId,
-    conversation_key: ConversationKeyPath,
-) -> JsonBytes:
-    require_account(user, account_id)
-    reply = await clients.timeline.LatestOutgoing(
-        timeline_pb.LatestOutgoingRequest(account_id=account_id, conversation_key=conversation_key),
-        **clients.options,
-    )
-    return _latest(conversation_key, reply)
+_latest_route(
+    "outgoing",
+    "The newest outgoing message of a conversation (what the business last said)",
+    schemas.LatestOutgoingResponse,
+    "LatestOutgoing",
+)
 
 
 def _latest(
