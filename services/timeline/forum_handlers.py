@@ -95,16 +95,15 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     async def GetPost(
         self, request: pb.GetPostRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetPostResponse:
-        checked = await self._repo.post(request.course_id, request.post_id, request.user_id)
-        await _require_visible(checked, context, POST_NOT_FOUND)
-        return pb.GetPostResponse(post=post_fields(checked.rows[0]))
+        read = self._repo.post(request.course_id, request.post_id, request.user_id)
+        return pb.GetPostResponse(post=post_fields(await _visible(read, context, POST_NOT_FOUND)))
 
     async def GetComment(
         self, request: pb.GetCommentRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetCommentResponse:
-        checked = await self._repo.comment(request.course_id, request.comment_id, request.user_id)
-        await _require_visible(checked, context, COMMENT_NOT_FOUND)
-        return pb.GetCommentResponse(comment=comment_fields(checked.rows[0]))
+        read = self._repo.comment(request.course_id, request.comment_id, request.user_id)
+        row = await _visible(read, context, COMMENT_NOT_FOUND)
+        return pb.GetCommentResponse(comment=comment_fields(row))
 
     async def ListComments(
         self, request: pb.ListCommentsRequest, context: grpc.aio.ServicerContext
@@ -192,6 +191,15 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         await _require_visible(checked, context, not_found)
         return page
+
+
+async def _visible(
+    read: Awaitable[Checked], context: grpc.aio.ServicerContext, not_found: str
+) -> Record:
+    """The one row a read of a post or a comment found, once the caller may see it."""
+    checked = await read
+    await _require_visible(checked, context, not_found)
+    return checked.rows[0]
 
 
 async def _require_visible(
