@@ -4,6 +4,8 @@ to a ceiling, until the next pause would end past a deadline."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -31,10 +33,21 @@ async def doubling_until(
     than `within` seconds after the first try began. Its last answer (still "not yet" when the
     deadline came first), and whether it paused at all. An exception of the step ends the wait
     at once."""
+    # Nearly every call is answered at once: no retry machinery for those. After the first
+    # try, tenacity goes on as if it had made it: the next pause is 2×`first`, the deadline
+    # counts from the first try.
+    began = time.monotonic()
+    answer = await step()
+    if not not_yet(answer):
+        return answer, False
+    pause = min(first, most)
+    if time.monotonic() - began + pause >= within:
+        return answer, False
+    await asyncio.sleep(pause)
     retrying = AsyncRetrying(
         retry=retry_if_result(not_yet),
-        wait=wait_exponential(multiplier=first, max=most),
-        stop=stop_before_delay(within),
+        wait=wait_exponential(multiplier=2 * first, max=most),
+        stop=stop_before_delay(within - (time.monotonic() - began)),
         retry_error_callback=_last_answer,
     )
 
@@ -43,8 +56,8 @@ async def doubling_until(
     async def attempt() -> T:
         return await step()
 
-    answer: T = await retrying(attempt)
-    return answer, retrying.statistics["attempt_number"] > 1
+    answer = await retrying(attempt)
+    return answer, True
 
 
 def _last_answer(state: RetryCallState) -> Any:
