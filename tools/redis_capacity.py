@@ -1,8 +1,10 @@
 """Redis memory per key family (services/keyspace), for `make capacity`: how many keys of each
-family this Redis holds and what they take (MEMORY USAGE of a sample), and what the family takes
-at the design's scale (keyspace.DESIGN_SCALE), from the measured size where this Redis holds
-keys of it, else the declared one. The liked SETs are measured on scratch SETs of a typical and
-a busy student, since a test stack's SETs say little about 300,000 real ones."""
+family this Redis holds and what they take now (MEMORY USAGE of a sample), and what the family
+takes at the design's scale (keyspace.DESIGN_SCALE × the size its declaration gives a key there:
+a stream at its backlog bound, a feed at the design's load). What a test or dev stack holds says
+little about a deployment, so it is shown, not projected; the liked SETs, the one family whose
+size per key depends on its users, are measured on scratch SETs of a typical and a busy
+student."""
 
 from __future__ import annotations
 
@@ -26,9 +28,8 @@ class FamilyMemory:
     found: int
     measured: float | None  # bytes per key, from a sample of what this Redis holds
 
-    @property
-    def per_key(self) -> float:
-        return self.measured if self.measured is not None else float(self.family.bytes_each)
+    # Bytes a key takes at the design's scale: declared, or measured (the liked SETs).
+    per_key: float
 
     @property
     def projected(self) -> float:
@@ -49,7 +50,8 @@ async def measure(client: redis.Redis, family: Family) -> FamilyMemory:
             sizes.append(await _usage(client, key))
         if found >= _SCANNED_AT_MOST:
             break
-    return FamilyMemory(family, found, sum(sizes) / len(sizes) if sizes else None)
+    measured = sum(sizes) / len(sizes) if sizes else None
+    return FamilyMemory(family, found, measured, float(family.bytes_each))
 
 
 async def liked_set_sizes(client: redis.Redis) -> dict[int, int]:
@@ -79,21 +81,22 @@ async def keyspace_report(client: redis.Redis) -> str:
     liked = await liked_set_sizes(client)
     typical = keyspace.family("likes.liked")
     rows = [
-        FamilyMemory(r.family, r.found, float(liked[LIKES_PER_SET[0]]))
+        FamilyMemory(r.family, r.found, r.measured, float(liked[LIKES_PER_SET[0]]))
         if r.family is typical
         else r
         for r in rows
     ]
     lines = [
         "Redis memory per key family (services/keyspace; docs/architecture.md):",
-        f"  {'family':<32} {'here':>8} {'B/key':>9} {'at design scale':>24}",
+        f"  {'family':<32} {'keys here':>9} {'B/key here':>10} {'B/key at scale':>14}"
+        f" {'at design scale':>16}",
     ]
     for r in rows:
-        source = "measured" if r.measured is not None else "declared"
+        here = f"{r.measured:,.0f}" if r.measured is not None else "–"
         scale = keyspace.DESIGN_SCALE[r.family.per]
         lines.append(
-            f"  {r.family.name:<32} {r.found:>8,} {r.per_key:>9,.0f} {human(r.projected):>12}"
-            f"  ({scale:,} × {r.family.per}; {source})"
+            f"  {r.family.name:<32} {r.found:>9,} {here:>10} {r.per_key:>14,.0f}"
+            f" {human(r.projected):>16}  ({scale:,} × {r.family.per})"
         )
     total = sum(r.projected for r in rows)
     sets = keyspace.DESIGN_SCALE[typical.per]

@@ -26,7 +26,9 @@ async def test_each_family_is_counted_measured_and_projected(
     assert liked.found == 30
     assert liked.measured is not None
     assert liked.measured > 0
-    assert liked.projected == liked.measured * 300_000
+    # What a stack holds is shown, not projected: the design's size per key is the declared one.
+    declared = keyspace.family("likes.liked").bytes_each
+    assert liked.projected == declared * 300_000
     # A family this Redis holds none of is projected from its declared size.
     rates = await redis_capacity.measure(redis_client, keyspace.family("coordination.rate_limit"))
     assert (rates.found, rates.measured) == (0, None)
@@ -37,6 +39,11 @@ async def test_each_family_is_counted_measured_and_projected(
     report = await redis_capacity.keyspace_report(redis_client)
     for family in keyspace.FAMILIES:
         assert family.name in report
+    # The liked SETs at the design's scale are the scratch SET of a typical student, measured.
+    typical = f"{sizes[20]:,} B with 20 likes"
+    assert typical in report
+    liked_row = next(line for line in report.splitlines() if "liked SETs " in line)
+    assert f"{sizes[20]:,}" in liked_row
     assert "300,000 SETs" in report
     # The scratch SETs are gone; what was there stays.
     assert await redis_client.exists(cache.liked_set(3, 42))
