@@ -14,8 +14,15 @@ from typing import Any
 import redis.asyncio as redis
 
 from services import keyspace
+from services.keyspace import Family
 from services.runtime import lua
 from services.streams.likes import KIND_NAMES, LETTERS, LikeStreams, TargetKind, user_shard
+
+# Looked up once: a toggle builds three of these keys.
+_LIKED, _LAST_OPS, _DIRECT_GUARD, _ACCESS_VERSION, _DIRTY = (
+    keyspace.family(f"likes.{name}")
+    for name in ("liked", "last_ops", "direct_guard", "access_version", "dirty")
+)
 
 
 @dataclass(frozen=True)
@@ -29,37 +36,35 @@ class LikeCache:
     def beside(cls, streams: LikeStreams) -> LikeCache:
         return cls(streams.prefix, streams.shards)
 
-    def _user_key(self, family: str, user_id: int, course_id: int) -> str:
+    def _user_key(self, family: Family, user_id: int, course_id: int) -> str:
         shard = user_shard(user_id, self.shards)
-        return keyspace.family(f"likes.{family}").key(
-            self.prefix, shard=shard, user=user_id, course=course_id
-        )
+        return family.key(self.prefix, shard=shard, user=user_id, course=course_id)
 
     def liked_set(self, user_id: int, course_id: int) -> str:
         """What the user has liked in the course: members p:<post id> / c:<comment id>."""
-        return self._user_key("liked", user_id, course_id)
+        return self._user_key(_LIKED, user_id, course_id)
 
     def last_ops(self, user_id: int, course_id: int) -> str:
         """The user's last operation per target in the course, kept as long as the SET."""
-        return self._user_key("last_ops", user_id, course_id)
+        return self._user_key(_LAST_OPS, user_id, course_id)
 
     def direct_guard(self, user_id: int, course_id: int) -> str:
         """Whether a sync or counterless pod is writing the user's likes in the course right now
         ('busy:<token>'), or the token of its last such write: a buffered pod warms the user's SET
         only from a database read that no such write overtook (docs/likes.md, "Switching
         modes")."""
-        return self._user_key("direct_guard", user_id, course_id)
+        return self._user_key(_DIRECT_GUARD, user_id, course_id)
 
     def access_version(self, course_id: int) -> str:
         """The version of what the likes service may cache about a course (its members, its
         targets' liveness). Whoever changes course_members or deletes a post or comment of the
         course deletes it afterwards (AccessSignal); each likes process then reloads on its next
         request."""
-        return keyspace.family("likes.access_version").key(self.prefix, course=course_id)
+        return _ACCESS_VERSION.key(self.prefix, course=course_id)
 
     def dirty(self, kind: TargetKind) -> str:
         """Targets whose counters a flush changed, for reconciliation (one hash tag for both)."""
-        return keyspace.family("likes.dirty").key(self.prefix, kind=KIND_NAMES[kind])
+        return _DIRTY.key(self.prefix, kind=KIND_NAMES[kind])
 
 
 # How long a course's access version lives once a likes process set it (then the next request
@@ -79,7 +84,7 @@ class AccessSignal:
         self._prefix = prefix
 
     async def changed(self, course_id: int) -> None:
-        await self._redis.delete(LikeCache(self._prefix, 1).access_version(course_id))
+        await self._redis.delete(_ACCESS_VERSION.key(self._prefix, course=course_id))
 
 
 def member(kind: TargetKind, target_id: int) -> str:
