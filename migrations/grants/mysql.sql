@@ -5,5 +5,12 @@
 -- retention) and may do nothing else to the schema.
 GRANT ALTER, DROP ON zalo_messages_archive TO 'agora_flusher'@'%';
 -- ingest checks that a batch's account exists before accepting it (services/ingest/accounts.py)
--- and may read nothing else.
+-- and may read nothing else for messages it ingests.
 GRANT SELECT ON zalo_accounts TO 'agora_ingest'@'%';
+-- ingest also takes replies (services/ingest/outbound/): it stores send orders and the
+-- listeners' leases, and reads what a reply must refer to (the conversation, a quoted message).
+GRANT SELECT, INSERT, UPDATE ON zalo_outbound_messages TO 'agora_ingest'@'%';
+GRANT SELECT, INSERT, UPDATE ON zalo_listener_leases TO 'agora_ingest'@'%';
+GRANT SELECT ON zalo_conversations TO 'agora_ingest'@'%';
+GRANT SELECT ON zalo_messages TO 'agora_ingest'@'%';
+GRANT SELECT ON zalo_messages_archive TO 'agora_ingest'@'%';

@@ -2,9 +2,10 @@
 
 The gateway calls what its routes use, for an end user whose verified token it forwards (only a
 live feed it may watch for itself, to share among its streams);
-a Zalo listener may only ingest messages; a watcher may only watch the live feeds; the flusher,
-ingest, timeline and likes call nothing; an operator certificate (grpcurl, tools) may ask health
-and, where it is on, reflection. Everything not listed is refused with PERMISSION_DENIED.
+a Zalo listener may only ingest messages, receipts and reactions, and take send orders; a watcher
+may only watch the live feeds; the flusher, ingest, timeline and likes call nothing; an operator
+certificate (grpcurl, tools) may ask health and, where it is on, reflection. Everything not
+listed is refused with PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ RULES: dict[str, Rule] = {
     "/agora.messaging.v1.IngestService/RecordAgentSent": for_account(
         GATEWAY, user_field="agent_user_id"
     ),
+    # Listeners forward receipts and reactions as they forward messages.
+    "/agora.messaging.v1.IngestService/IngestReceipts": for_account(LISTENER),
+    # Replies: the gateway queues them for its user, the sender; the account's listener takes
+    # them (its certificate alone: a listener serves no end user).
+    "/agora.messaging.v1.OutboundService/SendMessage": for_account(
+        GATEWAY, user_field="agent_user_id"
+    ),
+    "/agora.messaging.v1.OutboundService/*": for_account(GATEWAY),
+    "/agora.messaging.v1.ListenerService/*": Rule(frozenset({LISTENER})),
     "/agora.messaging.v1.TimelineService/*": for_account(GATEWAY),
     "/agora.messaging.v1.TimelineService/WatchInbox": watching(for_account(GATEWAY, WATCHER)),
     "/agora.forum.v1.ForumWriteService/*": for_user(GATEWAY),
