@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agora.forum.v1 import like_service_pb2
+from agora.messaging.v1 import message_pb2
 
+from services.domain.idempotency import FIELD as KEY_FIELD
 from services.domain.idempotency import check_key
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
-from services.domain.instants import SECONDS_END, Limits, check_time
+from services.domain.instants import EARLIEST_SECONDS, SECONDS_END, Limits, check_time
 from services.domain.paging import MAX_LIKERS_LIMIT, MAX_MESSAGE_LIMIT, check_limit
 from services.domain.text import MAX_BODY, MAX_TITLE, check_reason, check_text
 from services.runtime.field_rules import Rule, RuleTable
@@ -27,6 +29,19 @@ from services.runtime.grpc_errors import FieldViolation
 _LIKE_KINDS = (like_service_pb2.TARGET_KIND_POST, like_service_pb2.TARGET_KIND_COMMENT)
 # The most targets one LikedMap asks about: a page of posts with their comments.
 MAX_TARGETS = 500
+# The most accounts one listener's stream holds (a listener process holds a few hundred
+# sessions at most), and the longest name it gives itself.
+MAX_LISTEN_ACCOUNTS = 1000
+MAX_LISTENER_ID = 255
+# How far ahead a rate limit may hold an account (Zalo's are minutes to hours).
+MAX_RETRY_AHEAD_SECONDS = 86_400
+# failure_reason's column.
+MAX_FAILURE_REASON = 500
+_FAILURE_CLASSES = (
+    message_pb2.FAILURE_CLASS_RETRYABLE,
+    message_pb2.FAILURE_CLASS_PERMANENT,
+    message_pb2.FAILURE_CLASS_RATE_LIMITED,
+)
 
 
 def _present(violation: FieldViolation | None) -> Iterator[FieldViolation]:
@@ -169,6 +184,113 @@ def _content(limit: int) -> Rule:
     return rule
 
 
+def _reply_content(limit: int) -> Rule:
+    """A reply's text: something to send, within the bound of an ingested message's."""
+
+    def rule(request: Any) -> Iterator[FieldViolation]:
+        if not request.content.strip():
+            yield FieldViolation("content", "is required (a reply says something)")
+        elif len(request.content) > limit:
+            yield FieldViolation("content", f"must be at most {limit} characters")
+        elif "\x00" in request.content:
+            yield FieldViolation("content", "must not contain NUL characters")
+
+    return rule
+
+
+def required_key(request: Any) -> Iterator[FieldViolation]:
+    """A send's retry key: required, for a reply must never go twice (idempotency.py)."""
+    if not request.idempotency_key:
+        yield FieldViolation(KEY_FIELD, "is required: a retry with it never sends twice")
+    else:
+        yield from _present(check_key(request.idempotency_key))
+
+
+def _receipts_batch(max_batch: int) -> Rule:
+    def rule(request: Any) -> Iterator[FieldViolation]:
+        count = len(request.receipts) + len(request.reactions)
+        if not count:
+            yield FieldViolation("receipts", "give at least one receipt or reaction")
+        elif count > max_batch:
+            yield FieldViolation(
+                "receipts", f"must hold at most {max_batch} receipts and reactions together"
+            )
+
+    return rule
+
+
+def listener_id(request: Any) -> Iterator[FieldViolation]:
+    """What names the listener in the leases: 1-255 visible ASCII characters."""
+    value = request.listener_id
+    if not value:
+        yield FieldViolation("listener_id", "is required")
+    elif len(value) > MAX_LISTENER_ID or not all("\x21" <= c <= "\x7e" for c in value):
+        yield FieldViolation("listener_id", f"must be 1-{MAX_LISTENER_ID} visible ASCII characters")
+
+
+def listen_accounts(request: Any) -> Iterator[FieldViolation]:
+    ids = list(request.account_ids)
+    if not ids:
+        yield FieldViolation("account_ids", "give at least one account")
+    elif len(ids) > MAX_LISTEN_ACCOUNTS:
+        yield FieldViolation("account_ids", f"must hold at most {MAX_LISTEN_ACCOUNTS} accounts")
+    elif len(set(ids)) != len(ids):
+        yield FieldViolation("account_ids", "must not repeat an account")
+    for i, account_id in enumerate(ids[:MAX_LISTEN_ACCOUNTS]):
+        if account_id <= 0:
+            yield FieldViolation(f"account_ids[{i}]", "must be an account id")
+
+
+def lease_epoch(request: Any) -> Iterator[FieldViolation]:
+    if request.epoch <= 0:
+        yield FieldViolation("epoch", "is required: the epoch the order was offered under")
+
+
+def _outcome(limits: Limits) -> Rule:
+    """A report: sent with Zalo's msg_id (and its time, if known), or failed with a class (a
+    rate limit with the time the account may send again)."""
+
+    def rule(request: Any) -> Iterator[FieldViolation]:
+        kind = request.WhichOneof("outcome")
+        if kind is None:
+            yield FieldViolation("outcome", "give sent or failed")
+        elif kind == "sent":
+            sent = request.sent
+            yield from _present(check_id(sent.msg_id, "sent.msg_id", required=True))
+            if sent.HasField("sent_at"):
+                yield from _present(
+                    check_time(sent.sent_at, "sent.sent_at", datetime.now(UTC), limits)
+                )
+        else:
+            yield from _failure(request.failed)
+
+    return rule
+
+
+def _failure(failed: Any) -> Iterator[FieldViolation]:
+    if failed.failure_class not in _FAILURE_CLASSES:
+        yield FieldViolation(
+            "failed.failure_class",
+            f"must be RETRYABLE, PERMANENT or RATE_LIMITED (got {failed.failure_class})",
+        )
+    if len(failed.reason) > MAX_FAILURE_REASON or "\x00" in failed.reason:
+        yield FieldViolation(
+            "failed.reason", f"must be at most {MAX_FAILURE_REASON} characters, without NUL"
+        )
+    if failed.failure_class == message_pb2.FAILURE_CLASS_RATE_LIMITED:
+        if not failed.HasField("retry_at"):
+            yield FieldViolation("failed.retry_at", "is required for a rate limit")
+            return
+        ts = failed.retry_at
+        latest = datetime.now(UTC).timestamp() + MAX_RETRY_AHEAD_SECONDS
+        if not 0 <= ts.nanos < 1_000_000_000 or ts.seconds < EARLIEST_SECONDS:
+            yield FieldViolation("failed.retry_at", "is not a valid time")
+        elif ts.seconds > latest:
+            yield FieldViolation(
+                "failed.retry_at", f"must be at most {MAX_RETRY_AHEAD_SECONDS} s ahead"
+            )
+
+
 def _instant(field: str, limits: Limits) -> Rule:
     """An optional time the caller sends: see services/domain/instants.py."""
 
@@ -186,6 +308,8 @@ _FORUM_READ = "/agora.forum.v1.ForumReadService/"
 _FORUM_WRITE = "/agora.forum.v1.ForumWriteService/"
 _LIKES = "/agora.forum.v1.LikeService/"
 _INGEST = "/agora.messaging.v1.IngestService/"
+_OUTBOUND = "/agora.messaging.v1.OutboundService/"
+_LISTENER = "/agora.messaging.v1.ListenerService/"
 
 _CONVERSATION = (account, zalo_id("conversation_key"))
 _THREAD_PAGE = (page_limit, row_cursor("after_id", 0))
@@ -292,4 +416,30 @@ def ingest(max_batch: int, limits: Limits) -> RuleTable:
             idempotency_key,
         ),
         _INGEST + "MarkRead": (account, zalo_id("conversation_key"), _instant("read_at", limits)),
+        # Each receipt and reaction is checked by ingest itself (services/ingest/validation.py),
+        # all or none.
+        _INGEST + "IngestReceipts": (account, _receipts_batch(max_batch), idempotency_key),
+    }
+
+
+def outbound(limits: Limits) -> RuleTable:
+    """OutboundService's and ListenerService's rules, with ingest's bounds. A reply's
+    attachments are checked by ingest itself (JSON, as an ingested message's)."""
+    return {
+        _OUTBOUND + "SendMessage": (
+            account,
+            zalo_id("conversation_key"),
+            _reply_content(limits.content_max_chars),
+            zalo_id("quote_msg_id", required=False),
+            required_key,
+        ),
+        _OUTBOUND + "RetryMessage": (account, zalo_id("cli_msg_id")),
+        _OUTBOUND + "GetOrder": (account, zalo_id("cli_msg_id")),
+        _LISTENER + "Listen": (listener_id, listen_accounts),
+        _LISTENER + "ReportOutcome": (
+            account,
+            lease_epoch,
+            zalo_id("cli_msg_id"),
+            _outcome(limits),
+        ),
     }

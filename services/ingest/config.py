@@ -57,6 +57,18 @@ class IngestSettings(
     json_max_bytes: int = Field(default=65_536, ge=2)
     # Listener clocks drift; anything later than this past the server's clock is rejected.
     sent_at_max_future_seconds: int = Field(default=300, ge=0)
+    # Replies (services/ingest/outbound/): at most this many send orders offered per account per
+    # second (more wait their turn, none is dropped): Zalo limits how fast an account sends.
+    outbound_sends_per_second: float = Field(default=5.0, gt=0, le=1000)
+    # A listener's lease of an account lasts this long unless its stream renews it (a third of
+    # it, while the stream is open): a listener that vanished without closing its stream gives
+    # the account up after at most this long.
+    outbound_lease_seconds: float = Field(default=15.0, ge=1, le=3600)
+    # How often an open stream looks for orders it was not woken for (queued by another ingest
+    # process, a backoff that ran out).
+    outbound_poll_ms: int = Field(default=500, ge=10, le=60_000)
+    # How often a stream asks again for an account another listener holds.
+    outbound_lease_retry_ms: int = Field(default=2000, ge=10, le=60_000)
 
     def limits(self) -> Limits:
         """The bounds of what ingest stores, as its checks take them."""

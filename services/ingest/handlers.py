@@ -24,8 +24,8 @@ from services.domain.instants import Limits
 from services.ingest.accounts import AccountDirectory, AccountsUnavailable
 from services.ingest.kept_responses import KeptResponses
 from services.ingest.repository import AccountOverShare, BacklogFull, MessageStreamRepository
-from services.ingest.validation import validate_batch
-from services.runtime.grpc_errors import FieldViolation, abort, bad_request_status
+from services.ingest.validation import validate_batch, validate_receipts
+from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid, bad_request_status
 from services.runtime.grpc_quota import abort_over_quota
 from services.runtime.timeutil import to_timestamp, truncate_to_millis, utc_now
 from services.streams.messages import MessageStreams
@@ -80,6 +80,47 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
                 pb.Rejection(index=i, field=v.field, reason=v.description) for i, v in rejected
             ],
         )
+
+    async def IngestReceipts(
+        self, request: pb.IngestReceiptsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IngestReceiptsResponse:
+        await self._require_account(request.account_id, context)
+        # All or none: a listener that sent a kind this server does not know (an UNSPECIFIED or
+        # newer enum value) hears it now, not from a dead letter later.
+        now = utc_now()
+        violations = validate_receipts(
+            request.receipts, request.reactions, now.replace(tzinfo=UTC), self.limits
+        )
+        if violations:
+            await abort_invalid(context, violations)
+        return await self._once(
+            request,
+            context,
+            pb.IngestReceiptsResponse,
+            lambda: self._ingest_receipts(request, context),
+        )
+
+    async def _ingest_receipts(
+        self, request: pb.IngestReceiptsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IngestReceiptsResponse:
+        by_shard: dict[int, events.ReceiptsReceived] = defaultdict(events.ReceiptsReceived)
+        for receipt in request.receipts:  # the request is ours: adjusted in place, as messages
+            receipt.at.nanos -= receipt.at.nanos % 1_000_000
+            shard = self.streams.shard_of(request.account_id, receipt.thread_id)
+            by_shard[shard].receipts.append(receipt)
+        for reaction in request.reactions:
+            reaction.reacted_at.nanos -= reaction.reacted_at.nanos % 1_000_000
+            shard = self.streams.shard_of(request.account_id, reaction.thread_id)
+            by_shard[shard].reactions.append(reaction)
+        accepted_at = to_timestamp(utc_now())
+        entries = {
+            shard: events.MessageStreamEntry(
+                account_id=request.account_id, accepted_at=accepted_at, receipts=received
+            )
+            for shard, received in by_shard.items()
+        }
+        await self._append(entries, context)
+        return pb.IngestReceiptsResponse(accepted=len(request.receipts) + len(request.reactions))
 
     async def RecordAgentSent(
         self, request: pb.RecordAgentSentRequest, context: grpc.aio.ServicerContext
@@ -136,7 +177,7 @@ class IngestHandlers(pb_grpc.IngestServiceServicer):
 
     async def _once(
         self,
-        request: pb.IngestMessagesRequest | pb.RecordAgentSentRequest,
+        request: pb.IngestMessagesRequest | pb.IngestReceiptsRequest | pb.RecordAgentSentRequest,
         context: grpc.aio.ServicerContext,
         response: type[R],
         append: Callable[[], Awaitable[R]],

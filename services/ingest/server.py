@@ -1,12 +1,20 @@
 """ingest's composition root: Redis (the message streams), PostgreSQL (forum writes), MySQL
-(which Zalo accounts exist), gRPC."""
+(which Zalo accounts exist; the send orders and the listeners' leases), gRPC."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+import grpc
 from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
-from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc
+from agora.messaging.v1 import (
+    ingest_service_pb2,
+    ingest_service_pb2_grpc,
+    listener_service_pb2,
+    listener_service_pb2_grpc,
+    outbound_service_pb2,
+    outbound_service_pb2_grpc,
+)
 
 from services.domain import access, field_rules, schema
 from services.ingest.accounts import AccountDirectory
@@ -16,6 +24,11 @@ from services.ingest.forum_live import CourseOutbox
 from services.ingest.forum_repository import ForumWriteRepository
 from services.ingest.handlers import IngestHandlers
 from services.ingest.kept_responses import KeptResponses
+from services.ingest.outbound.dispatcher import Pacer, Wakes
+from services.ingest.outbound.feed import OrderFeed
+from services.ingest.outbound.handlers import OutboundHandlers
+from services.ingest.outbound.listener import ListenerHandlers, ListenerTiming
+from services.ingest.outbound.repository import OutboundRepository
 from services.ingest.repository import FairShare, MessageStreamRepository
 from services.runtime import redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
@@ -27,6 +40,8 @@ from services.streams.messages import MessageStreams
 from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
 MESSAGING = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
+OUTBOUND = outbound_service_pb2.DESCRIPTOR.services_by_name["OutboundService"].full_name
+LISTENER = listener_service_pb2.DESCRIPTOR.services_by_name["ListenerService"].full_name
 FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"].full_name
 
 
@@ -71,6 +86,25 @@ async def build(settings: IngestSettings) -> service.Service:
         live_redis = LiveRedis.open(stores, settings, redis)
         publisher = live_redis.publisher(settings)
         outbox = CourseOutbox(pool, publisher)
+        # Replies: orders in MySQL, their states on the accounts' feeds, their listeners'
+        # streams woken in this process.
+        orders = OutboundRepository(mysql)
+        order_feed = OrderFeed(publisher)
+        wakes = Wakes()
+        outbound = OutboundHandlers(orders, accounts, order_feed, wakes, limits)
+        listeners = ListenerHandlers(
+            orders,
+            accounts,
+            order_feed,
+            wakes,
+            Pacer(settings.outbound_sends_per_second),
+            ListenerTiming(
+                lease_seconds=settings.outbound_lease_seconds,
+                poll_seconds=settings.outbound_poll_ms / 1000,
+                lease_retry_seconds=settings.outbound_lease_retry_ms / 1000,
+            ),
+        )
+        resources.push_async_callback(listeners.aclose)
         forum_repo = ForumWriteRepository(pool, outbox)
         forum = ForumWriteHandlers(
             forum_repo,
@@ -84,11 +118,12 @@ async def build(settings: IngestSettings) -> service.Service:
             [
                 Api(
                     settings.grpc_port,
-                    [MESSAGING],
-                    lambda s: ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(
-                        messages, s
-                    ),
-                    field_rules.ingest(settings.ingest_max_batch, limits),
+                    [MESSAGING, OUTBOUND, LISTENER],
+                    lambda s: _register_messaging(s, messages, outbound, listeners),
+                    {
+                        **field_rules.ingest(settings.ingest_max_batch, limits),
+                        **field_rules.outbound(limits),
+                    },
                 ),
                 Api(
                     settings.grpc_forum_port,
@@ -110,7 +145,8 @@ async def build(settings: IngestSettings) -> service.Service:
             background=background,
             # Chat ingest needs Redis only: it keeps accepting messages while PostgreSQL is down,
             # and while MySQL is (for the accounts it has seen: a new one is UNAVAILABLE until
-            # MySQL answers), so MySQL is no dependency of its health either.
+            # MySQL answers), so MySQL is no dependency of its health either; replies are (they
+            # are committed to MySQL before they are acknowledged).
             dependencies=[
                 Dependency(
                     "redis",
@@ -118,8 +154,21 @@ async def build(settings: IngestSettings) -> service.Service:
                     (MESSAGING,),
                 ),
                 Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),
+                Dependency("mysql", mysql.ping, (OUTBOUND, LISTENER)),
             ],
         )
+
+
+def _register_messaging(
+    server: grpc.aio.Server,
+    messages: IngestHandlers,
+    outbound: OutboundHandlers,
+    listeners: ListenerHandlers,
+) -> None:
+    """The chat API's services, on one listener: the listeners and the gateway reach it."""
+    ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(messages, server)
+    outbound_service_pb2_grpc.add_OutboundServiceServicer_to_server(outbound, server)
+    listener_service_pb2_grpc.add_ListenerServiceServicer_to_server(listeners, server)
 
 
 main = service.main("ingest", IngestSettings, build)

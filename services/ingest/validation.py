@@ -84,6 +84,99 @@ def validate_message(
     )
 
 
+# A receipt's or reaction's own id: what Zalo gives it, kept in an ASCII column of 64.
+_EVENT_ID = re.compile(r"[\x21-\x7e]{1,64}")
+_RECEIPT_KINDS = (message_pb2.RECEIPT_KIND_DELIVERED, message_pb2.RECEIPT_KIND_SEEN)
+MAX_REACTION_CHARS = 64
+
+
+def check_attachments(text: str, limits: Limits) -> FieldViolation | None:
+    """A reply's attachments: empty, or a JSON array within an ingested message's bounds."""
+    if not text:
+        return None
+    violation = check_json(text, "attachments", limits)
+    if violation is None and not text.lstrip().startswith("["):
+        violation = FieldViolation("attachments", "must be a JSON array")
+    return violation
+
+
+def validate_receipts(
+    receipts: Sequence[message_pb2.Receipt],
+    reactions: Sequence[message_pb2.MessageReaction],
+    now: datetime,
+    limits: Limits,
+) -> list[FieldViolation]:
+    """Every problem of a call's receipts and reactions, each with its path
+    (receipts[3].kind): the call is stored whole or not at all."""
+    found: list[FieldViolation] = []
+    for i, receipt in enumerate(receipts):
+        path = f"receipts[{i}]"
+        found += _present(
+            _check_event_id(receipt.receipt_id, f"{path}.receipt_id"),
+            check_id(receipt.thread_id, f"{path}.thread_id", required=True),
+            check_id(receipt.msg_id, f"{path}.msg_id", required=True),
+            _check_receipt_kind(receipt.kind, f"{path}.kind"),
+            _check_at(receipt, "at", path, now, limits),
+        )
+    for i, reaction in enumerate(reactions):
+        path = f"reactions[{i}]"
+        found += _present(
+            _check_event_id(reaction.reaction_id, f"{path}.reaction_id"),
+            check_id(reaction.thread_id, f"{path}.thread_id", required=True),
+            check_id(reaction.msg_id, f"{path}.msg_id", required=True),
+            _check_required_length(reaction.reactor_id, f"{path}.reactor_id", 64),
+            _check_direction(reaction.direction, f"{path}.direction"),
+            _check_length(reaction.reaction, f"{path}.reaction", MAX_REACTION_CHARS),
+            _check_at(reaction, "reacted_at", path, now, limits),
+        )
+    return found
+
+
+def _present(*violations: FieldViolation | None) -> list[FieldViolation]:
+    return [v for v in violations if v is not None]
+
+
+def _check_event_id(value: str, field: str) -> FieldViolation | None:
+    if not value:
+        return FieldViolation(field, "is required")
+    if not _EVENT_ID.fullmatch(value):
+        return FieldViolation(field, "must be 1-64 visible ASCII characters")
+    return None
+
+
+def _check_receipt_kind(kind: int, field: str) -> FieldViolation | None:
+    if kind in _RECEIPT_KINDS:
+        return None
+    # An enum number this server does not know arrives as that number (proto3 keeps it).
+    shown = "UNSPECIFIED" if kind == message_pb2.RECEIPT_KIND_UNSPECIFIED else f"unknown ({kind})"
+    return FieldViolation(field, f"must be DELIVERED or SEEN, not {shown}")
+
+
+def _check_direction(direction: int, field: str) -> FieldViolation | None:
+    if direction not in (message_pb2.DIRECTION_IN, message_pb2.DIRECTION_OUT):
+        return FieldViolation(field, "must be IN (the customer) or OUT (the business)")
+    return None
+
+
+def _check_required_length(value: str, field: str, limit: int) -> FieldViolation | None:
+    if not value:
+        return FieldViolation(field, "is required")
+    return _check_length(value, field, limit)
+
+
+def _check_at(
+    event: message_pb2.Receipt | message_pb2.MessageReaction,
+    name: str,
+    path: str,
+    now: datetime,
+    limits: Limits,
+) -> FieldViolation | None:
+    field = f"{path}.{name}"
+    if not event.HasField(name):
+        return FieldViolation(field, "is required")
+    return check_time(getattr(event, name), field, now, limits)
+
+
 def _check_enums(msg: message_pb2.Message) -> FieldViolation | None:
     if msg.thread_type not in (message_pb2.THREAD_TYPE_USER, message_pb2.THREAD_TYPE_GROUP):
         return FieldViolation("thread_type", "must be USER or GROUP")

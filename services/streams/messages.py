@@ -72,8 +72,13 @@ class MessageStreams(ShardedStreams):
 
 
 def units(event: message_events_pb2.MessageStreamEntry) -> int:
-    """What an entry counts for against the backlog bound: its messages, or 1 for other events."""
-    return len(event.messages.messages) if event.HasField("messages") else 1
+    """What an entry counts for against the backlog bound: its messages, its receipts and
+    reactions, or 1 for other events."""
+    if event.HasField("messages"):
+        return len(event.messages.messages)
+    if event.HasField("receipts"):
+        return max(1, len(event.receipts.receipts) + len(event.receipts.reactions))
+    return 1
 
 
 def decode(entry: Entry) -> message_events_pb2.MessageStreamEntry:

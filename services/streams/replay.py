@@ -78,13 +78,17 @@ class Replayer:
 
     def _shard_of_message(self, event: messages.MessageStreamEntry) -> int:
         kind = event.WhichOneof("event")
-        thread = (
-            event.messages.messages[0].thread_id
-            if kind == "messages"
-            else event.read.thread_id
-            if kind == "read"
-            else event.agent_sent.thread_id
-        )
+        if kind == "messages":
+            thread = event.messages.messages[0].thread_id
+        elif kind == "read":
+            thread = event.read.thread_id
+        elif kind == "receipts":
+            # One entry's receipts and reactions all hash to its shard: any of them says which.
+            received = event.receipts
+            first = received.receipts[0] if received.receipts else received.reactions[0]
+            thread = first.thread_id
+        else:
+            thread = event.agent_sent.thread_id
         return self._messages.shard_of(event.account_id, thread)
 
     async def _like(self, entry: Entry) -> Replayed:
