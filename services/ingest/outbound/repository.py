@@ -47,7 +47,8 @@ LIMIT 1"""
 INSERT_ORDER = """INSERT INTO zalo_outbound_messages
 (zalo_account_id, thread_id, thread_type, cli_msg_id, idempotency_key, request_fingerprint,
  agent_user_id, content, quote_msg_id, attachments, state, queued_at)
-SELECT zalo_account_id, thread_id, thread_type, %s, %s, %s, %s, %s, %s, %s, 'queued', NOW(6)
+SELECT zalo_account_id, thread_id, thread_type, %s, %s, UNHEX(%s), %s, %s, %s, %s, 'queued',
+  NOW(6)
 FROM zalo_conversations WHERE id = %s"""
 # Behind the conversation's queued orders, as a new one; what it failed with is forgotten.
 REQUEUE = """UPDATE zalo_outbound_messages
@@ -64,8 +65,9 @@ FROM zalo_outbound_messages
 WHERE zalo_account_id IN ({accounts}) AND state IN ('queued', 'sending')
 ORDER BY zalo_account_id, thread_id, queued_at, id"""
 
-LEASE_ROW = """INSERT IGNORE INTO zalo_listener_leases (zalo_account_id, holder, epoch, expires_at)
-VALUES (%s, '', 0, NOW(3))"""
+# The account's row, once (expired: free). Not INSERT IGNORE, whose duplicate is a warning.
+LEASE_ROW = """INSERT INTO zalo_listener_leases (zalo_account_id, holder, epoch, expires_at)
+VALUES (%s, '', 0, NOW(3)) ON DUPLICATE KEY UPDATE zalo_account_id = zalo_account_id"""
 LEASE_FOR_TAKING = """SELECT holder, epoch, expires_at <= NOW(3)
 FROM zalo_listener_leases WHERE zalo_account_id = %s FOR UPDATE"""
 TAKE = """UPDATE zalo_listener_leases
@@ -190,7 +192,8 @@ class OutboundRepository:
                     (
                         cli_msg_id,
                         idempotency_key,
-                        fingerprint,
+                        # As hex: aiomysql cannot escape bytes with the PyMySQL it runs on.
+                        fingerprint.hex(),
                         agent_user_id,
                         content,
                         quote_msg_id,
@@ -244,7 +247,7 @@ class OutboundRepository:
         async with self._db.transaction() as tx:
             row = await tx.fetchone(LEASE_FOR_TAKING, (account_id,))
             if row is None:
-                return None  # no such account (the row's foreign key kept it out)
+                return None
             current_holder, epoch, expired = row
             if not expired and current_holder != holder:
                 return None
