@@ -30,8 +30,9 @@ COURSE = FEEDS_LAYOUT.course(42)
 WAKE = FEEDS_LAYOUT.wake(0)
 FEEDS = (INBOX, COURSE, WAKE)
 # Who appends to which feeds (and wakes their watchers): the flusher what its batches stored,
-# ingest the forum writes, likes the like counts of its direct modes.
-FEED_WRITERS = {"flusher": (INBOX, COURSE), "ingest": (COURSE,), "likes": (COURSE,)}
+# ingest the forum writes and the replies' send orders, likes the like counts of its direct
+# modes.
+FEED_WRITERS = {"flusher": (INBOX, COURSE), "ingest": (INBOX, COURSE), "likes": (COURSE,)}
 # Where acknowledged data waits to be flushed, and what bounds it.
 STREAMS = (EVENTS, LIKE_EVENTS, DEAD, LIKE_DEAD)
 COUNTERS = (BACKLOG, BACKLOG_BYTES, LIKE_BYTES)

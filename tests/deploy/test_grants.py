@@ -24,7 +24,9 @@ MYSQL_REFUSED = [
     ("mysql_timeline_url", "INSERT INTO zalo_accounts (id, display_name) VALUES (424242, 'x')"),
     ("mysql_timeline_url", "DELETE FROM zalo_messages WHERE id = 0"),
     ("mysql_timeline_url", "UPDATE zalo_conversations SET last_read_at = NULL WHERE id = 0"),
-    ("mysql_ingest_url", "SELECT COUNT(*) FROM zalo_messages"),
+    # ingest reads what a reply refers to (issue 45) but writes only its orders and leases.
+    ("mysql_ingest_url", "UPDATE zalo_messages SET content = NULL WHERE id = 0"),
+    ("mysql_ingest_url", "DELETE FROM zalo_outbound_messages WHERE id = 0"),
     ("mysql_ingest_url", "INSERT INTO zalo_accounts (id, display_name) VALUES (424242, 'x')"),
     ("mysql_flusher_url", "CREATE TABLE intruder (id INT PRIMARY KEY)"),
     ("mysql_flusher_url", "DROP TABLE zalo_messages"),
@@ -34,6 +36,8 @@ MYSQL_REFUSED = [
 MYSQL_ALLOWED = [
     ("mysql_timeline_url", "SELECT COUNT(*) FROM zalo_messages"),
     ("mysql_ingest_url", "SELECT COUNT(*) FROM zalo_accounts"),
+    ("mysql_ingest_url", "SELECT COUNT(*) FROM zalo_messages"),
+    ("mysql_ingest_url", "UPDATE zalo_outbound_messages SET attempts = 0 WHERE id = 0"),
     ("mysql_flusher_url", "DELETE FROM zalo_messages WHERE id = 0"),
 ]
 

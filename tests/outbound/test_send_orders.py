@@ -5,7 +5,10 @@ states are on the account's live feed. Real ingest, MariaDB and Redis."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import pytest
@@ -15,12 +18,14 @@ from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2, outbound_service_pb2_grpc
 from agora.messaging.v1 import outbound_service_pb2 as pb
 
+from services.ingest import server as ingest_service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
+from tests.chaos.harness.proxy import Proxy
 from tests.helpers import FEEDS, gateway_stub, stream_entries
 from tests.outbound.support import ACCOUNT, Listeners, failure, get_order, send
-from tests.stack import Env
+from tests.stack import Env, ingest_settings_for, serving
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("replies")]
 Outbound = outbound_service_pb2_grpc.OutboundServiceStub
@@ -214,3 +219,55 @@ async def test_record_agent_sent_still_works(
             )
         )
     assert await stream_entries(redis_client, streams) == 1
+
+
+@asynccontextmanager
+async def proxied(url: str) -> AsyncIterator[tuple[str, Proxy]]:
+    """`url` through a proxy the test can cut."""
+    parts = urlsplit(url)
+    proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 0)
+    port = await proxy.start()
+    try:
+        netloc = parts.netloc.rsplit(":", 1)[0] + f":{port}"
+        yield urlunsplit(parts._replace(netloc=netloc)), proxy
+    finally:
+        await proxy.close()
+
+
+@pytest.mark.parametrize("outage", ["blackhole", "refuse"])
+async def test_with_mysql_away_a_send_is_unavailable_and_its_retry_is_stored_once(
+    env: Env, admin_db: MysqlDatabase, outage: str
+) -> None:
+    async with (
+        proxied(env.mysql_ingest_url) as (url, proxy),
+        serving(
+            await ingest_service.build(
+                ingest_settings_for(env, mysql_url=url, mysql_timeout_seconds=0.5)
+            )
+        ) as server,
+        gateway_stub(
+            server.port, env.jwt_secret, outbound_service_pb2_grpc.OutboundServiceStub
+        ) as stub,
+    ):
+        await stub.SendMessage(send(key="before"))  # the account is known (cached) from now on
+        getattr(proxy, outage)()
+        for _ in range(3):
+            code, _ = await failure(stub.SendMessage(send("during", key="during"), timeout=10))
+            assert code == grpc.StatusCode.UNAVAILABLE
+        proxy.forward(reset=True)
+        # The client retries with its key until it is answered: one order.
+        for _ in range(50):
+            try:
+                reply = await stub.SendMessage(send("during", key="during"), timeout=10)
+                break
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                await asyncio.sleep(0.2)
+        else:
+            raise AssertionError("MySQL did not come back")
+    row = await admin_db.fetchone(
+        "SELECT COUNT(*), MIN(cli_msg_id) FROM zalo_outbound_messages WHERE idempotency_key = %s",
+        ("during",),
+    )
+    assert row == (1, reply.order.cli_msg_id)
