@@ -36,6 +36,8 @@ class StandinConfig:
     # The negative control: send again whatever possibly_sent says.
     ignore_possibly_sent: bool
     receipts: bool
+    # On start, the echoes of what was sent this long ago or less are forwarded again.
+    catch_up_seconds: float
     seed: int | None
     tls_dir: Path | None
 
@@ -96,6 +98,12 @@ def parse(argv: list[str] | None = None) -> StandinConfig:
         help="NEGATIVE CONTROL: send an order offered as possibly sent again without checking",
     )
     add("--no-receipts", action="store_true", default=_env("RECEIPTS", "1") == "0")
+    add(
+        "--catch-up-seconds",
+        type=float,
+        default=float(_env("CATCH_UP_SECONDS", "600")),
+        help="on start, forward again the echoes of the sends of this many seconds back",
+    )
     add("--seed", type=int, default=int(_env("SEED", "0")) or None)
     add("--tls-dir", default=_env("TLS_DIR", ""), help="default: $AGORA_VAR/tls (var/tls)")
     args = parser.parse_args(argv)
@@ -116,6 +124,7 @@ def parse(argv: list[str] | None = None) -> StandinConfig:
         die_at=args.die_at,
         ignore_possibly_sent=args.ignore_possibly_sent,
         receipts=not args.no_receipts,
+        catch_up_seconds=args.catch_up_seconds,
         seed=args.seed,
         tls_dir=Path(args.tls_dir) if args.tls_dir else None,
     )

@@ -23,6 +23,10 @@ class SentRecord:
     epoch: int
     # When it was sent (UTC, ISO 8601 with milliseconds): the sent_at of the echo and the report.
     at: str
+    # What was sent: what Zalo echoes again when the stand-in comes back (catch_up).
+    content: str = ""
+    quote_msg_id: str = ""
+    attachments: str = ""
 
 
 class SentLog:
@@ -59,6 +63,11 @@ class SentLog:
         os.write(self._fd, line.encode())
         os.fsync(self._fd)
         self._first.setdefault((record.account_id, record.cli_msg_id), record)
+
+    def since(self, accounts: tuple[int, ...], at: str) -> list[SentRecord]:
+        """The first send of each order of these accounts at `at` or later (ISO 8601 UTC)."""
+        self.refresh()
+        return [r for r in self._first.values() if r.account_id in accounts and r.at >= at]
 
     def close(self) -> None:
         os.close(self._fd)

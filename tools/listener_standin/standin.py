@@ -58,6 +58,7 @@ class Standin:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Listen until `stop`, reconnecting with a backoff whenever the stream breaks."""
+        self._spawn(self.catch_up())
         backoff = 0.1
         while not stop.is_set():
             call = self.listener.Listen(
@@ -160,6 +161,9 @@ class Standin:
             conversation_key=order.conversation_key,
             epoch=order.epoch,
             at=now.isoformat(timespec="milliseconds"),
+            content=order.content,
+            quote_msg_id=order.quote_msg_id,
+            attachments=order.attachments,
         )
         self.sent_log.append(record)
         self._maybe_die("after-log")
@@ -219,20 +223,7 @@ class Standin:
         """Zalo echoes the account's own message (selfListen): forwarded like any message, with
         the order's cli_msg_id. Tried until ingest takes it: a sent message's echo is never given
         up (the conversation must show it)."""
-        msg = message_pb2.Message(
-            msg_id=record.msg_id,
-            cli_msg_id=order.cli_msg_id,
-            thread_id=order.conversation_key,
-            thread_type=order.thread_type or message_pb2.THREAD_TYPE_USER,
-            direction=message_pb2.DIRECTION_OUT,
-            sender_id=str(order.account_id),
-            content=order.content,
-            msg_type="webchat",
-            attachments=order.attachments,
-        )
-        if order.quote_msg_id:
-            msg.quote.msg_id = order.quote_msg_id
-        msg.sent_at.FromDatetime(datetime.fromisoformat(record.at))
+        msg = echo_of(record, order.thread_type)
         request = ingest_service_pb2.IngestMessagesRequest(
             account_id=order.account_id,
             messages=[msg],
@@ -245,6 +236,33 @@ class Standin:
         )
         if reply is not None and reply.rejected:
             log.error("echo of %s rejected: %s", order.cli_msg_id, reply.rejected[0])
+
+    async def catch_up(self) -> None:
+        """What Zalo echoes of the account's recent sends when a listener connects again: the
+        echoes a dead stand-in never forwarded (it died between its send and the echo) reach
+        ingest now, as a real listener's would (ingest stores each once, by its msg_id)."""
+        since = datetime.now(UTC) - timedelta(seconds=self.config.catch_up_seconds)
+        records = self.sent_log.since(
+            self.config.accounts, since.isoformat(timespec="milliseconds")
+        )
+        for account_id in self.config.accounts:
+            echoes = [echo_of(r) for r in records if r.account_id == account_id]
+            for start in range(0, len(echoes), 200):
+                request = ingest_service_pb2.IngestMessagesRequest(
+                    account_id=account_id, messages=echoes[start : start + 200]
+                )
+                await self._forward_until(request, time.monotonic() + 120)
+        if records:
+            log.info("caught up: %d echoes of earlier sends forwarded again", len(records))
+
+    async def _forward_until(
+        self, request: ingest_service_pb2.IngestMessagesRequest, deadline: float
+    ) -> None:
+        await self._retrying(
+            f"catch-up of {len(request.messages)} echoes",
+            lambda: self.ingest.IngestMessages(request, timeout=CALL_TIMEOUT),
+            give_up=lambda: time.monotonic() > deadline,
+        )
 
     async def _report(
         self,
@@ -330,6 +348,28 @@ class Standin:
                 return None
             await asyncio.sleep(backoff * (1 + self.random.random()))
             backoff = min(backoff * 2, 2.0)
+
+
+def echo_of(
+    record: SentRecord, thread_type: int = message_pb2.THREAD_TYPE_USER
+) -> message_pb2.Message:
+    """The account's own message as Zalo echoes it (selfListen), carrying the order's
+    cli_msg_id."""
+    msg = message_pb2.Message(
+        msg_id=record.msg_id,
+        cli_msg_id=record.cli_msg_id,
+        thread_id=record.conversation_key,
+        thread_type=thread_type or message_pb2.THREAD_TYPE_USER,  # type: ignore[arg-type]
+        direction=message_pb2.DIRECTION_OUT,
+        sender_id=str(record.account_id),
+        content=record.content,
+        msg_type="webchat",
+        attachments=record.attachments,
+    )
+    if record.quote_msg_id:
+        msg.quote.msg_id = record.quote_msg_id
+    msg.sent_at.FromDatetime(datetime.fromisoformat(record.at))
+    return msg
 
 
 def zalo_msg_id() -> str:
