@@ -287,7 +287,7 @@ class Standin:
                 give_up=lambda: not self.holds(order),
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+            if exc.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
                 raise
             # Too late (the lease moved on, or the order is no longer ours): dropped.
             log.info("report of %s refused: %s", order.cli_msg_id, exc.details())
