@@ -47,8 +47,6 @@ TRANSIENT = frozenset(
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
     }
 )
 FINAL = ("sent", "failed")
@@ -133,12 +131,12 @@ class StandinProcess:
 
         self._chaos = asyncio.create_task(kill_now_and_then())
 
-    async def killed_more(self, more: int, seconds: float) -> None:
-        """Until `more` kills more (at once when it is not being killed)."""
-        target = self.kills + more
+    async def killed(self, times: int, seconds: float) -> None:
+        """Until it was killed `times` times in all (at once when it is not being killed):
+        the orders still in flight after the last acknowledgement meet the kills too."""
 
         async def enough() -> bool:
-            return self._chaos is None or self.kills >= target
+            return self._chaos is None or self.kills >= times
 
         with contextlib.suppress(NeverHappened):
             await until("more kills", enough, seconds, every=0.1)

@@ -137,7 +137,7 @@ async def _run(stack: ChaosStack, flags: list[str], *, kills: bool) -> dict[str,
                 )
                 if faults is not None:
                     await faults
-                await standin.killed_more(3, 60)
+                await standin.killed(standin.kills + 3, 60)
                 standin.stop_chaos()
                 settled = await sa.settle(db, ledger, 240)
             finally:
