@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sys
 import tempfile
 import time
@@ -42,6 +43,7 @@ SECTION = "outbound"
 # The bench's own Zalo accounts.
 ACCOUNTS_FROM = 930_001
 AGENT = 7
+AGENTS_FROM = 50_000
 SHOWN_SENT = ("sent", "delivered", "seen")
 
 
@@ -86,8 +88,21 @@ class OutboundRun:
     pacing_limit: float | None
 
 
-def _token(accounts: list[int]) -> str:
-    return mint(secret_file().read_text().strip(), AGENT, accounts, 3600)
+@functools.cache
+def _secret() -> str:
+    return secret_file().read_text().strip()
+
+
+@functools.cache
+def _token(account: int, user: int = AGENT) -> str:
+    """A token of `user` for `account` (minted once: the runs send thousands of replies)."""
+    return mint(_secret(), user, [account], 3600)
+
+
+def _agent(account: int, key: str) -> int:
+    """The agent replying in a conversation: one per conversation, so that the gateway's limit
+    of inbox writes per user (INBOX_WRITES_PER_MINUTE) is not what the run measures."""
+    return AGENTS_FROM + (account - ACCOUNTS_FROM) * 1000 + int(key.rsplit("-", 1)[1])
 
 
 def _p(samples: list[float], p: float) -> float:
@@ -212,7 +227,7 @@ class Seen:
 
 async def _follow(port: int, account: int, seen: Seen, stop: asyncio.Event) -> None:
     """One browser's SSE stream of the account's inbox."""
-    headers = {"Authorization": f"Bearer {_token([account])}", "Accept": "text/event-stream"}
+    headers = {"Authorization": f"Bearer {_token(account)}", "Accept": "text/event-stream"}
     async with (
         # No read timeout: an idle stream waits for the next event (heartbeats come meanwhile).
         httpx.AsyncClient(
@@ -242,7 +257,7 @@ async def _poll(
     port: int, account: int, key: str, seen: dict[str, float], stop: asyncio.Event
 ) -> None:
     """The anchor: one conversation's newest page through REST, as fast as it answers."""
-    headers = {"Authorization": f"Bearer {_token([account])}"}
+    headers = {"Authorization": f"Bearer {_token(account)}"}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
         while not stop.is_set():
             try:
@@ -264,8 +279,11 @@ async def _send(
     client: httpx.AsyncClient, account: int, key: str, content: str, idempotency_key: str
 ) -> str | None:
     """One reply through the gateway: its cli_msg_id once acknowledged (None: refused)."""
-    headers = {"Authorization": f"Bearer {_token([account])}", "Idempotency-Key": idempotency_key}
-    for _ in range(3):
+    headers = {
+        "Authorization": f"Bearer {_token(account, _agent(account, key))}",
+        "Idempotency-Key": idempotency_key,
+    }
+    for _ in range(20):
         try:
             reply = await client.post(
                 f"/api/zalo-accounts/{account}/conversations/{key}/messages",
@@ -280,7 +298,7 @@ async def _send(
         if reply.status_code not in (429, 503):
             progress.say(SECTION, f"send refused: {reply.status_code} {reply.text[:200]}")
             return None
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(min(5.0, float(reply.headers.get("Retry-After") or 0.2)))
     return None
 
 
