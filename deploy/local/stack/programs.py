@@ -11,7 +11,9 @@ from .paths import HERE, ROOT, VAR, VENV
 SERVICES = ("ingest", "timeline", "likes", "flusher", "gateway")
 # Not a service of agora: the local stand-in for the Zalo listener (tools/listener_standin, dev
 # and tests only), taking the demo accounts' send orders so that a reply goes somewhere on
-# `make up`. In the services group: started, restarted and stopped with them.
+# `make up`. A program of its own, started once the demo accounts exist (lifecycle.up): asking
+# ingest for accounts it does not have yet would have ingest remember them as unknown a moment,
+# and refuse the demo data's messages.
 STANDIN = "listener-standin"
 STANDIN_ACCOUNTS = "1,2"
 
@@ -82,7 +84,7 @@ serverurl=unix://{VAR}/run/supervisor.sock
 programs={datastore_programs}
 
 [group:services]
-programs={",".join((*SERVICES, STANDIN))}
+programs={",".join(SERVICES)}
 """
 
 
