@@ -53,6 +53,8 @@ class Standin:
         # account → the epoch of the lease this process holds now (absent: not held).
         self.leases: dict[int, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        # The current stream has answered (a lease granted): it worked.
+        self.streamed = False
 
     # -- the stream ---------------------------------------------------------------------------
 
@@ -79,7 +81,6 @@ class Standin:
                     call.cancel()
                     reading.cancel()
                     break
-                backoff = 0.1
             except grpc.aio.AioRpcError as exc:
                 log.warning("Listen failed: %s %s", exc.code().name, exc.details())
             finally:
@@ -87,12 +88,18 @@ class Standin:
                 # Whatever this process held went with the stream: in-flight orders that were
                 # not sent yet are dropped (the next holder is offered them again).
                 self.leases.clear()
+            if self.streamed:
+                # A stream that worked and ended (a server's connection age, a restart): again
+                # at once. Only failures one after another back off further.
+                backoff = 0.1
+                self.streamed = False
             await asyncio.sleep(backoff * (1 + self.random.random()))
             backoff = min(backoff * 2, 5.0)
         await self.close()
 
     async def _read(self, call: grpc.aio.UnaryStreamCall) -> None:
         async for event in call:
+            self.streamed = True
             kind = event.WhichOneof("event")
             if kind == "lease_granted":
                 grant = event.lease_granted
