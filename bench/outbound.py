@@ -5,14 +5,15 @@ A listener stand-in of the bench's own (tools/listener_standin, no echo delay, n
 what is timed is agora, not a fake Zalo's pace) holds the bench's accounts.
 
 - Latency: replies sent through the gateway's route (`POST …/conversations/{key}/messages`,
-  one at a time per conversation, the conversations side by side) while each account's inbox
-  is read as a browser reads it (SSE). For each reply: its acknowledgement (the 202) → the first
+  one at a time per conversation, the conversations side by side, each account at half its
+  pacing limit: what is timed is the path, not a queue) while each account's inbox is read as a
+  browser reads it (SSE). For each reply: its acknowledgement (the 202) → the first
   event saying it is `sent`, and → the event of its echo stored (a message with its msg_id). The
   in-run anchor: the same replies, acknowledgement → `sent` visible through the REST timeline (a
   poller reading one conversation's newest page as fast as it answers), as the live section's.
 - Throughput: replies queued at once (many conversations) to one account, then to several: sent
   per second per account (what the pacing limit, OUTBOUND_SENDS_PER_SECOND, allows) and in total,
-  from the orders' own times (first queued → last sent).
+  from the orders' own times (the first sent_at to the last).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class RateRun:
 
     @property
     def per_second(self) -> float:
-        return self.sent / self.seconds if self.seconds > 0 else float("nan")
+        # Sends between the first and the last: n - 1 intervals.
+        return (self.sent - 1) / self.seconds if self.seconds > 0 else float("nan")
 
     @property
     def per_account(self) -> float:
@@ -302,7 +304,9 @@ async def _send(
     return None
 
 
-async def _latency(stack: Stack, accounts: list[int], keys: list[str], per_key: int) -> LatencyRun:
+async def _latency(
+    stack: Stack, accounts: list[int], keys: list[str], per_key: int, interval: float
+) -> LatencyRun:
     seen, polled = Seen(), dict[str, float]()
     acked: dict[str, float] = {}
     polled_key = keys[0]
@@ -318,20 +322,21 @@ async def _latency(stack: Stack, accounts: list[int], keys: list[str], per_key: 
         ) as client:
 
             async def conversation(account: int, key: str) -> None:
+                start = time.monotonic() + interval * keys.index(key) / len(keys)
                 for i in range(per_key):
+                    # Open loop per conversation: each reply when due, `interval` apart.
+                    await asyncio.sleep(max(0.0, start + i * interval - time.monotonic()))
                     cli = await _send(client, account, key, f"bench reply {i}", f"{run}-{key}-{i}")
                     if cli is None:
                         continue
                     acked[cli] = time.monotonic()
                     if account == accounts[0] and key == polled_key:
                         polled_ids.add(cli)
-                    # The next reply once this one is shown sent (an agent's pace, at most 1 s).
-                    await _shown(seen.sent, cli, 1.0)
 
             total = len(accounts) * len(keys) * per_key
             progress.say(SECTION, f"{total} replies over {len(accounts)} accounts, SSE open")
             await asyncio.gather(*(conversation(a, k) for a in accounts for k in keys))
-        await asyncio.sleep(3)  # the last echoes
+        await asyncio.sleep(5)  # the last echoes
     finally:
         stop.set()
         for task in [*readers, poller]:
@@ -354,12 +359,6 @@ async def _latency(stack: Stack, accounts: list[int], keys: list[str], per_key: 
         same_sent_p99_ms=_p(same, 99),
         events_missing=len(acked) - len(sent),
     )
-
-
-async def _shown(found: dict[str, float], cli: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while cli not in found and time.monotonic() < deadline:  # noqa: ASYNC110 (filled by a reader)
-        await asyncio.sleep(0.01)
 
 
 async def _rate(stack: Stack, accounts: list[int], keys: list[str], per_key: int) -> RateRun:
@@ -394,7 +393,7 @@ async def _rate(stack: Stack, accounts: list[int], keys: list[str], per_key: int
 
         await until("the queued replies to be sent", final, 600, every=0.2)
         row = await db.fetchone(
-            "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(queued_at), MAX(sent_at))"
+            "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(sent_at), MAX(sent_at))"
             f" FROM zalo_outbound_messages WHERE {where} AND state = 'sent'",
             args,
         )
@@ -405,15 +404,24 @@ async def _rate(stack: Stack, accounts: list[int], keys: list[str], per_key: int
 
 
 async def run_outbound(
-    stack: Stack, *, accounts: int = 4, conversations: int = 10, per_conversation: int = 10
+    stack: Stack,
+    *,
+    accounts: int = 4,
+    conversations: int = 4,
+    per_conversation: int = 12,
+    queued: int = 250,
 ) -> OutboundRun:
     ids = list(range(ACCOUNTS_FROM, ACCOUNTS_FROM + accounts))
-    keys = [f"bench-out-{i}" for i in range(max(conversations, 50))]
+    keys = [f"bench-out-{i}" for i in range(50)]
+    limit = pacing_limit()
+    # Each account at half its pacing limit in the latency run.
+    interval = conversations / (0.5 * (limit or 5.0))
     await _prepare(stack, ids, keys)
     async with standin(stack, ids):
-        latency = await _latency(stack, ids, keys[:conversations], per_conversation)
-        progress.say(SECTION, "one account: 500 replies queued at once over 50 conversations")
-        one = await _rate(stack, ids[:1], keys, 10)
-        progress.say(SECTION, f"{accounts} accounts: 500 replies each, at once")
-        every = await _rate(stack, ids, keys, 10)
-    return OutboundRun(latency, one, every, pacing_limit())
+        latency = await _latency(stack, ids, keys[:conversations], per_conversation, interval)
+        per_key = max(1, queued // len(keys))
+        progress.say(SECTION, f"one account: {per_key * len(keys)} replies queued at once")
+        one = await _rate(stack, ids[:1], keys, per_key)
+        progress.say(SECTION, f"{accounts} accounts: {per_key * len(keys)} replies each, at once")
+        every = await _rate(stack, ids, keys, per_key)
+    return OutboundRun(latency, one, every, limit)

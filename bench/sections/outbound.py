@@ -12,7 +12,10 @@ from bench.sections.options import Options
 async def outbound_section(stack: Stack, o: Options) -> list[Result]:
     run = await run_outbound(stack)
     lat = run.latency
-    during = f"{lat.acknowledged:,} replies of {lat.replies:,}, the bench's stand-in (no delay)"
+    during = (
+        f"{lat.acknowledged:,} replies of {lat.replies:,}, each account at half its pacing"
+        " limit, the bench's stand-in (no delay)"
+    )
     anchor = f"anchor: ack → sent visible through REST p99 {lat.rest_p99_ms:.1f} ms"
     limit = f"OUTBOUND_SENDS_PER_SECOND {run.pacing_limit:g}" if run.pacing_limit else "the limit"
     return [
