@@ -2,10 +2,10 @@
 
   python -m bench [--rows 1000000] [--only timeline,forum] [--skip cluster] [--scaling] ...
 
-Sections: ingest, prune, timeline, forum, likes, gateway, live, cluster, statements (all by
-default; statements: PostgreSQL's hot statements of the run, from pg_stat_statements) and, opt-in,
-scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG
-plots).
+Sections: ingest, prune, timeline, forum, likes, gateway, live, outbound, cluster, statements (all
+by default; statements: PostgreSQL's hot statements of the run, from pg_stat_statements) and,
+opt-in, scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG
+plots). outbound: replies through a listener stand-in of the bench's own (bench/outbound.py).
 cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started for the run
 (WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py).
 
@@ -37,6 +37,7 @@ from bench.sections import (
     ingest_section,
     likes_section,
     live_section,
+    outbound_section,
     prepare_data_set,
     prune_section,
     scaling_section,
@@ -53,6 +54,7 @@ SECTIONS = (
     "likes",
     "gateway",
     "live",
+    "outbound",
     "cluster",
     "statements",
 )
@@ -170,6 +172,7 @@ async def run(args: argparse.Namespace, command: str) -> int:
         ("likes", lambda: likes_section(stack, options)),
         ("gateway", lambda: gateway_section(stack, options)),
         ("live", lambda: live_section(stack, options)),
+        ("outbound", lambda: outbound_section(stack, options)),
         ("cluster", lambda: cluster_section(stack, options)),
         ("scaling", lambda: scaling_section(stack, options, known, RESULTS)),
         # Last: what the sections before asked of PostgreSQL.

@@ -10,6 +10,7 @@ from bench.sections.ingest import ingest_section, prune_section
 from bench.sections.likes import likes_section
 from bench.sections.live import live_section
 from bench.sections.options import Options
+from bench.sections.outbound import outbound_section
 from bench.sections.reads import forum_section, scaling_section, timeline_section
 from bench.sections.table import prepare_data_set
 
@@ -21,6 +22,7 @@ __all__ = [
     "ingest_section",
     "likes_section",
     "live_section",
+    "outbound_section",
     "prepare_data_set",
     "prune_section",
     "scaling_section",

@@ -14,6 +14,8 @@ agora is up.
 $sql_lines
   gRPC      ingest :$INGEST_PORT (forum writes :$INGEST_FORUM_PORT)  timeline :$TIMELINE_PORT  likes :$LIKES_PORT
             mTLS: CA var/tls/ca.pem, client certificates var/tls/{gateway,listener}.pem/.key
+  listener  a local STAND-IN for Zalo (tools/listener_standin, dev only) sends the replies of
+            accounts 1 and 2: its log var/listener-standin/sent.jsonl (docs/outbound.md)
   health    plaintext gRPC :$INGEST_HEALTH_PORT :$TIMELINE_HEALTH_PORT :$LIKES_HEALTH_PORT, flusher :$FLUSHER_PORT
   metrics   http://127.0.0.1:{$INGEST_METRICS_PORT,$TIMELINE_METRICS_PORT,$LIKES_METRICS_PORT,$FLUSHER_METRICS_PORT,$GATEWAY_METRICS_PORT}/metrics
   logs      make logs        stop: make down

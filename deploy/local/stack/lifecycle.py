@@ -9,6 +9,7 @@ import sys
 from . import banner, datastores, redis_servers, settings, shell, sql_admin, supervisorctl
 from .ha_engines import stop as ha_stop
 from .paths import PY, VAR
+from .programs import STANDIN
 from .running import TEST_ENV, call_with, output_with
 
 
@@ -52,6 +53,9 @@ def up() -> None:
     code = call_with([TEST_ENV], [PY, "-m", "tools.demo_data"])
     if code:
         raise SystemExit(code)
+    # The demo accounts exist: their replies have somewhere to go (docs/outbound.md).
+    shell.log("(re)starting the listener stand-in (dev only) for the demo accounts")
+    supervisorctl.ctl("restart", STANDIN)
     token = [PY, "-m", "tools.jwt_token", "--sub", "7", "--accounts", "1,2"]
     print(banner.text(mode, ha, output_with([TEST_ENV], token)))
 
@@ -80,7 +84,7 @@ def down() -> None:
         shell.log("nothing is running")
         return
     shell.log("stopping services and datastores")
-    supervisorctl.ctl("stop", "services:*", "tracesink", quiet=True)
+    supervisorctl.ctl("stop", STANDIN, "services:*", "tracesink", quiet=True)
     supervisorctl.ctl("stop", "redis-cluster:*", "redis-cluster-test:*", quiet=True)
     supervisorctl.ctl("stop", "datastores:*", quiet=True)
     if settings.ha_mode() == "1":

@@ -9,6 +9,13 @@ from .host import is_root, pg_bin
 from .paths import HERE, ROOT, VAR, VENV
 
 SERVICES = ("ingest", "timeline", "likes", "flusher", "gateway")
+# Not a service of agora: the local stand-in for the Zalo listener (tools/listener_standin, dev
+# and tests only), taking the demo accounts' send orders so that a reply goes somewhere on
+# `make up`. A program of its own, started once the demo accounts exist (lifecycle.up): asking
+# ingest for accounts it does not have yet would have ingest remember them as unknown a moment,
+# and refuse the demo data's messages.
+STANDIN = "listener-standin"
+STANDIN_ACCOUNTS = "1,2"
 
 
 def start_supervisord() -> None:
@@ -48,6 +55,7 @@ def write() -> None:
         _cluster("redis-cluster-test", settings.number("REDIS_CLUSTER_TEST_PORT")),
         _tracesink(),
         *(_service(name) for name in SERVICES),
+        _standin(),
     ]
     with open(f"{VAR}/supervisord.conf", "w") as conf:
         conf.write("".join(sections))
@@ -182,4 +190,25 @@ stopsignal=TERM
 stopwaitsecs=30
 redirect_stderr=true
 stdout_logfile={VAR}/log/{name}.log
+"""
+
+
+def _standin() -> str:
+    # Delays a person can watch: sent at once, delivered after a second, seen after three.
+    return f"""
+[program:{STANDIN}]
+command={VENV}/bin/python -m tools.listener_standin --accounts {STANDIN_ACCOUNTS}
+  --target 127.0.0.1:{settings.get("INGEST_PORT")} --tls-dir {VAR}/tls
+  --log {VAR}/listener-standin/sent.jsonl
+  --echo-delay-ms 300 --delivered-delay-ms 1200 --seen-delay-ms 3000
+directory={ROOT}
+priority=30
+autostart=false
+autorestart=true
+startsecs=2
+startretries=10
+stopsignal=TERM
+stopwaitsecs=10
+redirect_stderr=true
+stdout_logfile={VAR}/log/{STANDIN}.log
 """

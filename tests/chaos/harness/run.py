@@ -17,6 +17,7 @@ from services.streams.like_cache import LikeCache, member
 from services.streams.likes import POST
 from tests.chaos.harness.faults import CLUSTER_FAILOVER, FAULTS
 from tests.chaos.harness.faults.grants import ensure_grants
+from tests.chaos.harness.faults.outbound import NEGATIVE, SENT_ONCE, ignoring_possibly_sent
 from tests.chaos.harness.faults.scenario import Fault, Scenario
 from tests.chaos.harness.load import (
     CHAOS_ACCOUNT,
@@ -95,6 +96,12 @@ class Outcome:
             # One account's flood (tests/chaos/harness/noisy_account.py): what fair shares prevent.
             (int(self.extra.get("others_refused", 0)), "refusals of the other accounts"),
             (int(self.extra.get("others_p99_regressed", 0)), "others' ack p99 regressed"),
+            # Replies through the listener (tests/chaos/harness/faults/outbound.py).
+            (int(self.extra.get("replies_not_final", 0)), "replies never final"),
+            (int(self.extra.get("replies_sent_twice", 0)), "replies sent twice"),
+            (int(self.extra.get("replies_out_of_order", 0)), "conversations' replies reordered"),
+            (int(self.extra.get("replies_stored_wrong", 0)), "replies not stored exactly once"),
+            (int(self.extra.get("replies_msg_id_wrong", 0)), "replies with another msg_id"),
         ]
         found = [f"{n:,} {what}" for n, what in counts if n]
         if self.drained_s is None:
@@ -153,6 +160,13 @@ CONTROLS: dict[str, Control] = {
         PG_LEADER_LOST,
         lambda o: o.likes_lost > 0 or o.forum_lost > 0,
         inject=lose_pg_leader_async,
+    ),
+    # The stand-in dies right after sending and, started again, sends the orders offered as
+    # possibly sent without looking at its log: Zalo gets them twice, the accounting counts them.
+    NEGATIVE: Control(
+        SENT_ONCE,
+        lambda o: o.extra.get("replies_sent_twice", 0) > 0,
+        inject=ignoring_possibly_sent,
     ),
 }
 # The controls of the HA engines' failovers (python -m tests.chaos --ha; stack.sh run-ha).

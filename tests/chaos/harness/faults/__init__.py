@@ -10,6 +10,7 @@ from tests.chaos.harness.faults.grants import revoke_grants
 from tests.chaos.harness.faults.leases import freeze_past_lease, rebalance
 from tests.chaos.harness.faults.limits import redis_full, stall_flusher
 from tests.chaos.harness.faults.network import blackhole_mysql, blackhole_postgres, blackhole_redis
+from tests.chaos.harness.faults.outbound import SENT_ONCE, sent_once
 from tests.chaos.harness.faults.processes import (
     kill_flusher_after_commit,
     kill_flusher_mid_batch,
@@ -63,6 +64,8 @@ FAULTS: dict[str, Scenario] = {
     ),
     CLUSTER_FAILOVER: on_the_cluster(fail_over_master),
     CLUSTER_RESHARD: on_the_cluster(reshard_under_load),
+    # Replies through the listener stand-in (issue 45), beside the usual message and like load.
+    SENT_ONCE: Scenario(sent_once, after=0),
 }
 # make test's rows (its 20-minute budget); make chaos runs every row. The backlog bound, the
 # cluster's failover and a paused flusher's takeover have deterministic tests in make test
