@@ -89,17 +89,16 @@ async def loop(clean: None) -> AsyncIterator[Loop]:
         await running.stop()
 
 
-# TODO(integrator, issue 45): start the listener stand-in here as `make up` runs it, once
-# tools/listener_standin exists (branch out-standin). What these tests assume of it, and nothing
-# more:
-# - it runs as `python -m tools.listener_standin` (STANDIN_MODULE) with the listener's workload
-#   certificate (GRPC_TLS_CA/_CERT/_KEY of the `listener` identity) and reaches ingest at
-#   INGEST_ADDR; it listens for the accounts STANDIN_ACCOUNTS lists (ListenerService.Listen) —
-#   rename the variables to the stand-in's own;
-# - for each order it "sends" after a short delay: ReportOutcome sent {msg_id, sent_at} and the
-#   echo through IngestMessages (direction out, the order's cli_msg_id, a msg_id of its own);
-#   then a `delivered` receipt and, later, a `seen` one through IngestReceipts. The delays must
-#   leave each state on screen long enough to be seen (~0.5-1 s each; STANDIN_*_DELAY_MS here);
+# The listener stand-in (tools/listener_standin, branch out-standin) as these tests run it: its
+# flags as LISTENER_STANDIN_* variables, as of that branch's config.py. TODO(integrator, issue
+# 45): check them against the merged stand-in (and start it here the way `make up` does, should
+# that differ). What these tests assume of it, and nothing more:
+# - it takes the orders of the accounts it is given (ListenerService.Listen at ingest's address,
+#   the listener's certificate from var/tls), "sends" each: ReportOutcome sent and the echo
+#   through IngestMessages (direction out, the order's cli_msg_id), then a `delivered` and later
+#   a `seen` receipt through IngestReceipts;
+# - the delays leave each state on screen for a moment (the echo 0.6 s after the send,
+#   delivered at 1.6 s, seen at 2.8 s);
 # - it fails nothing unless told to (these tests never tell it).
 STANDIN_MODULE = "tools.listener_standin"
 
@@ -115,14 +114,15 @@ async def listener_standin(loop: Loop, accounts: list[int]) -> AsyncIterator[Non
         cwd=ROOT,
         env={
             **os.environ,
-            **callers.tls_env("listener"),
-            "INGEST_ADDR": f"127.0.0.1:{loop.ingest_port}",
-            "STANDIN_ACCOUNTS": ",".join(str(a) for a in accounts),
-            "STANDIN_SEND_DELAY_MS": "600",
-            "STANDIN_DELIVERED_DELAY_MS": "1000",
-            "STANDIN_SEEN_DELAY_MS": "1000",
-            "STANDIN_SENT_LOG": str(loop.stack.log_dir / "listener-standin-sent.jsonl"),
-            "LOG_LEVEL": "INFO",
+            "LISTENER_STANDIN_TARGET": f"127.0.0.1:{loop.ingest_port}",
+            "LISTENER_STANDIN_ACCOUNTS": ",".join(str(a) for a in accounts),
+            "LISTENER_STANDIN_TLS_DIR": str(callers.tls_dir()),
+            # This stack's own sent log: nothing of another run is forwarded again.
+            "LISTENER_STANDIN_LOG": str(loop.stack.log_dir / "listener-standin-sent.jsonl"),
+            "LISTENER_STANDIN_CATCH_UP_SECONDS": "0",
+            "LISTENER_STANDIN_ECHO_DELAY_MS": "600",
+            "LISTENER_STANDIN_DELIVERED_DELAY_MS": "1600",
+            "LISTENER_STANDIN_SEEN_DELAY_MS": "2800",
         },
         stdout=asyncio.subprocess.DEVNULL,
         stderr=log,
