@@ -22,6 +22,7 @@ const NEAR_BOTTOM = 40;
 // {account, root, list, more, thread, items: Map(key -> {conversation, badge, li, time, title, preview}),
 //  cursor, key (the open conversation), header (its unread line), timeline, live (the gate)}
 let view = null;
+let routeCalls = 0;
 
 // A reply's status changes (sending, offline, refused, acknowledged): shown where it is open.
 outbox.onChange((entry) => {
@@ -40,12 +41,15 @@ export async function inboxView(main, [accountPart, key]) {
     return;
   }
   const account = accountPart ? Number(accountPart) : accounts[0];
+  // A route taken while this one still loads (a link followed at once) is the one shown.
+  const call = (routeCalls += 1);
   if (!view || view.account !== account || !view.root.isConnected) {
     const v = (view = buildInbox(main, accounts, account));
     // The stream first, then the lists: whatever commits after the read is in the stream.
     await follow(`api/zalo-accounts/${account}/events`, (kind, data) => v.live.take(kind, data));
     await loadConversations(v);
   }
+  if (call !== routeCalls) return;
   view.key = key ?? null;
   // On a phone the open conversation takes the screen (its header links back to the list).
   view.root.classList.toggle('open', Boolean(key));
