@@ -26,8 +26,10 @@ from tests.helpers import Flusher, at, message, mint_token
 from tests.stack import Env
 
 ACCOUNT = "/api/zalo-accounts/1"
-THREAD = "t1"
-OTHER = "t2"
+# Conversations of their own: tests/conftest.py's `clean` does not empty the orders' table yet,
+# and an order left in t1 would show in other tests' timelines of t1.
+THREAD = "reply-a"
+OTHER = "reply-b"
 SEND = f"{ACCOUNT}/conversations/{THREAD}/messages"
 
 
@@ -50,18 +52,18 @@ async def orders(admin_db: MysqlDatabase) -> int:
 async def conversations(
     ingest: ingest_service_pb2_grpc.IngestServiceStub, flusher: Flusher
 ) -> dict[str, str]:
-    """Two stored conversations of account 1, a message each (t1-in in t1, t2-in in t2)."""
+    """Two stored conversations of account 1, a message each (a-in in THREAD, b-in in OTHER)."""
     await ingest.IngestMessages(
         pb.IngestMessagesRequest(
             account_id=1,
             messages=[
-                message("t1-in", sent_at=at(1)),
-                message("t2-in", thread=OTHER, sent_at=at(2)),
+                message("a-in", thread=THREAD, sent_at=at(1)),
+                message("b-in", thread=OTHER, sent_at=at(2)),
             ],
         )
     )
     await flusher.drain()
-    return {THREAD: "t1-in", OTHER: "t2-in"}
+    return {THREAD: "a-in", OTHER: "b-in"}
 
 
 # --- Against ingest's OutboundService (needs the out-ingest branch) ----------------------------
@@ -75,6 +77,7 @@ async def test_a_reply_is_queued_and_answered_with_its_order(
     admin_db: MysqlDatabase,
 ) -> None:
     body = {"content": "Dạ, shop gửi ạ 😀", "quote_msg_id": conversations[THREAD]}
+    before = await orders(admin_db)
     sent = await gateway.post(SEND, json=body, headers=keyed(token))
     assert_documented(sent, 202, schemas.OrderResponse)
     order = sent.json()["data"]
@@ -83,12 +86,12 @@ async def test_a_reply_is_queued_and_answered_with_its_order(
     assert order["cli_msg_id"]
     assert order["state"] == "queued"
     assert order["content"] == body["content"]
-    assert order["quote_msg_id"] == "t1-in"
+    assert order["quote_msg_id"] == "a-in"
     assert order["agent_user_id"] == 7  # the token's user
     assert order["msg_id"] is None
     assert order["sent_at"] is None
     # Durable before it was acknowledged.
-    assert await orders(admin_db) == 1
+    assert await orders(admin_db) == before + 1
     location = sent.headers["location"]
     assert location == f"{SEND}/{order['cli_msg_id']}"
     read = await gateway.get(location, headers=keyed(token))
@@ -104,6 +107,7 @@ async def test_the_same_key_is_the_same_order_and_another_body_with_it_is_422(
     admin_db: MysqlDatabase,
 ) -> None:
     key = str(uuid.uuid4())
+    before = await orders(admin_db)
     first = await gateway.post(SEND, json={"content": "Một lần"}, headers=keyed(token, key))
     again = await gateway.post(SEND, json={"content": "Một lần"}, headers=keyed(token, key))
     assert first.status_code == again.status_code == 202, again.text
@@ -111,7 +115,7 @@ async def test_the_same_key_is_the_same_order_and_another_body_with_it_is_422(
     other = await gateway.post(SEND, json={"content": "Hai lần"}, headers=keyed(token, key))
     assert other.status_code == 422, other.text
     assert fields(other) == ["idempotency_key"]
-    assert await orders(admin_db) == 1
+    assert await orders(admin_db) == before + 1
 
 
 @pytest.mark.asyncio
@@ -119,10 +123,10 @@ async def test_the_same_key_is_the_same_order_and_another_body_with_it_is_422(
     ("path", "body", "status", "field"),
     [
         (SEND, {"content": "x" * 65_536}, 422, "content"),  # past ingest's default bound
-        (SEND, {"content": "Dạ", "quote_msg_id": "t2-in"}, 422, "quote_msg_id"),  # t2's
+        (SEND, {"content": "Dạ", "quote_msg_id": "b-in"}, 422, "quote_msg_id"),  # OTHER's
         (SEND, {"content": "Dạ", "quote_msg_id": "nowhere"}, 422, "quote_msg_id"),
         (f"{ACCOUNT}/conversations/nowhere/messages", {"content": "Dạ"}, 404, None),
-        ("/api/zalo-accounts/2/conversations/t1/messages", {"content": "Dạ"}, 404, None),
+        (f"/api/zalo-accounts/2/conversations/{THREAD}/messages", {"content": "Dạ"}, 404, None),
     ],
     ids=[
         "content over the bound",
@@ -142,12 +146,13 @@ async def test_a_reply_the_service_refuses_names_why_and_stores_nothing(
     status: int,
     field: str | None,
 ) -> None:
+    before = await orders(admin_db)
     refused = await gateway.post(path, json=body, headers=keyed(token))
     assert refused.status_code == status, refused.text
     assert refused.json()["success"] is False
     if field is not None:
         assert fields(refused) == [field]
-    assert await orders(admin_db) == 0
+    assert await orders(admin_db) == before
 
 
 @pytest.mark.asyncio

@@ -230,23 +230,23 @@ class ScriptedListener:
 # --- What the page shows ------------------------------------------------------------------------
 
 
-async def a_conversation(loop: Loop, env: Env) -> httpx.AsyncClient:
-    """Account 1's conversation THREAD with three messages from a customer, stored; an API
-    client as user 7 (closed by the caller)."""
-    api = httpx.AsyncClient(
-        base_url=loop.url, headers=bearer(mint_token(env.jwt_secret, sub=7, accounts=[1]))
-    )
-    now = datetime.now(UTC).replace(microsecond=0)
-    texts = ["Chào shop 👋", "Áo này còn size M không ạ?", "Bao giờ giao được ạ?"]
-    await ingest(
-        api,
-        [
-            message(THREAD, f"{THREAD}-{i}", now - timedelta(minutes=5 - i), text)
-            for i, text in enumerate(texts)
-        ],
-    )
-    await stored(api, THREAD, 3)
-    return api
+@asynccontextmanager
+async def a_conversation(loop: Loop, env: Env) -> AsyncIterator[httpx.AsyncClient]:
+    """Account 1's conversation THREAD with three messages from a customer, stored; yields an
+    API client as user 7."""
+    token = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    async with httpx.AsyncClient(base_url=loop.url, headers=bearer(token)) as api:
+        now = datetime.now(UTC).replace(microsecond=0)
+        texts = ["Chào shop 👋", "Áo này còn size M không ạ?", "Bao giờ giao được ạ?"]
+        await ingest(
+            api,
+            [
+                message(THREAD, f"{THREAD}-{i}", now - timedelta(minutes=5 - i), text)
+                for i, text in enumerate(texts)
+            ],
+        )
+        await stored(api, THREAD, 3)
+        yield api
 
 
 async def record_states(page: Page) -> None:
@@ -318,9 +318,8 @@ async def test_a_reply_goes_pending_sent_delivered_seen_live_in_both_agents_wind
     loop: Loop, browser: Browser, env: Env
 ) -> None:
     text = "Dạ còn size M ạ, shop gửi ngay hôm nay 😀"
-    api = await a_conversation(loop, env)
     async with (
-        api,
+        a_conversation(loop, env) as api,
         listener_standin(loop, [1]),
         watched_page(browser) as agent,
         watched_page(browser) as other,
@@ -381,8 +380,11 @@ async def test_offline_the_reply_waits_and_goes_once_and_a_lost_answer_is_sent_a
 ) -> None:
     offline_text = "Gửi khi mất mạng"
     lost_text = "Gửi khi mất câu trả lời"
-    api = await a_conversation(loop, env)
-    async with api, listener_standin(loop, [1]), watched_page(browser) as agent:
+    async with (
+        a_conversation(loop, env) as api,
+        listener_standin(loop, [1]),
+        watched_page(browser) as agent,
+    ):
         page = agent.page
         await sign_in(agent, loop.url, 7)
         await open_conversation(page, THREAD)
@@ -447,7 +449,6 @@ async def test_a_failed_reply_says_why_and_retry_sends_it_on_a_phone(
 ) -> None:
     text = "Shop xin lỗi, hết size M rồi ạ"
     reason = "Khách hàng đã chặn tin nhắn từ shop"
-    api = await a_conversation(loop, env)
     context = await browser.new_context(
         viewport=PHONE, locale="vi-VN", timezone_id="UTC", is_mobile=True, has_touch=True
     )
@@ -455,12 +456,14 @@ async def test_a_failed_reply_says_why_and_retry_sends_it_on_a_phone(
         page = await context.new_page()
         phone = Watched(page)
         page.on("pageerror", lambda error: phone.errors.append(f"uncaught: {error}"))
-        async with api, ScriptedListener(loop.ingest_port, 1) as listener:
+        async with (
+            a_conversation(loop, env) as api,
+            ScriptedListener(loop.ingest_port, 1) as listener,
+        ):
             await sign_in(phone, loop.url, 7)
-            await page.goto(f"{loop.url}/#/inbox/1/{THREAD}")
-            await expect(page.locator("#timeline-start")).not_to_have_attribute(
-                "data-state", "loading"
-            )
+            # A phone shows the list first; the conversation then takes the screen.
+            await open_conversation(page, THREAD)
+            await expect(page.locator(".sidebar")).to_be_hidden()
             await composer_in_view(page)
             box = page.get_by_label("Reply to", exact=False)
             await box.fill(text)
