@@ -49,6 +49,16 @@ def _order_path(account_id: int, order: outbound_pb.OutboundOrder) -> str:
     "the account does not have.",
     response_model=schemas.OrderResponse,
     status_code=202,
+    responses={
+        202: {
+            "headers": {
+                "Location": {
+                    "description": "Where GET answers the order as it is now",
+                    "schema": {"type": "string"},
+                }
+            }
+        }
+    },
     dependencies=[INBOX_WRITE],
 )
 async def send_reply(
