@@ -25,7 +25,11 @@ from agora.forum.v1 import (
     forum_write_service_pb2_grpc,
     like_service_pb2_grpc,
 )
-from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
+from agora.messaging.v1 import (
+    ingest_service_pb2_grpc,
+    outbound_service_pb2_grpc,
+    timeline_service_pb2_grpc,
+)
 from fastapi import Depends, Request
 
 from services.runtime.grpc_client import open_channel
@@ -45,6 +49,10 @@ class Clients:
     forwards."""
 
     ingest: ingest_service_pb2_grpc.IngestServiceStub
+    # Replies: served by the ingest process on its listener (services/ingest/outbound/), over
+    # the ingest connection; not retried by the channel (SendMessage's key makes a retry by the
+    # client safe, not a blind one here).
+    outbound: outbound_service_pb2_grpc.OutboundServiceStub
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
@@ -85,6 +93,7 @@ class ClientPool:
             stubs.append(
                 Clients(
                     ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
+                    outbound=outbound_service_pb2_grpc.OutboundServiceStub(ingest),
                     timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
                     forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
                     forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import orjson
 from agora.forum.v1 import forum_pb2
 from agora.live.v1.changed_pb2 import Changed
-from agora.messaging.v1 import message_pb2
+from agora.messaging.v1 import message_pb2, outbound_service_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
 from starlette.responses import Response
@@ -143,6 +143,61 @@ def message_json(m: message_pb2.StoredMessage) -> dict[str, Any]:
         "sent_at": time_text(m.sent_at),
         "created_at": time_text(m.created_at) if has("created_at") else None,
         "updated_at": time_text(m.updated_at) if has("updated_at") else None,
+        "delivery_state": DELIVERY_STATE_NAMES.get(m.delivery_state),
+        "delivered_at": time_text(m.delivered_at) if has("delivered_at") else None,
+        "seen_at": time_text(m.seen_at) if has("seen_at") else None,
+        "reactions": [reaction_json(r) for r in m.reactions],
+        "agent_user_id": m.agent_user_id if has("agent_user_id") else None,
+        "failure_class": FAILURE_CLASS_NAMES.get(m.failure_class),
+        "failure_reason": m.failure_reason if has("failure_reason") else None,
+    }
+
+
+# Enums as the JSON API spells them (as DIRECTION_NAMES): the value's name without its prefix,
+# lower case; UNSPECIFIED is null (an incoming message has no delivery state).
+DELIVERY_STATE_NAMES = {
+    value: message_pb2.DeliveryState.Name(value).removeprefix("DELIVERY_STATE_").lower()
+    for value in message_pb2.DeliveryState.values()
+    if value != message_pb2.DELIVERY_STATE_UNSPECIFIED
+}
+FAILURE_CLASS_NAMES = {
+    value: message_pb2.FailureClass.Name(value).removeprefix("FAILURE_CLASS_").lower()
+    for value in message_pb2.FailureClass.values()
+    if value != message_pb2.FAILURE_CLASS_UNSPECIFIED
+}
+
+
+def reaction_json(r: message_pb2.Reaction) -> dict[str, Any]:
+    """schemas.Reaction."""
+    return {
+        "reactor_id": r.reactor_id,
+        "direction": DIRECTION_NAMES.get(r.direction),
+        "reaction": r.reaction,
+        "reacted_at": time_text(r.reacted_at),
+    }
+
+
+def order_json(o: outbound_service_pb2.OutboundOrder) -> dict[str, Any]:
+    """schemas.OutboundOrder: an empty string or an unset time of the proto is null."""
+    has = o.HasField
+    return {
+        "account_id": o.account_id,
+        "conversation_key": o.conversation_key,
+        "cli_msg_id": o.cli_msg_id,
+        "state": DELIVERY_STATE_NAMES.get(o.state),
+        "content": o.content,
+        "quote_msg_id": o.quote_msg_id or None,
+        "attachments": json_value(o.attachments) if o.attachments else None,
+        "agent_user_id": o.agent_user_id,
+        "queued_at": time_text(o.queued_at),
+        "msg_id": o.msg_id or None,
+        "sent_at": time_text(o.sent_at) if has("sent_at") else None,
+        "delivered_at": time_text(o.delivered_at) if has("delivered_at") else None,
+        "seen_at": time_text(o.seen_at) if has("seen_at") else None,
+        "failure_class": FAILURE_CLASS_NAMES.get(o.failure_class),
+        "failure_reason": o.failure_reason or None,
+        "retry_at": time_text(o.retry_at) if has("retry_at") else None,
+        "attempts": o.attempts,
     }
 
 
@@ -181,13 +236,13 @@ def incoming_message(item: JsonValue) -> message_pb2.Message:
         sender_name=parsed.sender_name or "",
         content=parsed.content or "",
         msg_type=parsed.msg_type or "",
-        attachments=_json_text(parsed.attachments),
-        mentions=_json_text(parsed.mentions),
+        attachments=json_text(parsed.attachments),
+        mentions=json_text(parsed.mentions),
     )
     if parsed.quote is not None:
         msg.quote.msg_id = parsed.quote.msg_id or ""
-        msg.quote.payload = _json_text(parsed.quote.payload)
-        msg.quote.preview = _json_text(parsed.quote.preview)
+        msg.quote.payload = json_text(parsed.quote.payload)
+        msg.quote.preview = json_text(parsed.quote.preview)
     if isinstance(parsed.sent_at, int):
         if not 0 <= parsed.sent_at < schemas.EPOCH_MS_END:
             raise BadValue("sent_at", "epoch milliseconds out of range")
@@ -197,7 +252,7 @@ def incoming_message(item: JsonValue) -> message_pb2.Message:
     return msg
 
 
-def _json_text(value: JsonValue) -> str:
+def json_text(value: JsonValue) -> str:
     # A string is taken as JSON text already (forwarders that pass columns through unchanged);
     # ingest checks it is valid JSON.
     if value is None:

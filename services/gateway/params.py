@@ -49,6 +49,20 @@ IdempotencyKey = Annotated[
         f"the key was used with a different request. Up to {MAX_KEY} visible ASCII characters.",
     ),
 ]
+# A reply's key (POST …/conversations/{key}/messages): required, since an order sent twice is a
+# message the customer gets twice; kept as long as the order, not 24 hours.
+RequiredIdempotencyKey = Annotated[
+    str,
+    Header(
+        alias="Idempotency-Key",
+        max_length=MAX_KEY,
+        pattern=KEY_PATTERN,
+        description="Required: makes the send safe to retry. Send a new unique value (a UUID) "
+        "with each reply and the same value with its retries (after a timeout, offline): a "
+        "retry answers the first order and sends nothing more; 422 when the key was used with "
+        f"a different request. Up to {MAX_KEY} visible ASCII characters.",
+    ),
+]
 # The time half of a keyset cursor.
 TimeCursor = Annotated[schemas.Instant | None, Query(description="Cursor, with its id half")]
 

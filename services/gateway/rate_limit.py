@@ -7,7 +7,8 @@ with Retry-After (README, "Rate limits").
   user;
 - the batch ingest route: INGEST_CALLS_PER_MINUTE_PER_ACCOUNT per account and
   INGEST_CALLS_PER_MINUTE_PER_USER per user (an HTTP forwarder holds one token for its accounts);
-- mark read and agent-sent records: INBOX_WRITES_PER_MINUTE per user.
+- mark read, replies (and their retries) and agent-sent records: INBOX_WRITES_PER_MINUTE per
+  user.
 
 A limit whose Redis does not answer refuses the like toggle and the ingest call (they need Redis
 themselves: 503, retried) and lets a forum write or an inbox write through (logged): the limits
@@ -133,7 +134,7 @@ async def _ingest_call(request: Request, user: CurrentUser, account_id: AccountI
 
 async def _inbox_write(request: Request, user: CurrentUser) -> None:
     await _limits(request).inbox_writes.enforce(
-        user.user_id, "read marks and agent-sent records", fail_open=True
+        user.user_id, "replies, read marks and agent-sent records", fail_open=True
     )
 
 

@@ -16,7 +16,7 @@ export class ApiError extends Error {
  * Resolves to the parsed JSON body; rejects with an ApiError built from the API's error shape
  * {"success": false, "error": {"code", "message", "fields"}}.
  */
-export async function api(path, { method = 'GET', query = null, body, idempotencyKey = null } = {}) {
+export async function api(path, { method = 'GET', query = null, body, idempotencyKey = null, timeoutMs = null } = {}) {
   const url = new URL(path, document.baseURI);
   for (const [name, value] of Object.entries(query ?? {})) {
     if (value != null) url.searchParams.set(name, String(value));
@@ -33,11 +33,18 @@ export async function api(path, { method = 'GET', query = null, body, idempotenc
       body: body === undefined ? undefined : JSON.stringify(body),
       cache: 'no-store',
       credentials: 'omit',
+      // No answer within timeoutMs counts as none at all (a keyed write is then sent again).
+      signal: timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined,
     });
   } catch {
     throw new ApiError(0, 'network', 'the gateway did not answer');
   }
-  const text = await response.text();
+  let text;
+  try {
+    text = await response.text();
+  } catch {
+    throw new ApiError(0, 'network', 'the answer did not arrive whole');
+  }
   let data = null;
   try {
     data = text ? JSON.parse(text) : null;
@@ -64,7 +71,7 @@ export async function api(path, { method = 'GET', query = null, body, idempotenc
 
 /** A new random key: a UUID where the browser makes one (a secure context), else 128 random
  * bits in hex. */
-function newKey() {
+export function newKey() {
   if (globalThis.crypto?.randomUUID) return crypto.randomUUID();
   return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
 }
@@ -124,6 +131,8 @@ const FIELD_NAMES = {
   after_id: 'Page cursor',
   before_sent_at: 'Page cursor',
   conversation_key: 'Conversation',
+  content: 'Reply',
+  quote_msg_id: 'The quoted message',
 };
 
 function seconds(value) {

@@ -1,9 +1,13 @@
 // The Zalo inbox: an account of the token, its conversations (newest activity first, unread
-// counts), one conversation's timeline (older pages load as you scroll up), mark read; live from
-// the account's event stream (conversations reorder, new messages append, reads in other tabs).
+// counts), one conversation's timeline (older pages load as you scroll up), mark read, replies
+// (the composer under the timeline; each reply shown at once and then as it moves: queued, sent
+// ✓, delivered ✓✓, seen, or failed with its reason and a retry); live from the account's event
+// stream (conversations reorder, new messages append, replies move on, reads in other tabs).
 import { api, explain } from './api.js';
+import { Composer } from './composer.js';
 import { fill, h, plural, timeEl, when } from './dom.js';
 import { follow, gate, stopFollowing } from './live.js';
+import * as outbox from './outbox.js';
 import { go } from './router.js';
 import { session } from './session.js';
 import { busyButton, errorPanel, notify } from './ui.js';
@@ -18,6 +22,13 @@ const NEAR_BOTTOM = 40;
 // {account, root, list, more, thread, items: Map(key -> {conversation, badge, li, time, title, preview}),
 //  cursor, key (the open conversation), header (its unread line), timeline, live (the gate)}
 let view = null;
+let routeCalls = 0;
+
+// A reply's status changes (sending, offline, refused, acknowledged): shown where it is open.
+outbox.onChange((entry) => {
+  const timeline = view?.timeline;
+  if (timeline && timeline.account === entry.account && timeline.key === entry.conversation) timeline.local(entry);
+});
 
 export async function inboxView(main, [accountPart, key]) {
   const accounts = session.accounts;
@@ -30,13 +41,18 @@ export async function inboxView(main, [accountPart, key]) {
     return;
   }
   const account = accountPart ? Number(accountPart) : accounts[0];
+  // A route taken while this one still loads (a link followed at once) is the one shown.
+  const call = (routeCalls += 1);
   if (!view || view.account !== account || !view.root.isConnected) {
     const v = (view = buildInbox(main, accounts, account));
     // The stream first, then the lists: whatever commits after the read is in the stream.
     await follow(`api/zalo-accounts/${account}/events`, (kind, data) => v.live.take(kind, data));
     await loadConversations(v);
   }
+  if (call !== routeCalls) return;
   view.key = key ?? null;
+  // On a phone the open conversation takes the screen (its header links back to the list).
+  view.root.classList.toggle('open', Boolean(key));
   for (const [itemKey, item] of view.items) markCurrent(view, itemKey, item);
   if (key) await openConversation(view, key);
   else {
@@ -236,14 +252,19 @@ async function openConversation(v, key) {
   const messages = h('ol', { class: 'messages' });
   const scroller = h('div', { class: 'timeline', tabindex: '0', 'aria-label': 'Messages' }, start, messages);
   const hint = h('button', { type: 'button', class: 'new-messages', hidden: true });
+  const name = v.items.has(key) ? conversationTitle(v.items.get(key).conversation)[1] : key;
+  let timeline = null;
+  const composer = new Composer(name, ({ content, quote }) => timeline.send(content, quote));
   fill(v.thread,
     h('header', { class: 'thread-head' },
+      h('a', { class: 'thread-back', href: `#/inbox/${v.account}`, 'aria-label': 'Back to the conversations' }, '←'),
       h('h2', { title: key }, ...(v.items.has(key) ? conversationTitle(v.items.get(key).conversation).slice(1) : [key])),
       unread,
       busyButton('Mark read', () => markRead(v, key), { class: 'mark-read' })),
-    scroller,
-    hint);
-  const timeline = new Timeline(v.account, key, scroller, start, messages, hint);
+    // The hint floats over the timeline's foot, never over the composer.
+    h('div', { class: 'timeline-pane' }, scroller, hint),
+    composer.el);
+  timeline = new Timeline(v.account, key, scroller, start, messages, hint, composer);
   v.timeline = timeline;
   await v.live.during(async () => {
     await timeline.start();
@@ -295,12 +316,17 @@ async function markRead(v, key) {
  * the previous page returned (next_before_sent_at, next_before_id): nothing twice, no gap. New
  * ones arrive live, in their place; a reader scrolled up keeps their place and gets a hint. */
 class Timeline {
-  constructor(account, key, scroller, marker, list, hint) {
-    Object.assign(this, { account, key, scroller, marker, list, hint });
+  constructor(account, key, scroller, marker, list, hint, composer) {
+    Object.assign(this, { account, key, scroller, marker, list, hint, composer });
     this.cursor = null;
     this.hasMore = true;
     this.loading = false;
-    this.seen = new Set();
+    // Each shown message by its identity (messageIdentity): one element per message, which
+    // later states of it update in place.
+    this.shown = new Map();
+    // Events of this agent's own replies that came before the reply's 202 named it: merged
+    // into the reply once it does (not shown twice meanwhile).
+    this.parked = new Map();
     this.duplicates = 0;
     this.unseenBelow = 0;
     scroller.addEventListener('scroll', () => {
@@ -324,29 +350,137 @@ class Timeline {
     this.hint.textContent = `↓ ${plural(count, 'new message')}`;
   }
 
-  /** A message of this conversation from the live stream: shown once, in (sent_at, id) order. */
+  /** A message of this conversation from the live stream: shown once, in (sent_at, id) order;
+   * a later state of a shown one (a reply sent, delivered, seen) updates it in place. */
   arrived(m) {
-    if (this.seen.has(m.id)) return;
-    // Walk up from the newest to the first shown message that sorts before this one.
-    let next = null;
-    let above = this.list.lastElementChild;
-    while (above && sortsAfter(above, m)) {
-      next = above;
-      above = above.previousElementSibling;
+    const identity = messageIdentity(m);
+    const shown = this.shown.get(identity);
+    if (shown) {
+      this.update(shown, m);
+      return;
     }
-    if (!above && this.hasMore && this.list.firstElementChild) return; // older than what is loaded: a page brings it
-    const follow = this.atBottom();
+    if (this.mineInFlight(m)) {
+      this.parked.set(m.cli_msg_id, m);
+      return;
+    }
+    this.insert(identity, m);
+  }
+
+  /** Whether `m` may be the event of one of this agent's replies whose 202 is still on its way. */
+  mineInFlight(m) {
+    return m.direction === 'out' && m.cli_msg_id && m.agent_user_id === session.userId
+      && outbox.awaitingAnswer(this.account, this.key);
+  }
+
+  /** A new message's element, in its place (the reader's place kept, or followed at the bottom). */
+  insert(identity, m) {
+    const next = this.placeOf(m);
+    if (next === undefined) return; // older than what is loaded: a page brings it
+    const follow = this.atBottom() || identity.startsWith('k:');
     const height = this.scroller.scrollHeight;
-    const el = messageItem(m, this.list);
+    const el = messageItem(m, this);
     this.list.insertBefore(el, next);
-    this.seen.add(m.id);
-    this.scroller.dataset.loaded = String(this.seen.size);
+    this.shown.set(identity, el);
+    this.scroller.dataset.loaded = String(this.shown.size);
     const shown = el.getBoundingClientRect();
     const pane = this.scroller.getBoundingClientRect();
     if (follow) this.scroller.scrollTop = this.scroller.scrollHeight;
     else if (shown.bottom <= pane.top) this.scroller.scrollTop += this.scroller.scrollHeight - height; // above the reader: keep their place
     else if (shown.top >= pane.bottom) this.showHint(this.unseenBelow + 1);
-    if (this.marker.dataset.state === 'start' && this.seen.size === 1) this.setState('start', 'Beginning of the conversation');
+    if (this.marker.dataset.state === 'start' && this.shown.size === 1) this.setState('start', 'Beginning of the conversation');
+  }
+
+  /** The element a message goes before (null: at the end; undefined: above the loaded pages). */
+  placeOf(m, except = null) {
+    // Walk up from the newest to the first shown message that sorts before this one.
+    let next = null;
+    let above = this.list.lastElementChild;
+    while (above && (above === except || sortsAfter(above, m))) {
+      if (above !== except) next = above;
+      above = above.previousElementSibling;
+    }
+    if (!above && this.hasMore && next) return undefined;
+    return next;
+  }
+
+  /** A shown message's new state, merged (states only move forward), and its new place when
+   * its time changed (a reply's order time, then Zalo's sent time). */
+  update(el, m) {
+    const merged = mergeMessage(el.message, m);
+    if (merged === el.message) return;
+    const fresh = messageItem(merged, this);
+    el.replaceWith(fresh);
+    this.shown.set(messageIdentity(merged), fresh);
+    if (merged.sent_at !== el.message.sent_at || merged.id !== el.message.id) {
+      const next = this.placeOf(merged, fresh);
+      if (next !== undefined && next !== fresh.nextElementSibling) this.list.insertBefore(fresh, next);
+    }
+  }
+
+  /** Queue a reply: shown at once as pending, keyed by its Idempotency-Key until the 202. */
+  send(content, quote) {
+    const body = { content, ...(quote ? { quote_msg_id: quote.msg_id } : {}) };
+    const entry = outbox.send(this.account, this.key, body, quote?.text ?? null);
+    this.local(entry);
+  }
+
+  /** A reply of the outbox as it is now: pending, offline, refused, or acknowledged (then it is
+   * the order, known by its cli_msg_id, and whatever the stream said of it first). */
+  local(entry) {
+    const pending = `k:${entry.key}`;
+    const el = this.shown.get(pending);
+    if (entry.status !== 'accepted') {
+      const m = localMessage(entry);
+      if (el) {
+        const fresh = messageItem(m, this);
+        el.replaceWith(fresh);
+        this.shown.set(pending, fresh);
+      } else {
+        this.insert(pending, m);
+        this.scroller.scrollTop = this.scroller.scrollHeight;
+      }
+      return;
+    }
+    const order = orderMessage(entry);
+    const identity = messageIdentity(order);
+    this.shown.delete(pending);
+    const known = this.shown.get(identity);
+    if (known) {
+      el?.remove(); // the stream (or a reload) showed it first
+      this.update(known, order);
+    } else if (el) {
+      el.message = { ...el.message, cli_msg_id: order.cli_msg_id }; // for the merge below
+      this.shown.set(identity, el);
+      this.update(el, order);
+    } else {
+      this.insert(identity, order);
+    }
+    const parked = this.parked.get(order.cli_msg_id);
+    this.parked.delete(order.cli_msg_id);
+    if (parked) this.arrived(parked);
+    if (!outbox.awaitingAnswer(this.account, this.key)) {
+      // Another tab's replies, or this one's sent before a reload: nothing will claim them.
+      const rest = [...this.parked.values()];
+      this.parked.clear();
+      for (const m of rest) this.arrived(m);
+    }
+  }
+
+  /** Send a failed reply again: the order back in the conversation's queue. */
+  async retry(m) {
+    const base = `api/zalo-accounts/${this.account}/conversations/${encodeURIComponent(this.key)}`;
+    try {
+      const reply = await api(`${base}/messages/${encodeURIComponent(m.cli_msg_id)}/retry`, { method: 'POST' });
+      this.arrived(orderMessage({ order: reply.data }));
+    } catch (error) {
+      notify(explain(error, 'this reply'), 'error');
+    }
+  }
+
+  /** The replies of the outbox not acknowledged yet (sent from this tab before the conversation
+   * was left), after what the server has: still on their way. */
+  showUnacknowledged() {
+    for (const entry of outbox.unacknowledged(this.account, this.key)) this.local(entry);
   }
 
   /** After a reset: the newest page, merged; if even that is all new, the gap is too wide to
@@ -360,21 +494,23 @@ class Timeline {
     } catch {
       return; // the next reset or a reload brings it; the stream goes on meanwhile
     }
-    const fresh = page.data.filter((m) => !this.seen.has(m.id));
-    if (this.seen.size && fresh.length === page.data.length && page.pagination.has_more) {
+    const fresh = page.data.filter((m) => !this.shown.has(messageIdentity(m)));
+    if (this.shown.size && fresh.length === page.data.length && page.pagination.has_more) {
       this.list.replaceChildren();
-      this.seen.clear();
+      this.shown.clear();
       this.cursor = null;
       this.hasMore = true;
       this.showHint(0);
       await this.start();
       return;
     }
-    for (const m of fresh.reverse()) this.arrived(m);
+    // What it missed of the shown ones too: a reply's state moves on while the stream is down.
+    for (const m of page.data.reverse()) this.arrived(m);
   }
 
   async start() {
     await this.load();
+    this.showUnacknowledged();
     this.scroller.scrollTop = this.scroller.scrollHeight;
     await this.fillUp();
   }
@@ -402,24 +538,32 @@ class Timeline {
     // Newest first from the API; shown oldest first, above what is already there.
     const fresh = [];
     for (const message of page.data) {
-      if (this.seen.has(message.id)) {
-        this.duplicates += 1;
+      const identity = messageIdentity(message);
+      const shown = this.shown.get(identity);
+      if (shown) {
+        // A reply the stream showed first (its state merged), or a message seen twice.
+        if (message.direction === 'out' && message.cli_msg_id) this.update(shown, message);
+        else this.duplicates += 1;
         continue;
       }
-      this.seen.add(message.id);
-      fresh.push(message);
+      fresh.push([identity, message]);
     }
     const fromBottom = this.scroller.scrollHeight - this.scroller.scrollTop;
-    this.list.prepend(...fresh.reverse().map((m) => messageItem(m, this.list)));
+    const items = fresh.reverse().map(([identity, m]) => {
+      const el = messageItem(m, this);
+      this.shown.set(identity, el);
+      return el;
+    });
+    this.list.prepend(...items);
     this.scroller.scrollTop = this.scroller.scrollHeight - fromBottom;
     this.scroller.dataset.duplicates = String(this.duplicates);
-    this.scroller.dataset.loaded = String(this.seen.size);
+    this.scroller.dataset.loaded = String(this.shown.size);
     const p = page.pagination;
     this.hasMore = p.has_more;
     this.cursor = p.has_more ? { before_sent_at: p.next_before_sent_at, before_id: p.next_before_id } : null;
     this.loading = false;
     if (this.hasMore) this.setState('more', 'Scroll up for older messages');
-    else this.setState('start', this.seen.size ? 'Beginning of the conversation' : 'No messages yet');
+    else this.setState('start', this.shown.size ? 'Beginning of the conversation' : 'No messages yet');
     return true;
   }
 
@@ -436,19 +580,157 @@ function sortsAfter(el, m) {
   return shown > sent || (shown === sent && Number(el.dataset.id) > m.id);
 }
 
-function messageItem(m, list) {
-  const who = m.sender_name || m.sender_id || (m.direction === 'out' ? 'Account' : 'Customer');
+/** Who a message is in the timeline: an outgoing one by its cli_msg_id (a reply is an order
+ * first, id 0 and no msg_id, then the stored echo), a reply not yet acknowledged by its
+ * Idempotency-Key, any other by its id (or msg_id). */
+function messageIdentity(m) {
+  if (m.key) return `k:${m.key}`;
+  if (m.direction === 'out' && m.cli_msg_id) return `c:${m.cli_msg_id}`;
+  return m.id ? `i:${m.id}` : `m:${m.msg_id}`;
+}
+
+// Delivery states in the order they happen: a state never moves back. failed ranks with
+// queued: a retry (queued again) and a late echo (sent) move it on.
+const RANK = { queued: 1, failed: 1, sent: 2, delivered: 3, seen: 4 };
+
+/** A shown message with a newer view of it: later states win, an earlier one only fills in
+ * what it adds; the stored message's id, msg_id and time (Zalo's) outlive the order's. */
+function mergeMessage(old, m) {
+  const before = RANK[old.delivery_state] ?? 0;
+  const after = RANK[m.delivery_state] ?? 0;
+  let merged;
+  if (after < before) {
+    merged = { ...old, id: old.id || m.id, msg_id: old.msg_id || m.msg_id };
+  } else {
+    merged = { ...old, ...m, id: m.id || old.id, msg_id: m.msg_id || old.msg_id, local: m.local ?? null, key: m.key ?? null };
+    for (const name of ['delivered_at', 'seen_at', 'quote_preview', 'quote_payload', 'agent_user_id']) {
+      merged[name] = m[name] ?? old[name] ?? null;
+    }
+    if (!m.id && old.id) merged.sent_at = old.sent_at;
+  }
+  return JSON.stringify(merged) === JSON.stringify(old) ? old : merged;
+}
+
+/** A reply the gateway has not acknowledged, as the timeline shows messages. */
+function localMessage(entry) {
+  return {
+    id: 0,
+    msg_id: '',
+    cli_msg_id: null,
+    thread_id: entry.conversation,
+    direction: 'out',
+    content: entry.body.content,
+    quote_msg_id: entry.body.quote_msg_id ?? null,
+    quote_preview: entry.quoteText,
+    sent_at: entry.createdAt,
+    delivery_state: null,
+    reactions: [],
+    agent_user_id: session.userId,
+    key: entry.key,
+    local: entry.status,
+    local_reason: entry.reason,
+  };
+}
+
+/** An order (a 202's data) as the timeline shows messages: what the server shows of it too. */
+function orderMessage({ order: o, quoteText = null }) {
+  return {
+    id: 0,
+    msg_id: o.msg_id ?? '',
+    cli_msg_id: o.cli_msg_id,
+    thread_id: o.conversation_key,
+    direction: 'out',
+    content: o.content,
+    attachments: o.attachments,
+    quote_msg_id: o.quote_msg_id,
+    quote_preview: quoteText,
+    sent_at: o.queued_at,
+    delivery_state: o.state,
+    delivered_at: o.delivered_at,
+    seen_at: o.seen_at,
+    reactions: [],
+    agent_user_id: o.agent_user_id,
+    failure_class: o.failure_class,
+    failure_reason: o.failure_reason,
+  };
+}
+
+function messageItem(m, timeline) {
+  const who = m.sender_name || m.sender_id || (m.direction === 'out' ? (m.agent_user_id != null ? `Agent ${m.agent_user_id}` : 'Account') : 'Customer');
   const attachments = Array.isArray(m.attachments) ? m.attachments.length : m.attachments ? 1 : 0;
-  return h('li', { class: `message ${m.direction}`, dataset: { id: m.id, msgId: m.msg_id, sentAt: m.sent_at } },
-    h('div', { class: 'message-meta' }, h('span', { class: 'sender' }, who), ' · ', timeEl(m.sent_at)),
-    quoteBlock(m, list),
-    h('div', { class: 'message-body' }, m.content ?? `[${m.msg_type ?? 'message'} without text]`),
-    attachments ? h('div', { class: 'muted' }, `📎 ${attachments} attachment${attachments === 1 ? '' : 's'}`) : null);
+  const quotable = m.msg_id && !m.local;
+  const el = h('li', {
+    class: `message ${m.direction}${m.local ? ' pending' : ''}`,
+    dataset: { id: m.id, msgId: m.msg_id, sentAt: m.sent_at, cliMsgId: m.cli_msg_id ?? '', key: m.key ?? '', state: m.local ?? m.delivery_state ?? '' },
+  },
+  h('div', { class: 'message-meta' },
+    h('span', { class: 'sender' }, who), ' · ', timeEl(m.sent_at),
+    quotable ? h('button', {
+      type: 'button',
+      class: 'ghost reply-action',
+      title: 'Reply quoting this message',
+      'aria-label': 'Reply quoting this message',
+      onclick: () => timeline.composer.quote({ msg_id: m.msg_id, text: m.content ?? `[${m.msg_type ?? 'message'}]` }),
+    }, '↩') : null),
+  quoteBlock(m, timeline.list),
+  h('div', { class: 'message-body' }, m.content ?? `[${m.msg_type ?? 'message'} without text]`),
+  attachments ? h('div', { class: 'muted' }, `📎 ${attachments} attachment${attachments === 1 ? '' : 's'}`) : null,
+  reactionsOf(m),
+  m.direction === 'out' ? deliveryOf(m, timeline) : null);
+  el.message = m;
+  return el;
+}
+
+// Each state: what the message shows, and what a screen reader says.
+const STATES = {
+  sending: ['…', 'Sending'],
+  waiting: ['Offline: sends when back online', 'Offline: it will be sent when the network is back'],
+  queued: ['🕓', 'Queued'],
+  sent: ['✓', 'Sent'],
+  delivered: ['✓✓', 'Delivered'],
+  seen: ['Seen', 'Seen'],
+};
+
+/** Where an outgoing message is: sending, queued, sent ✓, delivered ✓✓, seen; or why it was not
+ * sent, with a retry. Messages sent outside agora have no state: nothing is shown. */
+function deliveryOf(m, timeline) {
+  const state = m.local ?? m.delivery_state;
+  if (state === 'failed') {
+    const reason = m.local ? m.local_reason : m.failure_reason ?? failureText(m.failure_class);
+    const retry = m.local
+      ? () => outbox.resend(outbox.get(m.key))
+      : () => timeline.retry(m);
+    return h('div', { class: 'delivery-failed' },
+      h('span', { class: 'delivery', dataset: { state }, role: 'img', 'aria-label': `Not sent: ${reason}` }, '⚠ Not sent: ', h('span', { class: 'failure-reason' }, reason)),
+      busyButton('Retry', retry, { class: 'retry' }));
+  }
+  const shown = STATES[state];
+  if (!shown) return null;
+  const [text, label] = shown;
+  const times = [m.delivered_at && `delivered ${when(m.delivered_at)}`, m.seen_at && `seen ${when(m.seen_at)}`].filter(Boolean);
+  return h('div', { class: 'delivery-line' },
+    h('span', { class: 'delivery', dataset: { state }, role: 'img', 'aria-label': label, title: [label, ...times].join(' · ') }, text));
+}
+
+function failureText(failureClass) {
+  return { retryable: 'the listener will try again', permanent: 'Zalo refused it', rate_limited: 'too many messages for now' }[failureClass] ?? 'the listener could not send it';
+}
+
+/** The reactions to a message, the latest of each person. */
+function reactionsOf(m) {
+  if (!m.reactions?.length) return null;
+  return h('div', { class: 'reactions', 'aria-label': 'Reactions' },
+    m.reactions.map((r) => h('span', {
+      class: 'reaction',
+      title: `${r.direction === 'out' ? 'You' : r.reactor_id} · ${when(r.reacted_at)}`,
+    }, r.reaction)));
 }
 
 function quoteBlock(m, list) {
   if (!m.quote_msg_id && m.quote_payload == null && m.quote_preview == null) return null;
-  const text = quoteText(m.quote_preview) ?? quoteText(m.quote_payload);
+  // A reply agora sent has the quoted message's id only: its text is the shown message's.
+  const quoted = m.quote_msg_id && list.querySelector(`[data-msg-id="${CSS.escape(m.quote_msg_id)}"] .message-body`);
+  const text = quoteText(m.quote_preview) ?? quoteText(m.quote_payload) ?? quoted?.textContent ?? null;
   const quote = h('blockquote', { class: 'quote', dataset: { quoted: m.quote_msg_id ?? '' }, title: 'Show the quoted message' },
     h('span', { class: 'quote-label' }, '↩ '), text ?? `message ${m.quote_msg_id}`);
   quote.addEventListener('click', () => {

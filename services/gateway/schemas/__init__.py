@@ -1,7 +1,7 @@
 """JSON shapes of the gateway's requests and responses (and so of its OpenAPI document), by
 topic: `base.py` (the envelopes, pagination, request bodies' checks, time and integer field types),
-`messaging.py` (the Zalo inbox routes), `forum.py` (the course forum routes). Routes and tests
-import them from here.
+`messaging.py` (the Zalo inbox routes), `replies.py` (the reply routes), `forum.py` (the course
+forum routes). Routes and tests import them from here.
 """
 
 from __future__ import annotations
@@ -76,10 +76,12 @@ from services.gateway.schemas.messaging import (
     MessagesPage,
     QuotePayload,
     QuotePayloadResponse,
+    Reaction,
     Rejection,
     UnreadCount,
     UnreadResponse,
 )
+from services.gateway.schemas.replies import OrderResponse, OutboundOrder, ReplyBody
 
 __all__ = [
     "EPOCH_MS_END",
@@ -134,6 +136,8 @@ __all__ = [
     "ModerationPage",
     "NewComment",
     "NewPost",
+    "OrderResponse",
+    "OutboundOrder",
     "Pagination",
     "Post",
     "PostEdit",
@@ -142,7 +146,9 @@ __all__ = [
     "PostsPage",
     "QuotePayload",
     "QuotePayloadResponse",
+    "Reaction",
     "Rejection",
+    "ReplyBody",
     "RequestModel",
     "Revision",
     "RevisionsPage",

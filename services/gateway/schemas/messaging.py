@@ -25,6 +25,21 @@ from services.gateway.schemas.base import (
 MAX_BATCH = 500
 
 
+DeliveryState = Literal["queued", "sent", "delivered", "seen", "failed"]
+FailureClass = Literal["retryable", "permanent", "rate_limited"]
+
+
+class Reaction(BaseModel):
+    """One person's reaction to a message (the latest of theirs counts)."""
+
+    reactor_id: str = Field(description="Zalo's id of who reacted")
+    direction: Literal["in", "out"] | None = Field(
+        description="in: the customer reacted; out: the business did"
+    )
+    reaction: str = Field(description="The reaction as Zalo names it (an emoji or a short name)")
+    reacted_at: str
+
+
 class Message(BaseModel):
     id: int
     zalo_account_id: int
@@ -46,6 +61,27 @@ class Message(BaseModel):
     sent_at: str = Field(examples=["2026-08-02T10:00:00.123+00:00"])
     created_at: str | None
     updated_at: str | None
+    delivery_state: DeliveryState | None = Field(
+        description="Outgoing messages only (null for incoming): where the reply is. queued: "
+        "agora holds the send order, the listener has not sent it yet; sent: Zalo took it; "
+        "delivered: the customer's device received it; seen: the customer saw it; failed: the "
+        "listener could not send it (failure_class, failure_reason). A reply not yet echoed back "
+        "by Zalo is listed too, with id 0 and msg_id empty until it is sent (cli_msg_id names "
+        "it). Only moves forward, but failed, which a retry or a late echo moves on."
+    )
+    delivered_at: str | None = Field(description="When the customer's device received it")
+    seen_at: str | None = Field(description="When the customer saw it")
+    reactions: list[Reaction] = Field(
+        description="The reactions to the message, the latest of each person, oldest first"
+    )
+    agent_user_id: int | None = Field(
+        description="The agent who sent it from agora (a reply, or an agent-sent record)"
+    )
+    failure_class: FailureClass | None = Field(
+        description="delivery_state failed: retryable (offered again after a backoff), "
+        "permanent (Zalo refused it: retry it to try again), rate_limited (the account waits)"
+    )
+    failure_reason: str | None = Field(description="Why it failed, as the listener said it")
 
 
 class MessagePagination(Pagination):
