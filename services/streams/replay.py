@@ -77,15 +77,7 @@ class Replayer:
         return Replayed(_text(new_id))
 
     def _shard_of_message(self, event: messages.MessageStreamEntry) -> int:
-        kind = event.WhichOneof("event")
-        thread = (
-            event.messages.messages[0].thread_id
-            if kind == "messages"
-            else event.read.thread_id
-            if kind == "read"
-            else event.agent_sent.thread_id
-        )
-        return self._messages.shard_of(event.account_id, thread)
+        return self._messages.shard_of(event.account_id, messages.thread_of(event))
 
     async def _like(self, entry: Entry) -> Replayed:
         event = likes.decode(entry)
