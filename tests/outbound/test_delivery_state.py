@@ -4,6 +4,7 @@ Redis: what becomes of a message the business sent (issue 45, docs/outbound.md).
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 import pytest
 import redis.asyncio as redis
@@ -11,8 +12,13 @@ from agora.messaging.v1 import ingest_service_pb2 as ipb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2, timeline_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2 as tpb
 
+from services.domain.messaging import agent_users_query
+from services.flusher.maintenance.retention import RetentionJobs
+from services.flusher.maintenance.retention_repository import RetentionRepository
+from services.flusher.messages import delivery as delivery_sql
 from services.runtime.mysql import MysqlDatabase
 from services.streams.messages import MessageStreams
+from services.timeline import repository as timeline_repository
 from tests.helpers import Flusher, at, dead_letter_count, message
 from tests.live.watching import started, take
 from tests.outbound.delivery_support import (
@@ -333,3 +339,113 @@ async def test_a_receipt_of_an_unknown_kind_is_dead_lettered_and_stores_nothing(
     await flusher.drain()
     assert await dead_letter_count(redis_client, streams) == 1
     assert await admin_db.fetchone("SELECT COUNT(*) FROM zalo_message_receipts") == (0,)
+
+
+async def test_receipts_past_their_retention_go_and_their_message_keeps_what_they_said(
+    ingest: Ingest,
+    flusher: Flusher,
+    admin_db: MysqlDatabase,
+    redis_client: redis.Redis,
+    streams: MessageStreams,
+) -> None:
+    await echo(ingest, "z1", "agora-1", 1)
+    await flusher.drain()
+    await append_receipts(
+        redis_client,
+        streams,
+        [receipt("r1", "z1", "delivered", 2), receipt("r2", "z1", "seen", 3)],
+    )
+    await flusher.drain()
+    now = datetime(2026, 11, 30, 12, 0)
+    await admin_db.execute(
+        "UPDATE zalo_message_receipts SET created_at = %s", (now - timedelta(days=31),)
+    )
+    jobs = RetentionJobs(
+        flusher.db,
+        RetentionRepository(flusher.db),
+        archive_retention_months=12,
+        agent_sent_retention_days=90,
+        receipt_retention_days=30,
+    )
+    assert await jobs.cleanup_receipts(now) == 2
+    # A later receipt recomputes the message: the earlier times stay.
+    await append_receipts(redis_client, streams, [receipt("r3", "z1", "seen", 9)])
+    await flusher.drain()
+    assert await delivery(admin_db, "z1") == (naive(2), naive(3), None)
+
+
+async def plans(db: MysqlDatabase, sql: str, args: list[object]) -> list[dict[str, object]]:
+    columns = ("id", "select_type", "table", "type", "possible_keys", "key", "key_len", "ref")
+    rows = await db.fetchall("EXPLAIN " + sql, args)
+    return [dict(zip(columns, row[:8], strict=True)) | {"rows": row[8]} for row in rows]
+
+
+async def test_the_delivery_statements_read_their_indexes_not_the_tables(
+    admin_db: MysqlDatabase, timeline_db: MysqlDatabase
+) -> None:
+    """At 30,000 messages, receipts and reactions: every table of every statement is reached by
+    an index (no full scan), a few rows each."""
+    digits = " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10))
+    numbers = (
+        f"SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n FROM ({digits}) a,"
+        f" ({digits}) b, ({digits}) c, ({digits}) e, ({digits}) f"
+    )
+    rows = 30_000
+    async with admin_db.connection() as conn:
+        await conn.execute(
+            "INSERT INTO zalo_conversations (id, zalo_account_id, thread_id, last_message_at) "
+            f"SELECT n + 1, 1, CONCAT('t', n + 1), '2026-08-02 10:00:00' FROM ({numbers}) s "
+            "WHERE n < 300"
+        )
+        await conn.execute(
+            "INSERT INTO zalo_messages (zalo_account_id, zalo_conversation_id, msg_id, cli_msg_id,"
+            " thread_id, direction, sent_at) "
+            "SELECT 1, n %% 300 + 1, CONCAT('m', n), CONCAT('c', n), CONCAT('t', n %% 300 + 1),"
+            f" 'out', '2026-08-01 00:00:00' FROM ({numbers}) s WHERE n < {rows}"
+        )
+        await conn.execute(
+            "INSERT INTO zalo_message_receipts (zalo_account_id, receipt_id, msg_id, kind, at) "
+            "SELECT 1, CONCAT('r', n), CONCAT('m', n), 'seen', '2026-08-01 00:00:01'"
+            f" FROM ({numbers}) s WHERE n < {rows}"
+        )
+        await conn.execute(
+            "INSERT INTO zalo_message_reactions (zalo_account_id, msg_id, reactor_id, direction,"
+            " reaction, reaction_id, reacted_at) "
+            "SELECT 1, CONCAT('m', n), 'cust', 'in', 'like', CONCAT('x', n), '2026-08-01 00:00:02'"
+            f" FROM ({numbers}) s WHERE n < {rows}"
+        )
+        await conn.execute(
+            "INSERT INTO zalo_outbound_messages (zalo_account_id, thread_id, cli_msg_id,"
+            " idempotency_key, request_fingerprint, agent_user_id, state, queued_at, echoed_at) "
+            "SELECT 1, CONCAT('t', n %% 300 + 1), CONCAT('c', n), CONCAT('k', n),"
+            " UNHEX(SHA2(n, 256)), 7, 'sent', '2026-08-01 00:00:00',"
+            " IF(n %% 100 = 0, NULL, '2026-08-01 00:00:01')"
+            f" FROM ({numbers}) s WHERE n < {rows}"
+        )
+        await conn.execute(
+            "ANALYZE TABLE zalo_messages, zalo_message_receipts, zalo_message_reactions,"
+            " zalo_outbound_messages"
+        )
+    keys = [(1, f"m{n}") for n in range(0, 50, 7)]
+    marks = ", ".join("(%s, %s)" for _ in keys)
+    flat: list[object] = [v for key in keys for v in key]
+    clis: list[object] = [v for n in range(0, 50, 7) for v in (1, f"c{n}")]
+    statements = [
+        (delivery_sql.RECOMPUTE.format(table="zalo_messages", pairs=marks), flat + flat),
+        (
+            delivery_sql.WAITING_RECEIPTS.format(marks)
+            + " UNION "
+            + delivery_sql.WAITING_REACTIONS.format(marks),
+            flat + flat,
+        ),
+        (delivery_sql.JOIN_ECHOES.format(pairs=marks), flat),
+        (agent_users_query([(1, f"c{n}") for n in range(0, 50, 7)])[0], clis + clis),
+        (timeline_repository.PENDING_ORDERS, [1, "t1", 500]),
+    ]
+    for sql, args in statements:
+        for plan in await plans(admin_db, sql, args):
+            if str(plan["table"]).startswith("<"):  # a derived table or a union's result
+                continue
+            assert plan["type"] != "ALL", (sql, plan)
+            assert plan["key"], (sql, plan)
+            assert int(plan["rows"] or 0) <= 2 * len(keys) + 100, (sql, plan)  # type: ignore[call-overload]
