@@ -432,12 +432,7 @@ async def test_the_delivery_statements_read_their_indexes_not_the_tables(
     clis: list[object] = [v for n in range(0, 50, 7) for v in (1, f"c{n}")]
     statements = [
         (delivery_sql.RECOMPUTE.format(table="zalo_messages", pairs=marks), flat + flat),
-        (
-            delivery_sql.WAITING_RECEIPTS.format(marks)
-            + " UNION "
-            + delivery_sql.WAITING_REACTIONS.format(marks),
-            flat + flat,
-        ),
+        (delivery_sql.WAITING.format(pairs=marks), flat + flat),
         (delivery_sql.JOIN_ECHOES.format(pairs=marks), flat),
         (agent_users_query([(1, f"c{n}") for n in range(0, 50, 7)])[0], clis + clis),
         (timeline_repository.PENDING_ORDERS, [1, "t1", 500]),

@@ -200,7 +200,7 @@ class MessageRepository:
             await delivery.apply(
                 tx,
                 deliveries,
-                [((key[0], msg_id), row[4]) for key, msg_id, row in messages],
+                [(key[0], msg_id) for key, msg_id, row in messages if row[4] == "out"],
                 archive=self._archive,
             )
             if before_commit is not None:
