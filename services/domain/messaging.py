@@ -73,6 +73,7 @@ _UPDATED_AT = MESSAGE_COLUMNS.index("updated_at")
 _DELIVERED_AT = MESSAGE_COLUMNS.index("delivered_at")
 _SEEN_AT = MESSAGE_COLUMNS.index("seen_at")
 _REACTIONS = MESSAGE_COLUMNS.index("reactions")
+_ROW_FIELDS = MESSAGE_COLUMNS[:_DELIVERED_AT]
 _CLI_MSG_ID = MESSAGE_COLUMNS.index("cli_msg_id")
 _ACCOUNT = MESSAGE_COLUMNS.index("zalo_account_id")
 
@@ -137,7 +138,11 @@ def stored_message_fields(row: Sequence[Any], agents: AgentUsers | None = None) 
     timeline page): the columns by name (None leaves an optional field unset), the enums as
     numbers, the times as Timestamp fields; an outgoing message's delivery state from its
     receipts' times, and its agent from `agents` (agent_users) when known."""
-    fields = dict(zip(MESSAGE_COLUMNS, row, strict=True))
+    if len(row) != len(MESSAGE_COLUMNS):
+        raise ValueError(f"a message row has {len(MESSAGE_COLUMNS)} columns, not {len(row)}")
+    # The row's columns up to updated_at by name; the delivery columns, mostly NULL (every
+    # incoming message), only when set (an unset field costs the constructor nothing).
+    fields = dict(zip(_ROW_FIELDS, row, strict=False))
     fields["thread_type"] = THREAD_TYPES[fields["thread_type"]]
     fields["direction"] = DIRECTIONS[fields["direction"]]
     fields["sent_at"] = timestamp_fields(row[SENT_AT])
@@ -147,9 +152,12 @@ def stored_message_fields(row: Sequence[Any], agents: AgentUsers | None = None) 
     if updated is not None:
         fields["updated_at"] = timestamp_fields(updated)
     delivered, seen, reactions = row[_DELIVERED_AT], row[_SEEN_AT], row[_REACTIONS]
-    fields["delivered_at"] = None if delivered is None else timestamp_fields(delivered)
-    fields["seen_at"] = None if seen is None else timestamp_fields(seen)
-    fields["reactions"] = None if reactions is None else reaction_fields(reactions)
+    if delivered is not None:
+        fields["delivered_at"] = timestamp_fields(delivered)
+    if seen is not None:
+        fields["seen_at"] = timestamp_fields(seen)
+    if reactions is not None:
+        fields["reactions"] = reaction_fields(reactions)
     if row[_DIRECTION] == "out":
         fields["delivery_state"] = (
             message_pb2.DELIVERY_STATE_SEEN
