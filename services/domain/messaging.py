@@ -3,7 +3,8 @@ columns of a stored message (zalo_messages and its archive share them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -38,9 +39,15 @@ MESSAGE_COLUMNS = (
     "sent_at",
     "created_at",
     "updated_at",
+    # What the receipts and reactions add up to (the flusher keeps them on the row, so a prune
+    # carries them into the archive with the rest of the columns).
+    "delivered_at",
+    "seen_at",
+    "reactions",
 )
 MESSAGE_ID = MESSAGE_COLUMNS.index("id")
 SENT_AT = MESSAGE_COLUMNS.index("sent_at")
+_DIRECTION = MESSAGE_COLUMNS.index("direction")
 
 # Before any message can have been sent: "never read" compares against this.
 NEVER = datetime(1970, 1, 1)
@@ -63,13 +70,79 @@ CONVERSATION_ID = 0
 LAST_MESSAGE_AT = 4
 _CREATED_AT = MESSAGE_COLUMNS.index("created_at")
 _UPDATED_AT = MESSAGE_COLUMNS.index("updated_at")
+_DELIVERED_AT = MESSAGE_COLUMNS.index("delivered_at")
+_SEEN_AT = MESSAGE_COLUMNS.index("seen_at")
+_REACTIONS = MESSAGE_COLUMNS.index("reactions")
+_ROW_FIELDS = MESSAGE_COLUMNS[:_DELIVERED_AT]
+_CLI_MSG_ID = MESSAGE_COLUMNS.index("cli_msg_id")
+_ACCOUNT = MESSAGE_COLUMNS.index("zalo_account_id")
+
+# An order's state (zalo_outbound_messages.state) as the delivery state of the message it
+# becomes: a listener holding it ('sending') has not said it went, so the agent still waits.
+ORDER_STATES = {
+    "queued": message_pb2.DELIVERY_STATE_QUEUED,
+    "sending": message_pb2.DELIVERY_STATE_QUEUED,
+    "sent": message_pb2.DELIVERY_STATE_SENT,
+    "failed": message_pb2.DELIVERY_STATE_FAILED,
+}
+FAILURE_CLASSES = {
+    "retryable": message_pb2.FAILURE_CLASS_RETRYABLE,
+    "permanent": message_pb2.FAILURE_CLASS_PERMANENT,
+    "rate_limited": message_pb2.FAILURE_CLASS_RATE_LIMITED,
+}
+
+# Who sent the business's messages from agora, by (account, cli_msg_id): the send order, else
+# what RecordAgentSent recorded. Each half is a range over its (account, cli_msg_id) unique
+# index; "IN (…)" follows, one (account, cli_msg_id) pair per OUT message of a page or batch.
+AGENT_USERS = """
+SELECT zalo_account_id, cli_msg_id, agent_user_id, 0 FROM zalo_outbound_messages
+WHERE agent_user_id IS NOT NULL AND (zalo_account_id, cli_msg_id) IN ({pairs})
+UNION ALL
+SELECT zalo_account_id, cli_msg_id, agent_user_id, 1 FROM zalo_agent_sent_messages
+WHERE agent_user_id IS NOT NULL AND (zalo_account_id, cli_msg_id) IN ({pairs})"""
+
+AgentUsers = dict[tuple[int, str], int]
 
 
-def stored_message_fields(row: Sequence[Any]) -> dict[str, Any]:
+def agent_user_pairs(rows: Iterable[Sequence[Any]]) -> list[tuple[int, str]]:
+    """The (account, cli_msg_id) of each outgoing message of `rows` (MESSAGE_COLUMNS rows): what
+    AGENT_USERS is asked about."""
+    return sorted(
+        {
+            (int(row[_ACCOUNT]), str(row[_CLI_MSG_ID]))
+            for row in rows
+            if row[_CLI_MSG_ID] and row[_DIRECTION] == "out"
+        }
+    )
+
+
+def agent_users_query(pairs: Sequence[tuple[int, str]]) -> tuple[str, list[Any]]:
+    """AGENT_USERS for `pairs` (not empty) with its arguments."""
+    marks = ", ".join("(%s, %s)" for _ in pairs)
+    flat = [value for pair in pairs for value in pair]
+    return AGENT_USERS.format(pairs=marks), [*flat, *flat]
+
+
+def agent_users(rows: Iterable[Sequence[Any]]) -> AgentUsers:
+    """AGENT_USERS' rows as (account, cli_msg_id) → agent: the order's agent before a record's."""
+    found: dict[tuple[int, str], tuple[int, int]] = {}
+    for account, cli_msg_id, agent, rank in rows:
+        key = (int(account), str(cli_msg_id))
+        if key not in found or int(rank) < found[key][1]:
+            found[key] = (int(agent), int(rank))
+    return {key: agent for key, (agent, _) in found.items()}
+
+
+def stored_message_fields(row: Sequence[Any], agents: AgentUsers | None = None) -> dict[str, Any]:
     """A row as StoredMessage fields, for the response's constructor (the hot loop of every
     timeline page): the columns by name (None leaves an optional field unset), the enums as
-    numbers, the times as Timestamp fields."""
-    fields = dict(zip(MESSAGE_COLUMNS, row, strict=True))
+    numbers, the times as Timestamp fields; an outgoing message's delivery state from its
+    receipts' times, and its agent from `agents` (agent_users) when known."""
+    if len(row) != len(MESSAGE_COLUMNS):
+        raise ValueError(f"a message row has {len(MESSAGE_COLUMNS)} columns, not {len(row)}")
+    # The row's columns up to updated_at by name; the delivery columns, mostly NULL (every
+    # incoming message), only when set (an unset field costs the constructor nothing).
+    fields = dict(zip(_ROW_FIELDS, row, strict=False))
     fields["thread_type"] = THREAD_TYPES[fields["thread_type"]]
     fields["direction"] = DIRECTIONS[fields["direction"]]
     fields["sent_at"] = timestamp_fields(row[SENT_AT])
@@ -78,7 +151,104 @@ def stored_message_fields(row: Sequence[Any]) -> dict[str, Any]:
         fields["created_at"] = timestamp_fields(created)
     if updated is not None:
         fields["updated_at"] = timestamp_fields(updated)
+    delivered, seen, reactions = row[_DELIVERED_AT], row[_SEEN_AT], row[_REACTIONS]
+    if delivered is not None:
+        fields["delivered_at"] = timestamp_fields(delivered)
+    if seen is not None:
+        fields["seen_at"] = timestamp_fields(seen)
+    if reactions is not None:
+        fields["reactions"] = reaction_fields(reactions)
+    if row[_DIRECTION] == "out":
+        fields["delivery_state"] = (
+            message_pb2.DELIVERY_STATE_SEEN
+            if seen is not None
+            else message_pb2.DELIVERY_STATE_DELIVERED
+            if delivered is not None
+            else message_pb2.DELIVERY_STATE_SENT
+        )
+        cli_msg_id = row[_CLI_MSG_ID]
+        if agents and cli_msg_id:
+            fields["agent_user_id"] = agents.get((int(row[_ACCOUNT]), str(cli_msg_id)))
     return fields
+
+
+def reaction_fields(document: str | bytes) -> list[dict[str, Any]]:
+    """The reactions JSON column (the flusher's JSON_ARRAYAGG of {reactor_id, direction,
+    reaction, reacted_at}, oldest first) as Reaction fields."""
+    return [
+        {
+            "reactor_id": item["reactor_id"],
+            "direction": DIRECTIONS[item["direction"]],
+            "reaction": item["reaction"],
+            "reacted_at": timestamp_fields(datetime.fromisoformat(item["reacted_at"])),
+        }
+        for item in json.loads(document)
+    ]
+
+
+# Columns of a send order as the timeline shows one not yet echoed (order_message_fields).
+ORDER_COLUMNS = (
+    "zalo_account_id",
+    "thread_id",
+    "thread_type",
+    "cli_msg_id",
+    "msg_id",
+    "agent_user_id",
+    "content",
+    "quote_msg_id",
+    "attachments",
+    "state",
+    "failure_class",
+    "failure_reason",
+    "queued_at",
+    "created_at",
+    "updated_at",
+)
+ORDER_QUEUED_AT = ORDER_COLUMNS.index("queued_at")
+
+
+def order_message_fields(row: Sequence[Any], conversation_id: int) -> dict[str, Any]:
+    """A send order not yet echoed (ORDER_COLUMNS) as StoredMessage fields: id 0 (no stored row),
+    msg_id empty until the listener reports it, sent at its queued_at, the delivery state of its
+    order state; failure_class and failure_reason only while it is failed."""
+    (
+        account,
+        thread_id,
+        thread_type,
+        cli_msg_id,
+        msg_id,
+        agent,
+        content,
+        quote_msg_id,
+        attachments,
+        state,
+        failure_class,
+        failure_reason,
+        queued_at,
+        created,
+        updated,
+    ) = row
+    failed = state == "failed"
+    return {
+        "id": 0,
+        "zalo_account_id": account,
+        "zalo_conversation_id": conversation_id,
+        "msg_id": msg_id or "",
+        "cli_msg_id": cli_msg_id,
+        "thread_id": thread_id,
+        "thread_type": THREAD_TYPES[thread_type],
+        "direction": message_pb2.DIRECTION_OUT,
+        "content": content,
+        "quote_msg_id": quote_msg_id,
+        "attachments": attachments,
+        "sent_at": timestamp_fields(queued_at),
+        "created_at": None if created is None else timestamp_fields(created),
+        "updated_at": None if updated is None else timestamp_fields(updated),
+        "delivery_state": ORDER_STATES[state],
+        "agent_user_id": agent,
+        "failure_class": FAILURE_CLASSES.get(failure_class, 0) if failed else 0,
+        "failure_reason": failure_reason if failed else None,
+    }
 
 
 def conversation_fields(row: Sequence[Any]) -> dict[str, Any]:

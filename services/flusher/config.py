@@ -56,6 +56,9 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     archive_enabled: bool = False
     archive_retention_months: int = Field(default=12, ge=1)
     agent_sent_retention_days: int = Field(default=90, ge=1)
+    # The receipt log (zalo_message_receipts): long enough for a receipt to wait for an echo
+    # that is late; what it said is kept on its message after it goes.
+    receipt_retention_days: int = Field(default=30, ge=1)
     maintenance_interval_seconds: float = Field(default=3600, gt=0)
 
     # Likes: wait up to this long after the first new like for a fuller batch (flush lag bound).

@@ -73,12 +73,31 @@ class MessageStreams(ShardedStreams):
 
 def units(event: message_events_pb2.MessageStreamEntry) -> int:
     """What an entry counts for against the backlog bound: its messages, its receipts and
-    reactions, or 1 for other events."""
-    if event.HasField("messages"):
+    reactions (each a row the flusher writes, as a message is), or 1 for other events."""
+    kind = event.WhichOneof("event")
+    if kind == "messages":
         return len(event.messages.messages)
-    if event.HasField("receipts"):
+    if kind == "receipts":
         return max(1, len(event.receipts.receipts) + len(event.receipts.reactions))
     return 1
+
+
+def thread_of(event: message_events_pb2.MessageStreamEntry) -> str:
+    """The thread whose shard the entry belongs on (every item of an entry hashes to one shard:
+    the first one's thread says which). "" for an entry that names none."""
+    kind = event.WhichOneof("event")
+    if kind == "messages":
+        return event.messages.messages[0].thread_id if event.messages.messages else ""
+    if kind == "read":
+        return event.read.thread_id
+    if kind == "agent_sent":
+        return event.agent_sent.thread_id
+    if kind == "receipts":
+        if event.receipts.receipts:
+            return event.receipts.receipts[0].thread_id
+        if event.receipts.reactions:
+            return event.receipts.reactions[0].thread_id
+    return ""
 
 
 def decode(entry: Entry) -> message_events_pb2.MessageStreamEntry:

@@ -77,19 +77,7 @@ class Replayer:
         return Replayed(_text(new_id))
 
     def _shard_of_message(self, event: messages.MessageStreamEntry) -> int:
-        kind = event.WhichOneof("event")
-        if kind == "messages":
-            thread = event.messages.messages[0].thread_id
-        elif kind == "read":
-            thread = event.read.thread_id
-        elif kind == "receipts":
-            # One entry's receipts and reactions all hash to its shard: any of them says which.
-            received = event.receipts
-            first = received.receipts[0] if received.receipts else received.reactions[0]
-            thread = first.thread_id
-        else:
-            thread = event.agent_sent.thread_id
-        return self._messages.shard_of(event.account_id, thread)
+        return self._messages.shard_of(event.account_id, messages.thread_of(event))
 
     async def _like(self, entry: Entry) -> Replayed:
         event = likes.decode(entry)

@@ -3,6 +3,7 @@ checked before, by the rules in services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,7 @@ from services.domain.messaging import (
     MESSAGE_ID,
     SENT_AT,
     conversation_fields,
+    order_message_fields,
     stored_message_fields,
 )
 from services.runtime.grpc_errors import abort
@@ -72,11 +74,29 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             )
 
         before = await _before(context, cursor, sent_at, "message in this conversation")
-        page = await self._repo.list_messages(
+        listed = self._repo.list_messages(
             conversation_id, request.limit, before, include_archive=request.include_archive
         )
+        orders: list[Row] = []
+        if before is None:
+            # The newest page also shows the replies not stored yet, each at its queued_at
+            # (after a stored message of the same instant: id 0). Beyond `limit` (the page's
+            # stored messages are `limit`), and never the cursor: the next page starts after
+            # the oldest stored message, and no later page shows an order, so an order older
+            # than that still shows, here, once. Read beside the page, on a second connection:
+            # one more round trip in sequence cost the newest page 0.6 ms at p50 (bench).
+            page, orders = await asyncio.gather(
+                listed, self._repo.pending_orders(request.account_id, request.conversation_key)
+            )
+        else:
+            page = await listed
+        agents = await self._repo.agent_users(page.rows)
+        messages = [stored_message_fields(row, agents) for row in page.rows]
+        if orders:
+            messages += [order_message_fields(row, conversation_id) for row in orders]
+            messages.sort(key=_timeline_order, reverse=True)
         return pb.ListMessagesResponse(
-            messages=[stored_message_fields(row) for row in page.rows],
+            messages=messages,
             has_more=page.has_more,
             **_next_before(page.rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),
         )
@@ -125,7 +145,8 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         row = await self._repo.message(request.account_id, request.msg_id)
         if row is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, "message not found")
-        return pb.GetMessageResponse(message=stored_message_fields(row))
+        agents = await self._repo.agent_users([row])
+        return pb.GetMessageResponse(message=stored_message_fields(row, agents))
 
     async def GetQuotePayload(
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext
@@ -152,6 +173,12 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
                 page.rows, "next_before_last_message_at", LAST_MESSAGE_AT, CONVERSATION_ID
             ),
         )
+
+
+def _timeline_order(fields: dict[str, Any]) -> tuple[int, int, int]:
+    """A message's place in a page (sent_at, then id), from its StoredMessage fields."""
+    sent_at = fields["sent_at"]
+    return (sent_at["seconds"], sent_at["nanos"], fields["id"])
 
 
 def _next_before(

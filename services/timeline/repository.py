@@ -13,8 +13,19 @@ from typing import Any, cast
 
 from cachetools import LRUCache
 
-from services.domain.messaging import INBOX_ROWS, MESSAGE_COLUMNS, MESSAGE_ID, NEVER, SENT_AT
-from services.domain.paging import Page
+from services.domain.messaging import (
+    INBOX_ROWS,
+    MESSAGE_COLUMNS,
+    MESSAGE_ID,
+    NEVER,
+    ORDER_COLUMNS,
+    SENT_AT,
+    AgentUsers,
+    agent_user_pairs,
+    agent_users,
+    agent_users_query,
+)
+from services.domain.paging import MAX_MESSAGE_LIMIT, Page
 from services.runtime.mysql import MysqlDatabase, Row
 
 _SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM zalo_messages"
@@ -59,6 +70,16 @@ LIMIT 1"""
 LATEST_INCOMING, LATEST_OUTGOING = LATEST["in"], LATEST["out"]
 
 ACCOUNT_EXISTS = "SELECT 1 FROM zalo_accounts WHERE id = %s"
+
+# The conversation's send orders whose message is not stored yet (queued, in a listener's hands,
+# sent and not echoed, failed): the newest page shows them, so a reload never loses a reply in
+# flight. A ref of the (account, thread_id, echoed_at) index; they are few (a conversation's
+# replies of the last seconds, and failures waiting for a retry), sorted after it.
+PENDING_ORDERS = f"""
+SELECT {", ".join(ORDER_COLUMNS)} FROM zalo_outbound_messages
+WHERE zalo_account_id = %s AND thread_id = %s AND echoed_at IS NULL
+ORDER BY queued_at DESC, id DESC
+LIMIT %s"""
 
 # One message by its msg_id, on the (account, msg_id) unique index; the archive's index of the
 # same columns, partition by partition, when it is no longer live.
@@ -154,6 +175,19 @@ class TimelineRepository:
         return await self._db.fetchall(
             next_, (conversation_id, sent_at, sent_at, msg_id, limit + 1)
         )
+
+    async def pending_orders(self, account_id: int, thread_id: str) -> list[Row]:
+        """The conversation's orders not yet echoed, newest first (ORDER_COLUMNS); at most as
+        many as a page of messages holds."""
+        return await self._db.fetchall(PENDING_ORDERS, (account_id, thread_id, MAX_MESSAGE_LIMIT))
+
+    async def agent_users(self, rows: list[Row]) -> AgentUsers:
+        """Who sent the page's outgoing messages from agora: one query for the page."""
+        pairs = agent_user_pairs(rows)
+        if not pairs:
+            return {}
+        query, args = agent_users_query(pairs)
+        return agent_users(await self._db.fetchall(query, args))
 
     async def message_sent_at(
         self, conversation_id: int, message_id: int, *, include_archive: bool

@@ -58,6 +58,7 @@ def retention_jobs(settings: FlusherSettings, mysql: MysqlDatabase) -> Retention
         RetentionRepository(mysql),
         archive_retention_months=settings.archive_retention_months,
         agent_sent_retention_days=settings.agent_sent_retention_days,
+        receipt_retention_days=settings.receipt_retention_days,
     )
 
 
@@ -71,6 +72,7 @@ def periodic_jobs(
 
     async def cleanup() -> None:
         await jobs.cleanup_agent_sent()
+        await jobs.cleanup_receipts()
 
     async def recount_dirty() -> None:
         await reconcile.recount_dirty()

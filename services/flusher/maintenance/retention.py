@@ -1,4 +1,5 @@
-"""Retention jobs: archive partition maintenance, agent-sent cleanup, capacity sampling."""
+"""Retention jobs: archive partition maintenance, agent-sent and receipt cleanup, capacity
+sampling."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class RetentionJobs:
     _: KW_ONLY
     archive_retention_months: int
     agent_sent_retention_days: int
+    receipt_retention_days: int = 30
     cleanup_chunk: int = 1000
 
     async def maintain_partitions(self, today: date | None = None) -> PartitionReport:
@@ -83,6 +85,15 @@ class RetentionJobs:
         while deleted := await self.repo.delete_agent_sent_before(cutoff, self.cleanup_chunk):
             total += deleted
             metrics.CLEANUP_ROWS.labels("zalo_agent_sent_messages").inc(deleted)
+        return total
+
+    async def cleanup_receipts(self, now: datetime | None = None) -> int:
+        """Delete receipts logged before their retention, in chunks; returns rows deleted."""
+        cutoff = (now or utc_now()) - timedelta(days=self.receipt_retention_days)
+        total = 0
+        while deleted := await self.repo.delete_receipts_before(cutoff, self.cleanup_chunk):
+            total += deleted
+            metrics.CLEANUP_ROWS.labels("zalo_message_receipts").inc(deleted)
         return total
 
     async def sample_capacity(self) -> None:

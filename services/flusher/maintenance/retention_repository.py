@@ -42,6 +42,16 @@ SELECT id FROM zalo_agent_sent_messages WHERE created_at < %s ORDER BY created_a
 
 DELETE_AGENT_SENT = "DELETE FROM zalo_agent_sent_messages WHERE id IN ({ids})"
 
+# The receipt log, once its receipts are old: what they said is on their message already
+# (delivered_at and seen_at only ever move earlier, so a receipt deleted takes nothing off it),
+# and one still waiting for its message this long is for a message that will not come. The
+# reactions are not a log (one row per reactor and message, what the message's reactions are
+# recomputed from), so they stay as long as their message's account.
+OLD_RECEIPTS = """
+SELECT id FROM zalo_message_receipts WHERE created_at < %s ORDER BY created_at, id LIMIT %s"""
+
+DELETE_RECEIPTS = "DELETE FROM zalo_message_receipts WHERE id IN ({ids})"
+
 _PARTITION = re.compile(r"p(\d{4})(\d{2})")
 
 
@@ -120,8 +130,15 @@ class RetentionRepository:
 
     async def delete_agent_sent_before(self, cutoff: datetime, chunk: int) -> int:
         """Delete one chunk of agent-sent records created before `cutoff`; returns rows deleted."""
-        rows = await self._db.fetchall(OLD_AGENT_SENT, (cutoff, chunk))
+        return await self._delete_chunk(OLD_AGENT_SENT, DELETE_AGENT_SENT, cutoff, chunk)
+
+    async def delete_receipts_before(self, cutoff: datetime, chunk: int) -> int:
+        """Delete one chunk of receipts logged before `cutoff`; returns rows deleted."""
+        return await self._delete_chunk(OLD_RECEIPTS, DELETE_RECEIPTS, cutoff, chunk)
+
+    async def _delete_chunk(self, find: str, delete: str, cutoff: datetime, chunk: int) -> int:
+        rows = await self._db.fetchall(find, (cutoff, chunk))
         ids = [int(r[0]) for r in rows]
         if not ids:
             return 0
-        return await self._db.execute(DELETE_AGENT_SENT.format(ids=placeholders(ids)), ids)
+        return await self._db.execute(delete.format(ids=placeholders(ids)), ids)

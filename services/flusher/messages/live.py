@@ -26,6 +26,9 @@ from services.domain.messaging import (
     MESSAGE_COLUMNS,
     NEVER,
     SENT_AT,
+    agent_user_pairs,
+    agent_users,
+    agent_users_query,
     conversation_fields,
     stored_message_fields,
 )
@@ -70,11 +73,16 @@ class InboxPublication:
                     threads[entry.account_id].add(msg.thread_id)
             elif kind == "read":
                 threads[entry.account_id].add(entry.read.thread_id)
-        if not threads:
+            elif kind == "receipts":
+                # The messages whose delivery state or reactions changed (their conversations'
+                # rows did not: a receipt is no message).
+                msg_ids[entry.account_id] += [r.msg_id for r in entry.receipts.receipts]
+                msg_ids[entry.account_id] += [x.msg_id for x in entry.receipts.reactions]
+        if not threads and not msg_ids:
             return ReadBack({}, {}, [])
         stored = await self._stored(tx, msg_ids)
-        conversations = await self._conversations(tx, threads)
-        return ReadBack(stored, conversations, sorted(threads))
+        conversations = await self._conversations(tx, threads) if threads else {}
+        return ReadBack(stored, conversations, sorted({*threads, *stored}))
 
     async def publish(self, read: ReadBack) -> None:
         """After the COMMIT (and before the ACK): a crash in between redelivers the batch."""
@@ -110,9 +118,15 @@ class InboxPublication:
         pairs = sorted({(account, m) for account, ids in msg_ids.items() for m in ids})
         rows = await _fetch_pairs(tx, STORED, [], pairs)
         rows.sort(key=lambda r: (r[2], r[SENT_AT], r[0]))
+        # Who sent the outgoing ones from agora: one lookup per chunk of the batch, not per row.
+        agents: dict[tuple[int, str], int] = {}
+        out = agent_user_pairs(rows)
+        for start in range(0, len(out), _PAIRS):
+            query, args = agent_users_query(out[start : start + _PAIRS])
+            agents.update(agent_users(await tx.fetchall(query, args)))
         by_account: dict[int, list[message_pb2.StoredMessage]] = defaultdict(list)
         for row in rows:
-            message = message_pb2.StoredMessage(**stored_message_fields(row))
+            message = message_pb2.StoredMessage(**stored_message_fields(row, agents))
             by_account[message.zalo_account_id].append(message)
         return by_account
 

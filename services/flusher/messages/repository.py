@@ -18,7 +18,7 @@ from agora.messaging.v1 import message_pb2
 
 from services.domain.messaging import message_preview
 from services.flusher.fencing import MysqlFences
-from services.flusher.messages import conversions
+from services.flusher.messages import conversions, delivery
 from services.runtime.mysql import Connection, MysqlDatabase, placeholders
 from services.streams.faults import fault
 from services.streams.fencing import Fence
@@ -141,6 +141,7 @@ class MessageRepository:
         messages: list[PendingRow] = []
         reads: dict[ConversationKey, datetime] = {}
         agent_sent: list[tuple[Any, ...]] = []
+        deliveries = delivery.Deliveries()
         for entry in entries:
             account = entry.account_id
             kind = entry.WhichOneof("event")
@@ -152,6 +153,7 @@ class MessageRepository:
                     conversations[key] = latest
                     latest.saw(msg, row)
                     messages.append((key, msg.msg_id, row))
+                    deliveries.saw_message(account, msg)
             elif kind == "read":
                 key = (account, entry.read.thread_id)
                 read_at = conversions.stored_time(entry.read.read_at, "read.read_at")
@@ -169,6 +171,8 @@ class MessageRepository:
                         conversions.stored_time(a.sent_at, "agent_sent.sent_at"),
                     )
                 )
+            elif kind == "receipts":
+                deliveries.saw_receipts(account, entry.receipts)
 
         async with self._db.transaction() as tx:
             if fence is not None:
@@ -191,6 +195,14 @@ class MessageRepository:
                 await tx.execute(MARK_READ, (read_at, read_at, account, thread))
             if agent_sent:
                 await tx.executemany(INSERT_AGENT_SENT, agent_sent)
+            # After the messages: an echo joins its order, and a message stored after its
+            # receipts (they overtook the echo) takes them up, in this transaction.
+            await delivery.apply(
+                tx,
+                deliveries,
+                [(key[0], msg_id) for key, msg_id, row in messages if row[4] == "out"],
+                archive=self._archive,
+            )
             if before_commit is not None:
                 await before_commit(tx)
             fault("before_commit")
