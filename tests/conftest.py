@@ -60,6 +60,10 @@ from tests.stack import (
 from tools.forum_data import load_lab
 
 TABLES = [
+    "zalo_outbound_messages",
+    "zalo_listener_leases",
+    "zalo_message_receipts",
+    "zalo_message_reactions",
     "zalo_agent_sent_messages",
     "zalo_messages",
     "zalo_messages_archive",

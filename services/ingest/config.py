@@ -22,8 +22,9 @@ class IngestSettings(
     redis_url: str
     postgres_url: str
     postgres_pool_size: int = Field(default=10, ge=1)
-    # zalo_accounts alone (SELECT): a call for an account it does not hold is refused at once
-    # (services/ingest/accounts.py). Known accounts are cached, so the pool stays small.
+    # zalo_accounts (SELECT: a call for an account it does not hold is refused at once,
+    # services/ingest/accounts.py; known accounts are cached) and the replies' orders and leases
+    # (services/ingest/outbound/): a few statements per reply, so the pool stays small.
     mysql_url: str
     mysql_pool_size: int = Field(default=2, ge=1)
     # A known account is re-checked in the background this often (a deleted one is refused
@@ -33,6 +34,11 @@ class IngestSettings(
     account_cache_unknown_seconds: float = Field(default=2.0, ge=0)
     # Chat ingest (listeners and the gateway).
     grpc_port: int = 50051
+    # A listener's Listen stream holds its leases: a connection closed for its age
+    # (GRPC_MAX_CONNECTION_AGE_SECONDS) keeps it this long instead of cutting it (each cut
+    # re-offers the orders in flight as possibly sent). A frozen listener is found by the
+    # keepalive pings (GRPC_KEEPALIVE_SECONDS), not by this.
+    grpc_max_connection_age_grace_seconds: float | None = Field(default=900.0, ge=0)
     # Forum writes, on their own listener so that only the gateway can reach them.
     grpc_forum_port: int = 50055
     # How long after writing it an author may edit their post or comment (a course's teachers

@@ -38,6 +38,11 @@ class ServiceSettings(EnvSettings):
     # Seconds the calls on a connection so closed get to finish; unset: GRPC_GRACE_SECONDS. A
     # service with long-lived streams sets it longer than they last.
     grpc_max_connection_age_grace_seconds: float | None = Field(default=None, ge=0)
+    # The server pings each client connection this often and closes it when a ping goes
+    # unanswered for GRPC_KEEPALIVE_TIMEOUT_SECONDS: a client that froze or vanished without a
+    # FIN ends its streams (and what they hold: a listener's leases) instead of keeping them.
+    grpc_keepalive_seconds: float = Field(default=20.0, gt=0)
+    grpc_keepalive_timeout_seconds: float = Field(default=10.0, gt=0)
     log_level: str = "INFO"
     # Processes serving the same ports (services/runtime/workers.py); 0: one per core.
     workers: int = Field(default=1, ge=0)

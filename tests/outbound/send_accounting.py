@@ -66,6 +66,8 @@ class StandinProcess:
     output: Path
     flags: Sequence[str] = ()
     seed: int = 1
+    # Its listener id is <name>-<start>: two stand-ins of one test are two listeners.
+    name: str = "standin-test"
     proc: asyncio.subprocess.Process | None = None
     starts: int = 0
     kills: int = 0
@@ -93,7 +95,7 @@ class StandinProcess:
             "--log",
             str(self.log_path),
             "--listener-id",
-            f"standin-test-{self.starts}",
+            f"{self.name}-{self.starts}",
             # Each run draws its own failures and deaths.
             "--seed",
             str(self.seed * 1000 + self.starts),

@@ -115,7 +115,12 @@ class Listeners:
         return stream
 
     async def sent(
-        self, order: listener_pb.SendOrder, msg_id: str, *, epoch: int | None = None
+        self,
+        order: listener_pb.SendOrder,
+        msg_id: str,
+        *,
+        epoch: int | None = None,
+        attempt: int = 0,
     ) -> listener_pb.ReportOutcomeResponse:
         reply: listener_pb.ReportOutcomeResponse = await self.stub.ReportOutcome(
             listener_pb.ReportOutcomeRequest(
@@ -123,18 +128,26 @@ class Listeners:
                 epoch=order.epoch if epoch is None else epoch,
                 cli_msg_id=order.cli_msg_id,
                 sent=listener_pb.OrderSent(msg_id=msg_id),
+                attempt=attempt,
             )
         )
         return reply
 
     async def failed(
-        self, order: listener_pb.SendOrder, failure_class: int, reason: str = "", **fields: Any
+        self,
+        order: listener_pb.SendOrder,
+        failure_class: int,
+        reason: str = "",
+        *,
+        attempt: int = 0,
+        **fields: Any,
     ) -> listener_pb.ReportOutcomeResponse:
         reply: listener_pb.ReportOutcomeResponse = await self.stub.ReportOutcome(
             listener_pb.ReportOutcomeRequest(
                 account_id=order.account_id,
                 epoch=order.epoch,
                 cli_msg_id=order.cli_msg_id,
+                attempt=attempt,
                 failed=listener_pb.OrderFailed(
                     failure_class=failure_class,  # type: ignore[arg-type]
                     reason=reason,

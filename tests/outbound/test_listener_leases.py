@@ -159,6 +159,30 @@ async def test_a_retryable_failure_waits_its_backoff_and_holds_its_conversation(
     assert (await stream.order()).cli_msg_id == second
 
 
+async def test_a_late_report_of_an_earlier_attempt_settles_nothing(
+    outbound: Outbound, listeners: Listeners
+) -> None:
+    """A retransmitted report of attempt 1 that arrives while attempt 2 is in flight, under the
+    same lease, is refused by its attempt: only attempt 2's report decides."""
+    [order_key] = await queue(outbound, "t0", "a")
+    stream = listeners.listen("listener-a", ACCOUNT)
+    await stream.next("lease_granted")
+    first = await stream.order()
+    await listeners.failed(first, message_pb2.FAILURE_CLASS_RETRYABLE, "timeout", attempt=1)
+    second = await stream.order(within=5)
+    assert (second.cli_msg_id, second.attempt, second.epoch) == (order_key, 2, first.epoch)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await listeners.failed(first, message_pb2.FAILURE_CLASS_PERMANENT, "blocked", attempt=1)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "attempt 1" in (refused.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError) as stale:
+        await listeners.sent(first, "z-stale", attempt=1)
+    assert stale.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await listeners.sent(second, "z-a", attempt=2)
+    order = await get_order(outbound, order_key)
+    assert (order.state, order.msg_id) == (message_pb2.DELIVERY_STATE_SENT, "z-a")
+
+
 async def test_a_rate_limit_holds_the_whole_account_until_its_time(
     outbound: Outbound, listeners: Listeners
 ) -> None:

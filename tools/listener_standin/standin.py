@@ -279,7 +279,10 @@ class Standin:
         failed: listener_service_pb2.OrderFailed | None = None,
     ) -> None:
         request = listener_service_pb2.ReportOutcomeRequest(
-            account_id=order.account_id, epoch=order.epoch, cli_msg_id=order.cli_msg_id
+            account_id=order.account_id,
+            epoch=order.epoch,
+            cli_msg_id=order.cli_msg_id,
+            attempt=order.attempt,
         )
         if sent is not None:
             request.sent.msg_id = sent.msg_id
@@ -321,10 +324,11 @@ class Standin:
                 return
 
     async def _receipt(self, account_id: int, receipt: message_pb2.Receipt) -> bool:
+        # No idempotency key: a receipt is stored once by its own id, and a stand-in that
+        # forwards it again (another listener after a takeover) stamps another time, which a
+        # key would refuse as a different request.
         request = ingest_service_pb2.IngestReceiptsRequest(
-            account_id=account_id,
-            receipts=[receipt],
-            idempotency_key=f"standin-{receipt.receipt_id}",
+            account_id=account_id, receipts=[receipt]
         )
         deadline = time.monotonic() + 60
         try:

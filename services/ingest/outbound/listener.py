@@ -91,12 +91,15 @@ class ListenerHandlers(pb_grpc.ListenerServiceServicer):
         if request.HasField("sent"):
             sent = request.sent
             sent_at = to_datetime(sent.sent_at) if sent.HasField("sent_at") else None
-            outcome = Outcome(msg_id=sent.msg_id, sent_at=sent_at)
+            outcome = Outcome(msg_id=sent.msg_id, sent_at=sent_at, attempt=request.attempt)
         else:
             failed = request.failed
             retry_at = to_datetime(failed.retry_at) if failed.HasField("retry_at") else None
             outcome = Outcome(
-                failure_class=failed.failure_class, reason=failed.reason, retry_at=retry_at
+                failure_class=failed.failure_class,
+                reason=failed.reason,
+                retry_at=retry_at,
+                attempt=request.attempt,
             )
         try:
             order, changed = await self.repo.report(

@@ -141,6 +141,8 @@ class Outcome:
     failure_class: int = 0
     reason: str = ""
     retry_at: datetime | None = None
+    # The offer's attempt it reports (0: any): a stale one must not settle a later attempt.
+    attempt: int = 0
 
 
 def new_cli_msg_id() -> str:
@@ -325,7 +327,7 @@ class OutboundRepository:
             if order.msg_id == outcome.msg_id:
                 return False
             raise Refused(f"the order was sent already, as msg_id {order.msg_id}")
-        self._require_in_flight(order, epoch)
+        self._require_in_flight(order, epoch, outcome.attempt)
         await tx.execute(
             """UPDATE zalo_outbound_messages
             SET state = 'sent', msg_id = %s, sent_at = COALESCE(sent_at, %s, NOW(3)),
@@ -342,9 +344,10 @@ class OutboundRepository:
             and order.offered_epoch == epoch
             and order.failure_class == name
             and (order.failure_reason or "") == outcome.reason
+            and outcome.attempt in (0, order.attempts)
         ):
             return False  # this report's repeat
-        self._require_in_flight(order, epoch)
+        self._require_in_flight(order, epoch, outcome.attempt)
         reason = outcome.reason or None
         if name == "permanent":
             sql = """UPDATE zalo_outbound_messages
@@ -368,12 +371,14 @@ class OutboundRepository:
         return True
 
     @staticmethod
-    def _require_in_flight(order: Order, epoch: int) -> None:
+    def _require_in_flight(order: Order, epoch: int, attempt: int) -> None:
         if order.state != SENDING or order.offered_epoch != epoch:
             raise Refused(
                 f"the order is not in flight at epoch {epoch} (it is {order.state}"
                 + (f", offered at epoch {order.offered_epoch})" if order.offered_epoch else ")")
             )
+        if attempt and attempt != order.attempts:
+            raise Refused(f"attempt {attempt} is over: the order is at attempt {order.attempts}")
 
     @staticmethod
     async def _check_lease(tx: Connection, account_id: int, epoch: int, holder: str | None) -> None:
