@@ -1,6 +1,6 @@
 """Fixtures of the reply tests: an ingest process of their own with short leases and a quick
 pace (so takeovers and pacing are seen in seconds), its three APIs as their callers reach them,
-and empty order, lease and receipt tables with a few conversations to reply in."""
+and a few conversations to reply in."""
 
 from __future__ import annotations
 
@@ -25,13 +25,6 @@ from tests.outbound.support import (
     Listeners,
 )
 from tests.stack import Env, ingest_settings_for, serving
-
-OUTBOUND_TABLES = (
-    "zalo_outbound_messages",
-    "zalo_listener_leases",
-    "zalo_message_receipts",
-    "zalo_message_reactions",
-)
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -75,13 +68,9 @@ async def listeners(outbound_server: GrpcServer) -> AsyncIterator[Listeners]:
 
 @pytest_asyncio.fixture
 async def replies(clean: None, admin_db: MysqlDatabase) -> None:
-    """Empty order, lease and receipt tables; CONVERSATIONS to reply in, QUOTABLE stored in
+    """`clean` (which empties the reply tables too); CONVERSATIONS to reply in, QUOTABLE stored in
     theirs (one of them archived)."""
     async with admin_db.connection() as conn:
-        await conn.execute("SET FOREIGN_KEY_CHECKS = 0")
-        for table in OUTBOUND_TABLES:
-            await conn.execute(f"TRUNCATE TABLE {table}")
-        await conn.execute("SET FOREIGN_KEY_CHECKS = 1")
         await conn.executemany(
             """INSERT INTO zalo_conversations (zalo_account_id, thread_id, last_message_at)
             VALUES (%s, %s, '2026-08-02 10:00:00')""",

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import pytest_asyncio
 import redis.asyncio as redis
 from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import message_pb2
@@ -19,16 +18,6 @@ from services.streams.messages import MessageStreams
 from tests.helpers import at
 
 OUTBOUND_TABLES = ("zalo_outbound_messages", "zalo_message_receipts", "zalo_message_reactions")
-
-
-@pytest_asyncio.fixture
-async def outbound_clean(clean: None, admin_db: MysqlDatabase) -> None:
-    """`clean`, and no orders, receipts or reactions."""
-    async with admin_db.connection() as conn:
-        await conn.execute("SET FOREIGN_KEY_CHECKS = 0")
-        for table in OUTBOUND_TABLES:
-            await conn.execute(f"TRUNCATE TABLE {table}")
-        await conn.execute("SET FOREIGN_KEY_CHECKS = 1")
 
 
 async def place_order(

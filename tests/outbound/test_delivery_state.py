@@ -26,7 +26,6 @@ from tests.outbound.delivery_support import (
     delivery,
     naive,
     order_row,
-    outbound_clean,
     place_order,
     reaction,
     receipt,
@@ -34,8 +33,7 @@ from tests.outbound.delivery_support import (
 from tests.stack import Env
 from tools.jwt_token import mint
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("outbound_clean")]
-__all__ = ["outbound_clean"]
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("clean")]
 
 OUT = message_pb2.DIRECTION_OUT
 Ingest = ingest_service_pb2_grpc.IngestServiceStub

@@ -11,10 +11,9 @@ from agora.messaging.v1 import timeline_service_pb2 as tpb
 
 from services.runtime.mysql import MysqlDatabase
 from tests.helpers import Flusher, at, message
-from tests.outbound.delivery_support import naive, outbound_clean, place_order
+from tests.outbound.delivery_support import naive, place_order
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("outbound_clean")]
-__all__ = ["outbound_clean"]
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("clean")]
 
 OUT = message_pb2.DIRECTION_OUT
 Ingest = ingest_service_pb2_grpc.IngestServiceStub
