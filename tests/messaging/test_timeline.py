@@ -160,8 +160,18 @@ async def test_response_keeps_column_names_and_iso_times(
         "sent_at",
         "created_at",
         "updated_at",
+        # What became of a reply (null on an incoming message) and the reactions to any.
+        "delivery_state",
+        "delivered_at",
+        "seen_at",
+        "reactions",
+        "agent_user_id",
+        "failure_class",
+        "failure_reason",
     }
     assert row["sent_at"] == "2026-08-02T10:00:00.123+00:00"
+    assert row["delivery_state"] is None
+    assert row["reactions"] == []
     assert row["attachments"] == [{"type": "photo"}]
     assert row["quote_payload"] == {"msg": "quoted"}
     assert row["cli_msg_id"] is None
