@@ -10,10 +10,12 @@ REDIS ?= single
 # The SQL datastores: 0, the single MariaDB and PostgreSQL (the default), or 1, their HA engines
 # (Patroni + etcd, Galera + garbd, HAProxy on the same ports; docs/high-availability.md).
 HA ?= 0
-# make test's second run, on the test Redis Cluster: the suites that touch Redis streams; only the
+# make test's second run, on the test Redis Cluster: the suites that touch Redis streams (of the
+# replies', the receipts through the streams); only the
 # directories that exist (pytest stops at a missing path). Not tests/redis_cluster: each of its
 # modules starts a cluster of its own whatever the run's Redis, so the first run has covered it.
-PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/live tests/messaging
+PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/live tests/messaging \
+  tests/outbound/test_receipts_ingest.py tests/outbound/test_delivery_state.py
 # Once is enough for these: the live accounting's negative control (it proves the accounting sees
 # a gap), the kills through processes, which run a single Redis of their own, and the dead letter
 # of an entry the flusher cannot convert (the database refuses it whatever the Redis topology),
