@@ -6,8 +6,8 @@ offline goes once when the network is back, and one whose answer was lost is sen
 same Idempotency-Key and stored once. A failure shows its reason and Retry sends it; on a phone
 (390×844) the composer is in view and not covered.
 
-The listener is the stand-in (tools/listener_standin, `listener_standin` below: the hook the
-integrator fills) for the loop; where the test needs an exact outcome (a failure, then a
+The listener is the stand-in (tools/listener_standin, run by `listener_standin` below) for the
+loop; where the test needs an exact outcome (a failure, then a
 success) it plays the listener itself through the ListenerService contract (ScriptedListener).
 """
 
@@ -89,10 +89,8 @@ async def loop(clean: None) -> AsyncIterator[Loop]:
         await running.stop()
 
 
-# The listener stand-in (tools/listener_standin, branch out-standin) as these tests run it: its
-# flags as LISTENER_STANDIN_* variables, as of that branch's config.py. TODO(integrator, issue
-# 45): check them against the merged stand-in (and start it here the way `make up` does, should
-# that differ). What these tests assume of it, and nothing more:
+# The listener stand-in (tools/listener_standin) as these tests run it, set by its
+# LISTENER_STANDIN_* variables (tools/listener_standin/config.py). What these tests assume of it:
 # - it takes the orders of the accounts it is given (ListenerService.Listen at ingest's address,
 #   the listener's certificate from var/tls), "sends" each: ReportOutcome sent and the echo
 #   through IngestMessages (direction out, the order's cli_msg_id), then a `delivered` and later
