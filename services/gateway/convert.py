@@ -368,7 +368,12 @@ def changed_json(
     inbox = f"/api/zalo-accounts/{account_id}"
     if kind == "message":
         data["msg_id"], data["conversation_key"] = c.msg_id, c.conversation_key
-        data["href"] = f"{inbox}/messages/{quote(c.msg_id, safe='')}"
+        if c.msg_id:
+            data["href"] = f"{inbox}/messages/{quote(c.msg_id, safe='')}"
+        else:
+            # A reply not sent yet has no msg_id: its conversation's newest page shows it.
+            key = quote(c.conversation_key, safe="")
+            data["href"] = f"{inbox}/messages?conversation_key={key}"
     elif kind == "conversation":
         data["conversation_key"] = c.conversation_key
         data["href"] = f"{inbox}/conversations"

@@ -78,6 +78,8 @@ function onEvent(v, kind, data) {
 function changed(v, data) {
   if (data.kind === 'conversation') return refetch(v);
   if (data.kind !== 'message' || v.timeline?.key !== data.conversation_key) return null;
+  // A reply not sent yet (no msg_id): the newest page shows it, merged like a missed event.
+  if (!data.msg_id) return v.live.during(() => v.timeline.catchUp());
   return v.live.during(async () => {
     try {
       const message = (await api(data.href.replace(/^\//, ''))).data;
