@@ -24,7 +24,7 @@ MYSQL_REFUSED = [
     ("mysql_timeline_url", "INSERT INTO zalo_accounts (id, display_name) VALUES (424242, 'x')"),
     ("mysql_timeline_url", "DELETE FROM zalo_messages WHERE id = 0"),
     ("mysql_timeline_url", "UPDATE zalo_conversations SET last_read_at = NULL WHERE id = 0"),
-    # ingest reads what a reply refers to (issue 45) but writes only its orders and leases.
+    # ingest reads what a reply refers to (docs/outbound.md) but writes only its orders and leases.
     ("mysql_ingest_url", "UPDATE zalo_messages SET content = NULL WHERE id = 0"),
     ("mysql_ingest_url", "DELETE FROM zalo_outbound_messages WHERE id = 0"),
     ("mysql_ingest_url", "INSERT INTO zalo_accounts (id, display_name) VALUES (424242, 'x')"),

@@ -1,9 +1,9 @@
-"""Replies through the gateway (issue 45): POST …/conversations/{key}/messages queues a send order
-in OutboundService (the ingest process) and answers it with 202; the same Idempotency-Key answers
-the same order, another body with it is 422; bad input is a 4xx naming its field and stores
-nothing; the order reads back and a failed one is retried by cli_msg_id. Against the real ingest
-and timeline servers and MariaDB (the suite's fixtures); the JSON shapes of the new message
-fields are checked without them."""
+"""Replies through the gateway (docs/outbound.md): POST …/conversations/{key}/messages queues a send
+order in OutboundService (the ingest process) and answers it with 202; the same Idempotency-Key
+answers the same order, another body with it is 422; bad input is a 4xx naming its field and stores
+nothing; the order reads back and a failed one is retried by cli_msg_id. Against the real ingest and
+timeline servers and MariaDB (the suite's fixtures); the JSON shapes of the new message fields are
+checked without them."""
 
 from __future__ import annotations
 

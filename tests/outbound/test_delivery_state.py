@@ -1,5 +1,5 @@
 """Receipts, reactions and echoes through the real streams, flusher and timeline on MariaDB and
-Redis: what becomes of a message the business sent (issue 45, docs/outbound.md)."""
+Redis: what becomes of a message the business sent (docs/outbound.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Agents reply in Chromium (issue 45), against every service as a process behind the real
+"""Agents reply in Chromium (docs/outbound.md), against every service as a process behind the real
 gateway and a listener: an agent replies quoting a message and sees it pending, then sent ✓,
 delivered ✓✓ and Seen without reloading, while a second agent's window shows the reply and its
 states live; the states only ever move forward; a reload shows it once. A reply sent while

@@ -64,7 +64,7 @@ FAULTS: dict[str, Scenario] = {
     ),
     CLUSTER_FAILOVER: on_the_cluster(fail_over_master),
     CLUSTER_RESHARD: on_the_cluster(reshard_under_load),
-    # Replies through the listener stand-in (issue 45), beside the usual message and like load.
+    # Replies through the listener stand-in (docs/outbound.md), beside the message and like load.
     SENT_ONCE: Scenario(sent_once, after=0),
 }
 # make test's rows (its 20-minute budget); make chaos runs every row. The backlog bound, the

@@ -1,10 +1,10 @@
-"""The long accounting of replies (issue 45): 2,000 sends over 50 conversations of one account
-while the listener stand-in is killed (kill -9) at random points and started again, and ingest
-and the flusher are killed -9 and restarted twice each. The accounting is
-tests/outbound/send_accounting.py's: every acknowledged order final, none sent twice (the
-stand-in's sent log), each conversation sent in the order acknowledged, one stored message per
-sent order. Its negative control runs a stand-in that ignores possibly_sent (and dies right after
-sending): the same accounting must count double sends."""
+"""The long accounting of replies (docs/outbound.md): 2,000 sends over 50 conversations of one
+account while the listener stand-in is killed (kill -9) at random points and started again, and
+ingest and the flusher are killed -9 and restarted twice each. The accounting is
+tests/outbound/send_accounting.py's: every acknowledged order final, none sent twice (the stand-in's
+sent log), each conversation sent in the order acknowledged, one stored message per sent order. Its
+negative control runs a stand-in that ignores possibly_sent (and dies right after sending): the same
+accounting must count double sends."""
 
 from __future__ import annotations
 
