@@ -90,6 +90,8 @@ FAILURE_CLASSES = {
     "permanent": message_pb2.FAILURE_CLASS_PERMANENT,
     "rate_limited": message_pb2.FAILURE_CLASS_RATE_LIMITED,
 }
+# failure_class column values (and the JSON API's names) by FailureClass number.
+FAILURE_CLASS_NAMES: dict[int, str] = {number: name for name, number in FAILURE_CLASSES.items()}
 
 # Who sent the business's messages from agora, by (account, cli_msg_id): the send order, else
 # what RecordAgentSent recorded. Each half is a range over its (account, cli_msg_id) unique

@@ -16,7 +16,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
 from starlette.responses import Response
 
-from services.domain.messaging import DIRECTION_NAMES, DIRECTIONS, THREAD_TYPE_NAMES, THREAD_TYPES
+from services.domain.messaging import (
+    DIRECTION_NAMES,
+    DIRECTIONS,
+    FAILURE_CLASS_NAMES,
+    THREAD_TYPE_NAMES,
+    THREAD_TYPES,
+)
 from services.gateway import schemas
 from services.runtime.grpc_errors import FieldViolation
 from services.runtime.timeutil import to_timestamp
@@ -159,11 +165,6 @@ DELIVERY_STATE_NAMES = {
     value: message_pb2.DeliveryState.Name(value).removeprefix("DELIVERY_STATE_").lower()
     for value in message_pb2.DeliveryState.values()
     if value != message_pb2.DELIVERY_STATE_UNSPECIFIED
-}
-FAILURE_CLASS_NAMES = {
-    value: message_pb2.FailureClass.Name(value).removeprefix("FAILURE_CLASS_").lower()
-    for value in message_pb2.FailureClass.values()
-    if value != message_pb2.FAILURE_CLASS_UNSPECIFIED
 }
 
 

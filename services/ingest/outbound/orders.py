@@ -15,14 +15,11 @@ from agora.messaging.v1 import listener_service_pb2 as listener_pb
 from agora.messaging.v1 import message_pb2
 from agora.messaging.v1 import outbound_service_pb2 as outbound_pb
 
-from services.domain.messaging import FAILURE_CLASSES as FAILURE_CLASS_NUMBERS
-from services.domain.messaging import THREAD_TYPES
+from services.domain.messaging import FAILURE_CLASSES, THREAD_TYPES
 from services.runtime.timeutil import timestamp_fields
 
 QUEUED, SENDING, SENT, FAILED = "queued", "sending", "sent", "failed"
 
-# The column values of failure_class by FailureClass number (the numbers by value: the domain's).
-FAILURE_CLASSES: dict[int, str] = {number: name for name, number in FAILURE_CLASS_NUMBERS.items()}
 
 # The order's columns as Order's fields (o: the order, c: its conversation, m and a: its echo,
 # live or archived, whose receipts say delivered and seen).
@@ -96,7 +93,7 @@ class Order:
     def failure_class_number(self) -> int:
         if self.failure_class is None:
             return message_pb2.FAILURE_CLASS_UNSPECIFIED
-        return FAILURE_CLASS_NUMBERS[self.failure_class]
+        return FAILURE_CLASSES[self.failure_class]
 
 
 def _time(value: datetime | None) -> dict[str, int] | None:

@@ -16,9 +16,9 @@ from datetime import datetime
 
 import aiomysql
 
+from services.domain.messaging import FAILURE_CLASS_NAMES
 from services.ingest.outbound.orders import (
     FAILED,
-    FAILURE_CLASSES,
     QUEUED,
     SELECT_ORDER,
     SENDING,
@@ -338,7 +338,7 @@ class OutboundRepository:
         return True
 
     async def _failed(self, tx: Connection, order: Order, epoch: int, outcome: Outcome) -> bool:
-        name = FAILURE_CLASSES[outcome.failure_class]
+        name = FAILURE_CLASS_NAMES[outcome.failure_class]
         if (
             order.state in (QUEUED, FAILED)
             and order.offered_epoch == epoch
