@@ -160,7 +160,7 @@ async def test_a_replys_agent_is_named_in_the_order_and_in_the_timeline(
     assert agents == {(None, None), (7, DEMO_PEOPLE[7])}
 
 
-def test_names_are_kept_nfc_and_initials_are_two_letters() -> None:
+async def test_names_are_kept_nfc_and_initials_are_two_letters() -> None:
     decomposed = unicodedata.normalize("NFD", "  Đặng   Thị Ánh ")
     assert display_name(decomposed) == "Đặng Thị Ánh"
     assert nfc(display_name(decomposed))
