@@ -86,6 +86,7 @@ PG_TABLES = ", ".join(
         "stream_fences",
         "live_outbox",
         "idempotency_keys",
+        "people",
     ]
 )
 

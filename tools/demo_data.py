@@ -17,7 +17,7 @@ from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, mess
 
 from services.runtime.mysql import MysqlDatabase
 from tools import callers
-from tools.forum_data import Volume, load_lab, load_volume
+from tools.forum_data import Volume, load_lab, load_volume, load_volume_people
 from tools.waiting import NeverHappened, until
 
 ACCOUNTS = {1: "Demo Shop", 2: "Demo Clinic", 3: "Demo School"}
@@ -103,7 +103,9 @@ async def load_forum() -> bool:
     )
     try:
         await load_lab(conn)
-        return await load_volume(conn, Volume())
+        loaded = await load_volume(conn, Volume())
+        await load_volume_people(conn, Volume())
+        return loaded
     finally:
         await conn.close()
 

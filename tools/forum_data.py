@@ -2,7 +2,8 @@
 
 The lab is a known starting state for likes: course 42 with posts 1 and 2 (post 2 already liked by
 user 7, like_count 1), course 99 with post 3, comments 1 and 2 on post 1, users 7, 8 and 9 enrolled
-in course 42. The volume is set-based SQL (generate_series), loaded once.
+in course 42; the demo users' names (tools/people_data.py). The volume is set-based SQL
+(generate_series), loaded once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
+
+from tools.people_data import load_demo_people, load_people, volume_ids
 
 Conn = asyncpg.Connection | PoolConnectionProxy
 
@@ -54,6 +57,13 @@ class Volume:
 
 async def load_lab(conn: Conn) -> None:
     await conn.execute(LAB)
+    await load_demo_people(conn)
+
+
+async def load_volume_people(conn: Conn, volume: Volume) -> None:
+    """The names of the volume's teachers and students (idempotent, and apart from
+    load_volume: a volume loaded before the directory existed gets its names too)."""
+    await load_people(conn, volume_ids(volume.courses, volume.students))
 
 
 async def load_volume(conn: Conn, volume: Volume) -> bool:

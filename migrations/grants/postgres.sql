@@ -18,6 +18,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO agora_ingest;
 -- timeline: reads only.
 GRANT SELECT ON courses, course_members, posts, comments, post_likes, comment_likes,
   moderation_actions, post_revisions, comment_revisions TO agora_timeline;
+-- timeline: the directory's names beside the ids of a page (one lookup per page).
+GRANT SELECT ON people TO agora_timeline;
+-- ingest: the agent's name beside a reply's agent_user_id (OutboundService's answers).
+GRANT SELECT ON people TO agora_ingest;
 
 -- likes: authorization checks and warming a user's liked set; never writes.
 GRANT SELECT ON course_members, posts, comments, post_likes, comment_likes TO agora_likes;

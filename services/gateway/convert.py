@@ -154,6 +154,7 @@ def message_json(m: message_pb2.StoredMessage) -> dict[str, Any]:
         "seen_at": time_text(m.seen_at) if has("seen_at") else None,
         "reactions": [reaction_json(r) for r in m.reactions],
         "agent_user_id": m.agent_user_id if has("agent_user_id") else None,
+        "agent_name": m.agent_name if has("agent_name") else None,
         "failure_class": FAILURE_CLASS_NAMES.get(m.failure_class),
         "failure_reason": m.failure_reason if has("failure_reason") else None,
     }
@@ -166,6 +167,15 @@ DELIVERY_STATE_NAMES = {
     for value in message_pb2.DeliveryState.values()
     if value != message_pb2.DELIVERY_STATE_UNSPECIFIED
 }
+
+
+def liker_json(r: Any) -> dict[str, Any]:
+    """schemas.Liker (an agora.forum.v1.Liker)."""
+    return {
+        "user_id": r.user_id,
+        "name": r.name if r.HasField("name") else None,
+        "liked_at": time_text(r.liked_at),
+    }
 
 
 def reaction_json(r: message_pb2.Reaction) -> dict[str, Any]:
@@ -190,6 +200,7 @@ def order_json(o: outbound_service_pb2.OutboundOrder) -> dict[str, Any]:
         "quote_msg_id": o.quote_msg_id or None,
         "attachments": json_value(o.attachments) if o.attachments else None,
         "agent_user_id": o.agent_user_id,
+        "agent_name": o.agent_name or None,
         "queued_at": time_text(o.queued_at),
         "msg_id": o.msg_id or None,
         "sent_at": time_text(o.sent_at) if has("sent_at") else None,
@@ -299,10 +310,12 @@ def moderation_json(a: forum_pb2.ModerationAction) -> dict[str, Any]:
         "id": a.id,
         "course_id": a.course_id,
         "moderator_id": a.moderator_id,
+        "moderator_name": a.moderator_name if has("moderator_name") else None,
         "action": MODERATION_KIND_NAMES[a.kind],
         "post_id": a.post_id,
         "comment_id": a.comment_id if has("comment_id") else None,
         "author_id": a.author_id,
+        "author_name": a.author_name if has("author_name") else None,
         "reason": a.reason if has("reason") else None,
         "created_at": time_text(a.created_at),
     }
@@ -324,6 +337,7 @@ def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
         "id": p.id,
         "course_id": p.course_id,
         "user_id": p.user_id,
+        "author_name": p.author_name if p.HasField("author_name") else None,
         "title": p.title,
         "body": p.body,
         "like_count": p.like_count,
@@ -342,6 +356,7 @@ def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, An
         "post_id": c.post_id,
         "parent_id": c.parent_id if has("parent_id") else None,
         "user_id": c.user_id,
+        "author_name": c.author_name if has("author_name") else None,
         "body": c.body,
         "like_count": c.like_count,
         "reply_count": c.reply_count,

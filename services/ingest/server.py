@@ -17,6 +17,7 @@ from agora.messaging.v1 import (
 )
 
 from services.domain import access, field_rules, schema
+from services.domain.people import PeopleDirectory
 from services.ingest.accounts import AccountDirectory
 from services.ingest.config import IngestSettings
 from services.ingest.forum_handlers import ForumWriteHandlers
@@ -91,7 +92,9 @@ async def build(settings: IngestSettings) -> service.Service:
         orders = OutboundRepository(mysql)
         order_feed = OrderFeed(publisher)
         wakes = Wakes()
-        outbound = OutboundHandlers(orders, accounts, order_feed, wakes, limits)
+        outbound = OutboundHandlers(
+            orders, accounts, order_feed, wakes, limits, PeopleDirectory(pool)
+        )
         listeners = ListenerHandlers(
             orders,
             accounts,

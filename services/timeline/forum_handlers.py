@@ -3,7 +3,7 @@ services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -26,6 +26,7 @@ from services.domain.forum import (
 )
 from services.domain.ids import check_row_id
 from services.domain.paging import Page
+from services.domain.people import PeopleDirectory, put_names
 from services.runtime.grpc_errors import abort, abort_invalid
 from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
 from services.timeline.forum_repository import Checked, ForumReadRepository
@@ -38,15 +39,36 @@ COMMENT_NOT_FOUND = "comment not found in this course"
 ThreadRead = Callable[[int, int, int, int, int | None], Awaitable[tuple[Checked, Page[Record]]]]
 Response = TypeVar("Response", bound=Message)
 
+# (id field, name field) of the people each object names.
+AUTHOR = (("user_id", "author_name"),)
+LIKER = (("user_id", "name"),)
+MODERATION = (("moderator_id", "moderator_name"), ("author_id", "author_name"))
+
 
 class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     """Feeds, posts, comments and replies for enrolled users: one statement per call, which
     answers PERMISSION_DENIED (not enrolled) before NOT_FOUND (no such live post or comment in
     the course) before the page."""
 
-    def __init__(self, repo: ForumReadRepository, watches: Watches) -> None:
+    def __init__(
+        self, repo: ForumReadRepository, watches: Watches, people: PeopleDirectory
+    ) -> None:
         self._repo = repo
         self._watches = watches
+        self._people = people
+
+    async def _named(
+        self,
+        rows: Sequence[Record],
+        to_fields: Callable[[Record], dict[str, Any]],
+        pairs: Sequence[tuple[str, str]],
+    ) -> list[dict[str, Any]]:
+        """The rows as fields, with the names of the people they name: one directory lookup
+        for all of them (none for an empty page)."""
+        items = [to_fields(r) for r in rows]
+        names = await self._people.names(item[f] for item in items for f, _ in pairs)
+        put_names(items, names, pairs)
+        return items
 
     async def WatchCourse(
         self, request: pb.WatchCourseRequest, context: grpc.aio.ServicerContext
@@ -78,9 +100,8 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
     ) -> pb.ListCoursesResponse:
         after = request.after_id if request.HasField("after_id") else None
         page = await self._repo.courses(request.user_id, request.limit, after)
-        return _page(
-            pb.ListCoursesResponse, page, "courses", membership_fields, "next_after_id", "course_id"
-        )
+        courses = [membership_fields(r) for r in page.rows]
+        return _page(pb.ListCoursesResponse, page, "courses", courses, "next_after_id", "course_id")
 
     async def ListPosts(
         self, request: pb.ListPostsRequest, context: grpc.aio.ServicerContext
@@ -90,32 +111,38 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
             request.course_id, request.user_id, request.limit, before
         )
         await require_enrolled(checked.enrolled, context)
-        return _page(pb.ListPostsResponse, page, "posts", post_fields, "next_before_id")
+        posts = await self._named(page.rows, post_fields, AUTHOR)
+        return _page(pb.ListPostsResponse, page, "posts", posts, "next_before_id")
 
     async def GetPost(
         self, request: pb.GetPostRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetPostResponse:
         read = self._repo.post(request.course_id, request.post_id, request.user_id)
-        return pb.GetPostResponse(post=post_fields(await _visible(read, context, POST_NOT_FOUND)))
+        row = await _visible(read, context, POST_NOT_FOUND)
+        (post,) = await self._named([row], post_fields, AUTHOR)
+        return pb.GetPostResponse(post=post)
 
     async def GetComment(
         self, request: pb.GetCommentRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetCommentResponse:
         read = self._repo.comment(request.course_id, request.comment_id, request.user_id)
         row = await _visible(read, context, COMMENT_NOT_FOUND)
-        return pb.GetCommentResponse(comment=comment_fields(row))
+        (comment,) = await self._named([row], comment_fields, AUTHOR)
+        return pb.GetCommentResponse(comment=comment)
 
     async def ListComments(
         self, request: pb.ListCommentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCommentsResponse:
         page = await self._thread_page(request, context, "post_id", self._repo.comments)
-        return _page(pb.ListCommentsResponse, page, "comments", comment_fields, "next_after_id")
+        comments = await self._named(page.rows, comment_fields, AUTHOR)
+        return _page(pb.ListCommentsResponse, page, "comments", comments, "next_after_id")
 
     async def ListReplies(
         self, request: pb.ListRepliesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRepliesResponse:
         page = await self._thread_page(request, context, "comment_id", self._repo.replies)
-        return _page(pb.ListRepliesResponse, page, "comments", comment_fields, "next_after_id")
+        replies = await self._named(page.rows, comment_fields, AUTHOR)
+        return _page(pb.ListRepliesResponse, page, "comments", replies, "next_after_id")
 
     async def ListLikers(
         self, request: pb.ListLikersRequest, context: grpc.aio.ServicerContext
@@ -131,13 +158,8 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         )
         await _require_visible(checked, context, COMMENT_NOT_FOUND if comment else POST_NOT_FOUND)
         rows = page.rows
-        response = pb.ListLikersResponse(
-            likers=[
-                {"user_id": r["user_id"], "liked_at": timestamp_fields(r["created_at"])}
-                for r in rows
-            ],
-            has_more=page.has_more,
-        )
+        likers = await self._named(rows, _liker_fields, LIKER)
+        response = pb.ListLikersResponse(likers=likers, has_more=page.has_more)
         if rows:
             response.next_before_liked_at.CopyFrom(to_timestamp(rows[-1]["created_at"]))
             response.next_before_user_id = rows[-1]["user_id"]
@@ -158,7 +180,8 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 "only its author and the course's teachers can read its earlier texts",
             )
-        return _page(pb.ListRevisionsResponse, page, "revisions", revision_fields, "next_before_id")
+        revisions = [revision_fields(r) for r in page.rows]
+        return _page(pb.ListRevisionsResponse, page, "revisions", revisions, "next_before_id")
 
     async def ListModerationActions(
         self, request: pb.ListModerationActionsRequest, context: grpc.aio.ServicerContext
@@ -170,9 +193,8 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         await require_enrolled(checked.enrolled, context)
         if not checked.allowed:
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_A_TEACHER)
-        return _page(
-            pb.ListModerationActionsResponse, page, "actions", moderation_fields, "next_before_id"
-        )
+        actions = await self._named(page.rows, moderation_fields, MODERATION)
+        return _page(pb.ListModerationActionsResponse, page, "actions", actions, "next_before_id")
 
     async def _thread_page(
         self,
@@ -214,19 +236,20 @@ def _page(
     response_type: Callable[..., Response],
     page: Page[Record],
     field: str,
-    to_fields: Callable[[Record], Any],
+    items: list[dict[str, Any]],
     cursor: str,
     column: str = "id",
 ) -> Response:
-    """A page as its RPC's response: its rows (the response's `field`, each row `to_fields`),
-    whether there are more and, when it has rows, the next page's `cursor`: its last row's
-    `column`."""
+    """A page as its RPC's response: its rows as `items` (the response's `field`), whether
+    there are more and, when it has rows, the next page's `cursor`: its last row's `column`."""
     rows = page.rows
     if not rows:
         return response_type(has_more=page.has_more)
-    return response_type(
-        **{field: [to_fields(r) for r in rows], cursor: rows[-1][column]}, has_more=page.has_more
-    )
+    return response_type(**{field: items, cursor: rows[-1][column]}, has_more=page.has_more)
+
+
+def _liker_fields(row: Record) -> dict[str, Any]:
+    return {"user_id": row["user_id"], "liked_at": timestamp_fields(row["created_at"])}
 
 
 # A feed entry (an agora.events.v1.CourseEvent) or a reset as the RPC's response.

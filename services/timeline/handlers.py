@@ -23,6 +23,7 @@ from services.domain.messaging import (
     order_message_fields,
     stored_message_fields,
 )
+from services.domain.people import PeopleDirectory, put_names
 from services.runtime.grpc_errors import abort
 from services.runtime.mysql import Row
 from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
@@ -30,15 +31,25 @@ from services.timeline.repository import TimelineRepository
 from services.timeline.watch import Watches, feed_response
 
 T = TypeVar("T")
+# A message names its agent.
+_AGENT = (("agent_user_id", "agent_name"),)
 LatestResponse = TypeVar("LatestResponse", pb.LatestIncomingResponse, pb.LatestOutgoingResponse)
 
 
 class TimelineHandlers(pb_grpc.TimelineServiceServicer):
     """Read-only RPCs over the MySQL inbox tables, and the accounts' live feeds."""
 
-    def __init__(self, repo: TimelineRepository, watches: Watches) -> None:
+    def __init__(self, repo: TimelineRepository, watches: Watches, people: PeopleDirectory) -> None:
         self._repo = repo
         self._watches = watches
+        self._people = people
+
+    async def _with_agents(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages with their agents' names: one directory lookup for the page (none when
+        no message of it was sent from agora)."""
+        names = await self._people.names_if_up(m.get("agent_user_id") for m in messages)
+        put_names(messages, names, _AGENT)
+        return messages
 
     async def WatchInbox(
         self, request: pb.WatchInboxRequest, context: grpc.aio.ServicerContext
@@ -96,7 +107,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             messages += [order_message_fields(row, conversation_id) for row in orders]
             messages.sort(key=_timeline_order, reverse=True)
         return pb.ListMessagesResponse(
-            messages=messages,
+            messages=await self._with_agents(messages),
             has_more=page.has_more,
             **_next_before(page.rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),
         )
@@ -146,7 +157,8 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         if row is None:
             await abort(context, grpc.StatusCode.NOT_FOUND, "message not found")
         agents = await self._repo.agent_users([row])
-        return pb.GetMessageResponse(message=stored_message_fields(row, agents))
+        (message,) = await self._with_agents([stored_message_fields(row, agents)])
+        return pb.GetMessageResponse(message=message)
 
     async def GetQuotePayload(
         self, request: pb.GetQuotePayloadRequest, context: grpc.aio.ServicerContext

@@ -7,6 +7,7 @@ from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
 from services.domain import access, field_rules, schema
+from services.domain.people import PeopleDirectory
 from services.runtime import service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
@@ -53,8 +54,10 @@ async def build(settings: TimelineSettings) -> service.Service:
             settings.live_max_watches,
             settings.live_max_watch_seconds,
         )
-        messages = TimelineHandlers(TimelineRepository(mysql), watches)
-        forum = ForumReadHandlers(ForumReadRepository(pool), watches)
+        # The people directory (PostgreSQL) names the people of both APIs' pages.
+        people = PeopleDirectory(pool)
+        messages = TimelineHandlers(TimelineRepository(mysql), watches, people)
+        forum = ForumReadHandlers(ForumReadRepository(pool), watches, people)
 
         def register(server: object) -> None:
             timeline_service_pb2_grpc.add_TimelineServiceServicer_to_server(messages, server)

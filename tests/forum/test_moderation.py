@@ -17,6 +17,7 @@ from agora.forum.v1 import forum_write_service_pb2_grpc
 from services.runtime.grpc_errors import field_violations
 from tests.helpers import as_user
 from tests.stack import Env
+from tools.people_data import DEMO_PEOPLE
 
 pytestmark = pytest.mark.asyncio
 COURSE = "/api/courses/42"
@@ -65,10 +66,12 @@ async def test_a_teacher_removes_a_students_comment_and_the_log_says_so(
         "id": entry["id"],
         "course_id": 42,
         "moderator_id": TEACHER,
+        "moderator_name": DEMO_PEOPLE[TEACHER],
         "action": "delete",
         "post_id": 1,
         "comment_id": 1,
         "author_id": 8,
+        "author_name": DEMO_PEOPLE[8],
         "reason": "Lạc đề, xin đăng ở mục Hỏi đáp",
     }
 

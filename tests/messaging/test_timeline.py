@@ -166,6 +166,7 @@ async def test_response_keeps_column_names_and_iso_times(
         "seen_at",
         "reactions",
         "agent_user_id",
+        "agent_name",
         "failure_class",
         "failure_reason",
     }

@@ -34,6 +34,10 @@ class Post(BaseModel):
     id: int
     course_id: int
     user_id: int
+    author_name: str | None = Field(
+        description="The author's display name (the people directory, docs/people.md); null "
+        "when it does not know them, and in a write's answer and a live event"
+    )
     title: str
     body: str
     like_count: int
@@ -49,6 +53,10 @@ class Comment(BaseModel):
     post_id: int
     parent_id: int | None = Field(description="The top-level comment a reply belongs to")
     user_id: int
+    author_name: str | None = Field(
+        description="The author's display name (the people directory, docs/people.md); null "
+        "when it does not know them, and in a write's answer and a live event"
+    )
     body: str
     like_count: int
     reply_count: int
@@ -82,6 +90,9 @@ class CoursesPage(Success):
 
 class Liker(BaseModel):
     user_id: int
+    name: str | None = Field(
+        description="Their display name; null when the directory does not know them"
+    )
     liked_at: str
 
 
@@ -113,10 +124,12 @@ class ModerationAction(BaseModel):
     id: int
     course_id: int
     moderator_id: int = Field(description="The teacher who acted")
+    moderator_name: str | None = Field(description="The teacher's display name")
     action: Literal["delete", "edit"]
     post_id: int = Field(description="The post acted on, or the post of the comment acted on")
     comment_id: int | None = Field(description="The comment acted on, if it was one")
     author_id: int = Field(description="Whose post or comment it was")
+    author_name: str | None = Field(description="The author's display name")
     reason: str | None
     created_at: str
 

@@ -77,6 +77,10 @@ class Message(BaseModel):
     agent_user_id: int | None = Field(
         description="The agent who sent it from agora (a reply, or an agent-sent record)"
     )
+    agent_name: str | None = Field(
+        description="The agent's display name (the people directory, docs/people.md); null "
+        "when it does not know them, and in a live event"
+    )
     failure_class: FailureClass | None = Field(
         description="delivery_state failed: retryable (offered again after a backoff), "
         "permanent (Zalo refused it: retry it to try again), rate_limited (the account waits)"

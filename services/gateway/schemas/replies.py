@@ -48,6 +48,9 @@ class OutboundOrder(BaseModel):
     quote_msg_id: str | None
     attachments: JsonValue
     agent_user_id: int = Field(description="The agent who sent it: the caller")
+    agent_name: str | None = Field(
+        description="The agent's display name (docs/people.md); null when it is not known"
+    )
     queued_at: str = Field(
         description="When it was acknowledged (or retried): a conversation's replies are sent "
         "in this order"

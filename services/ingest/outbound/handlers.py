@@ -19,10 +19,11 @@ from google.rpc import code_pb2
 
 from services.domain.idempotency import REUSED, fingerprint
 from services.domain.instants import Limits
+from services.domain.people import PeopleDirectory
 from services.ingest.accounts import AccountDirectory, AccountsUnavailable
 from services.ingest.outbound.dispatcher import Wakes
 from services.ingest.outbound.feed import OrderFeed
-from services.ingest.outbound.orders import as_outbound
+from services.ingest.outbound.orders import Order, as_outbound
 from services.ingest.outbound.repository import (
     ConversationNotFound,
     KeyReused,
@@ -77,6 +78,16 @@ class OutboundHandlers(pb_grpc.OutboundServiceServicer):
     feed: OrderFeed
     wakes: Wakes
     limits: Limits
+    # The agent's name beside agent_user_id in each answer (None: no names, as in unit tests).
+    people: PeopleDirectory | None = None
+
+    async def _named(self, order: Order) -> pb.OutboundOrder:
+        """The order as answered, with its agent's name: one directory lookup."""
+        answer = as_outbound(order)
+        if self.people is not None and answer.agent_user_id:
+            names = await self.people.names_if_up([answer.agent_user_id])
+            answer.agent_name = names.get(answer.agent_user_id, "")
+        return answer
 
     async def SendMessage(
         self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
@@ -107,7 +118,7 @@ class OutboundHandlers(pb_grpc.OutboundServiceServicer):
             # Committed: shown as queued, and offered at once if this process holds the lease.
             await self.feed.publish([created.order])
             self.wakes.wake(request.account_id)
-        return pb.SendMessageResponse(order=as_outbound(created.order))
+        return pb.SendMessageResponse(order=await self._named(created.order))
 
     async def RetryMessage(
         self, request: pb.RetryMessageRequest, context: grpc.aio.ServicerContext
@@ -121,7 +132,7 @@ class OutboundHandlers(pb_grpc.OutboundServiceServicer):
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         await self.feed.publish([order])
         self.wakes.wake(request.account_id)
-        return pb.RetryMessageResponse(order=as_outbound(order))
+        return pb.RetryMessageResponse(order=await self._named(order))
 
     async def GetOrder(
         self, request: pb.GetOrderRequest, context: grpc.aio.ServicerContext
@@ -130,4 +141,4 @@ class OutboundHandlers(pb_grpc.OutboundServiceServicer):
             order = await self.repo.get(request.account_id, request.cli_msg_id)
         except OrderNotFound:
             await abort_not_found(context, UNKNOWN_ORDER)
-        return pb.GetOrderResponse(order=as_outbound(order))
+        return pb.GetOrderResponse(order=await self._named(order))

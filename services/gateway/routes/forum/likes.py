@@ -9,7 +9,7 @@ from agora.forum.v1 import like_service_pb2 as like_pb
 from fastapi import APIRouter, Depends
 
 from services.gateway import schemas
-from services.gateway.convert import JsonBytes, ok, optional_time, optional_value, page, time_text
+from services.gateway.convert import JsonBytes, liker_json, ok, optional_time, optional_value, page
 from services.gateway.params import CursorId, LikersLimit, TimeCursor, request_time
 from services.gateway.rate_limit import LikeLimiter
 from services.gateway.routes.forum.resource import AskedOf, Edit, Resource, Row
@@ -38,7 +38,7 @@ def add_likers_route(router: APIRouter, resource: Resource[Row, Edit]) -> None:
         )
         reply = await at.clients.forum_read.ListLikers(rpc, **at.clients.options)
         return page(
-            [{"user_id": r.user_id, "liked_at": time_text(r.liked_at)} for r in reply.likers],
+            [liker_json(r) for r in reply.likers],
             limit,
             reply.has_more,
             next_before_liked_at=optional_time(reply, "next_before_liked_at"),
