@@ -513,7 +513,10 @@ function postCard(course, post, { full = false, onDeleted }) {
 function likeButton(course, kind, item) {
   const count = h('span', { class: 'like-count' });
   const heart = h('span', { class: 'heart', 'aria-hidden': 'true' });
-  const button = h('button', { type: 'button', class: 'like ghost', onclick: toggle }, heart, count);
+  // Its name is what it shows, and says more to a screen reader: "Like 3 likes".
+  const verb = h('span', { class: 'visually-hidden' });
+  const noun = h('span', { class: 'visually-hidden' });
+  const button = h('button', { type: 'button', class: 'like ghost', onclick: toggle }, heart, verb, count, noun);
   let busy = false;
 
   function paint() {
@@ -524,7 +527,8 @@ function likeButton(course, kind, item) {
     button.dataset.liked = String(liked);
     button.dataset.count = String(item.like_count);
     button.title = item.liked_by_me == null ? 'Like (your like state is unknown right now)' : liked ? 'Unlike' : 'Like';
-    button.setAttribute('aria-label', `${liked ? 'Unlike' : 'Like'} (${item.like_count} like${item.like_count === 1 ? '' : 's'})`);
+    verb.textContent = `${liked ? 'Unlike' : 'Like'} `;
+    noun.textContent = ` like${item.like_count === 1 ? '' : 's'}`;
   }
 
   async function toggle() {
