@@ -327,6 +327,10 @@ function pagedDetails({ boxClass, summary, listClass, panelClass = null, label, 
     if (!box.open) return;
     box.reload();
   });
+  box.clear = () => {
+    list.replaceChildren();
+    fill(more);
+  };
   /** Read from the first page again (opened, or open while what it lists changed). */
   box.reload = () => {
     list.replaceChildren(h('li', { class: 'muted loading', role: 'status' }, 'Loading…'));
@@ -555,8 +559,11 @@ function likeButton(course, kind, item) {
       busy = false;
       button.removeAttribute('aria-busy');
       paint();
-      const open = button.parentElement?.querySelector(':scope > details.likers[open]');
-      open?.reload();
+      // "Who liked" beside it: read again if open, else emptied (it reads when next opened), so
+      // it never shows the like as it was.
+      const box = button.parentElement?.querySelector(':scope > details.likers');
+      if (box?.open) box.reload();
+      else box?.clear();
     }
   }
 
