@@ -6,12 +6,20 @@ import { stopFollowing } from './js/live.js';
 import { route, setRenderer, go } from './js/router.js';
 import { session } from './js/session.js';
 import { signInView } from './js/signin.js';
-import { clearNotice } from './js/ui.js';
+import { clearNotice, closePopoversOnEscapeAndOutside, setTitle } from './js/ui.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 const who = document.getElementById('who');
 const signOut = document.getElementById('sign-out');
+let shownUser = session.userId;
+
+closePopoversOnEscapeAndOutside();
+// The skip link moves focus to the page's content (its href would be taken for a route).
+document.getElementById('skip').addEventListener('click', (event) => {
+  event.preventDefault();
+  main.focus();
+});
 
 function header(section) {
   const signedIn = session.signedIn;
@@ -37,8 +45,10 @@ function header(section) {
 async function render(reason = null) {
   const [section, ...rest] = route();
   header(section);
+  shownUser = session.userId;
   if (!session.signedIn) {
     stopFollowing();
+    setTitle('Sign in');
     await signInView(main, reason);
     return;
   }
@@ -52,8 +62,10 @@ window.addEventListener('hashchange', () => {
   clearNotice();
   render().catch(crashed);
 });
-session.onChange((reason) => {
-  if (!session.signedIn) render(reason).catch(crashed);
+session.onChange((reason, elsewhere) => {
+  // Signed out (here or in another tab), or another tab signed in as someone else: the page
+  // follows; the same user's new token only changes the header.
+  if (!session.signedIn || (elsewhere && session.userId !== shownUser)) render(reason).catch(crashed);
   else header(route()[0]);
 });
 signOut.addEventListener('click', () => {

@@ -109,8 +109,18 @@ async def chromium() -> AsyncIterator[Browser]:
 
 
 @asynccontextmanager
-async def watched_page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context(viewport=VIEWPORT, locale="vi-VN", timezone_id="UTC")
+async def watched_page(
+    browser: Browser, viewport: ViewportSize = VIEWPORT, *, phone: bool = False
+) -> AsyncIterator[Watched]:
+    """A watched page in a new context of `viewport` (`phone`: a touch screen that reports
+    itself as mobile)."""
+    context = await browser.new_context(
+        viewport=viewport,
+        locale="vi-VN",
+        timezone_id="UTC",
+        is_mobile=phone,
+        has_touch=phone,
+    )
     context.set_default_timeout(15_000)
     page = await context.new_page()
     watched = Watched(page)

@@ -147,7 +147,9 @@ export function explain(error, what = '') {
   const said = error.message ? ` (the server said: ${error.message})` : '';
   switch (error.status) {
     case 0:
-      return 'The gateway cannot be reached. Is the stack running (make up)? Then try again.';
+      return navigator.onLine === false
+        ? 'You are offline. Check your connection; this works again once you are back online.'
+        : 'The server cannot be reached right now. Check your connection and try again in a moment.';
     case 400:
       return `The request was malformed${said}.`;
     case 401:

@@ -8,7 +8,7 @@ import { follow, gate, stopFollowing } from './live.js';
 import { renderMarkdown } from './markdown.js';
 import { go } from './router.js';
 import { session } from './session.js';
-import { busyButton, deleteButton, errorPanel, notify } from './ui.js';
+import { busyButton, deleteButton, errorPanel, loading, notify, setTitle } from './ui.js';
 
 const POSTS_PER_PAGE = 10;
 const COMMENTS_PER_PAGE = 10;
@@ -26,14 +26,21 @@ let teaching = false;
 export async function forumView(main, [coursePart, section, postPart]) {
   const course = /^[1-9][0-9]{0,18}$/.test(coursePart ?? '') ? coursePart : null;
   const body = h('div', { class: 'forum-body' });
+  // What was on screen goes at once: nothing old is left up looking current while this loads.
+  main.setAttribute('aria-busy', 'true');
+  fill(main, h('div', { class: 'forum' },
+    loading(course ? `Loading course ${course}…` : 'Loading your courses…')));
+  setTitle(course ? `Course ${course}` : null, 'Course forum');
   const picker = await coursePicker(course);
+  main.removeAttribute('aria-busy');
   teaching = course != null && picker.roles.get(course) === 'teacher';
   fill(main, h('div', { class: 'forum' }, picker, body));
   if (!course) {
     stopFollowing();
-    fill(body, h('p', { class: 'muted' }, 'Open a course to read its forum.'));
+    fill(body, h('h1', {}, 'Course forum'), h('p', { class: 'muted' }, 'Open a course to read its forum.'));
     return;
   }
+  if (picker.titles.get(course)) setTitle(picker.titles.get(course), 'Course forum');
   const shown = section === 'posts' && /^[1-9][0-9]*$/.test(postPart ?? '')
     ? new PostPage(body, course, postPart)
     : new FeedPage(body, course, picker.titles.get(course));
@@ -182,7 +189,7 @@ function deleteControl(kind, item, remove) {
     type: 'text', maxlength: 500, class: 'moderate-reason',
     placeholder: 'Reason (optional, kept in the moderation log)', 'aria-label': `Reason for removing this ${kind}`,
   });
-  return h('details', { class: 'moderate' }, h('summary', {}, 'Remove'),
+  return h('details', { class: 'moderate popover' }, h('summary', {}, 'Remove'),
     h('div', { class: 'moderate-panel' }, reason,
       busyButton(`Remove this ${kind}`, () => remove(reason.value.trim() || null), { class: 'danger moderate-remove' })));
 }
@@ -288,22 +295,29 @@ function moderationLog(course) {
  * with a button: `read(cursor)` answers a page of the API (cursor null: the first), `row(entry)`
  * makes an entry's <li>, `next(pagination)` the cursor of the page after (null: none).
  */
-function pagedDetails({ boxClass, summary, listClass, panelClass = null, label, what, empty, more: moreLabel, read, row, next }) {
+function pagedDetails({ boxClass, summary, listClass, panelClass = null, label, what, empty, more: moreLabel, read, row, next, adjust = null }) {
   const list = h('ol', { class: listClass, 'aria-label': label });
   const more = h('div', { class: 'list-more' });
-  const box = h('details', { class: boxClass }, h('summary', {}, summary),
+  // With a panel it floats over the page: a popover (Escape or a click outside closes it).
+  const box = h('details', { class: panelClass ? `${boxClass} popover` : boxClass }, h('summary', {}, summary),
     ...(panelClass ? [h('div', { class: panelClass }, list, more)] : [list, more]));
   let cursor = null;
 
-  async function load() {
+  async function load(reading = null) {
     let page;
     try {
-      page = await read(cursor);
+      page = await (reading ?? read(cursor));
     } catch (error) {
+      list.querySelector('.loading')?.remove();
       fill(more, h('span', { class: 'muted', role: 'status' }, explain(error, what)));
       return;
     }
-    for (const entry of page.data) list.append(row(entry));
+    list.querySelector('.loading')?.remove();
+    for (const entry of page.data) {
+      const li = row(entry);
+      if (li) list.append(li);
+    }
+    adjust?.(list);
     if (!list.children.length) list.append(h('li', { class: 'muted' }, empty));
     cursor = next(page.pagination);
     fill(more, cursor ? busyButton(moreLabel, load, { class: 'ghost small' }) : null);
@@ -311,10 +325,18 @@ function pagedDetails({ boxClass, summary, listClass, panelClass = null, label, 
 
   box.addEventListener('toggle', () => {
     if (!box.open) return;
-    list.replaceChildren();
-    cursor = null;
-    load();
+    box.reload();
   });
+  box.clear = () => {
+    list.replaceChildren();
+    fill(more);
+  };
+  /** Read from the first page again (opened, or open while what it lists changed). */
+  box.reload = () => {
+    list.replaceChildren(h('li', { class: 'muted loading', role: 'status' }, 'Loading…'));
+    cursor = null;
+    return load(read(null));
+  };
   return box;
 }
 
@@ -327,7 +349,8 @@ class FeedPage {
     this.heading = title
       ? h('h1', {}, title, ' ', h('span', { class: 'muted course-id' }, `course ${course}`))
       : h('h1', {}, `Course ${course}`);
-    this.list = h('ol', { class: 'feed', 'aria-label': `Posts of course ${course}` });
+    this.list = h('ol', { class: 'feed', 'aria-label': `Posts of course ${course}` },
+      h('li', { class: 'muted loading', role: 'status' }, 'Loading posts…'));
     this.more = h('div', { class: 'list-more' });
     this.cards = new Map(); // post id -> its card
     this.gone = new Set(); // deleted post ids: a repeat of their creation must not bring them back
@@ -342,10 +365,12 @@ class FeedPage {
     try {
       page = await api(`api/courses/${this.course}/posts`, { query: { limit: POSTS_PER_PAGE, before_id: this.cursor } });
     } catch (error) {
+      this.list.querySelector('.loading')?.remove();
       if (this.cursor == null) fill(this.body, this.heading, courseError(error, this.course));
       else notify(explain(error, `course ${this.course}`), 'error');
       return;
     }
+    this.list.querySelector('.loading')?.remove();
     for (const post of page.data) this.place(post);
     if (!this.cards.size) fill(this.list, h('li', { class: 'muted empty-feed' }, 'No posts yet: write the first one.'));
     this.cursor = page.pagination.has_more ? page.pagination.next_before_id : null;
@@ -492,7 +517,10 @@ function postCard(course, post, { full = false, onDeleted }) {
 function likeButton(course, kind, item) {
   const count = h('span', { class: 'like-count' });
   const heart = h('span', { class: 'heart', 'aria-hidden': 'true' });
-  const button = h('button', { type: 'button', class: 'like ghost', onclick: toggle }, heart, count);
+  // Its name is what it shows, and says more to a screen reader: "Like 3 likes".
+  const verb = h('span', { class: 'visually-hidden' });
+  const noun = h('span', { class: 'visually-hidden' });
+  const button = h('button', { type: 'button', class: 'like ghost', onclick: toggle }, heart, verb, count, noun);
   let busy = false;
 
   function paint() {
@@ -503,7 +531,8 @@ function likeButton(course, kind, item) {
     button.dataset.liked = String(liked);
     button.dataset.count = String(item.like_count);
     button.title = item.liked_by_me == null ? 'Like (your like state is unknown right now)' : liked ? 'Unlike' : 'Like';
-    button.setAttribute('aria-label', `${liked ? 'Unlike' : 'Like'} (${item.like_count} like${item.like_count === 1 ? '' : 's'})`);
+    verb.textContent = `${liked ? 'Unlike' : 'Like'} `;
+    noun.textContent = ` like${item.like_count === 1 ? '' : 's'}`;
   }
 
   async function toggle() {
@@ -530,6 +559,11 @@ function likeButton(course, kind, item) {
       busy = false;
       button.removeAttribute('aria-busy');
       paint();
+      // "Who liked" beside it: read again if open, else emptied (it reads when next opened), so
+      // it never shows the like as it was.
+      const box = button.parentElement?.querySelector(':scope > details.likers');
+      if (box?.open) box.reload();
+      else box?.clear();
     }
   }
 
@@ -558,8 +592,21 @@ function likers(course, kind, item) {
       query: { limit: LIKERS_PER_PAGE, before_liked_at: cursor?.[0], before_user_id: cursor?.[1] },
     }),
     next: (p) => (p.has_more ? [p.next_before_liked_at, p.next_before_user_id] : null),
-    row: (liker) => h('li', { dataset: { user: liker.user_id } }, h('strong', {}, who(liker.user_id)), ' · ', timeEl(liker.liked_at)),
+    // The reader's own like as their heart shows it, even before the server stored the change
+    // (likes are applied a moment later): an unlike takes "you" off, a like puts "you" on top.
+    row: (liker) => (liker.user_id === session.userId && item.liked_by_me === false
+      ? null
+      : likerRow(liker.user_id, timeEl(liker.liked_at))),
+    adjust: (list) => {
+      if (item.liked_by_me !== true || list.querySelector(`[data-user="${session.userId}"]`)) return;
+      list.querySelector('li.muted:not(.loading)')?.remove();
+      list.prepend(likerRow(session.userId, 'just now'));
+    },
   });
+}
+
+function likerRow(userId, at) {
+  return h('li', { dataset: { user: userId } }, h('strong', {}, who(userId)), ' · ', at);
 }
 
 function likeRefused(error, kind, like) {
@@ -578,7 +625,7 @@ class PostPage {
   constructor(body, course, postId) {
     Object.assign(this, { body, course, postId: Number(postId), thread: null });
     this.back = h('a', { href: `#/forum/${course}`, class: 'back' }, `← Course ${course}`);
-    fill(body, this.back, h('p', { class: 'muted' }, 'Loading the post…'));
+    fill(body, this.back, loading('Loading the post…'));
   }
 
   async load() {
@@ -589,6 +636,7 @@ class PostPage {
       fill(this.body, this.back, error.status === 403 ? courseError(error, this.course) : errorPanel(error, `post ${this.postId} of course ${this.course}`));
       return;
     }
+    setTitle(post.title, `Course ${this.course}`, 'Course forum');
     const card = postCard(this.course, post, { full: true, onDeleted: () => go(`#/forum/${this.course}`) });
     this.thread = new Thread(this.course, post, card);
     fill(this.body, this.back, card, this.thread.section);

@@ -10,7 +10,7 @@ import { follow, gate, stopFollowing } from './live.js';
 import * as outbox from './outbox.js';
 import { go } from './router.js';
 import { session } from './session.js';
-import { busyButton, errorPanel, notify } from './ui.js';
+import { busyButton, errorPanel, notify, rovingList, setTitle } from './ui.js';
 
 const MESSAGES_PER_PAGE = 30;
 const CONVERSATIONS_PER_PAGE = 20;
@@ -34,6 +34,7 @@ export async function inboxView(main, [accountPart, key]) {
   const accounts = session.accounts;
   if (!accounts.length) {
     stopFollowing();
+    setTitle('Inbox');
     fill(main, h('div', { class: 'empty card' },
       h('h1', {}, 'Zalo inbox'),
       h('p', {}, 'Your token grants no Zalo account. Sign in with a token whose "accounts" claim lists one (e.g. make token SUB=7 ACCOUNTS=1,2), or open the course forum.')));
@@ -54,12 +55,23 @@ export async function inboxView(main, [accountPart, key]) {
   // On a phone the open conversation takes the screen (its header links back to the list).
   view.root.classList.toggle('open', Boolean(key));
   for (const [itemKey, item] of view.items) markCurrent(view, itemKey, item);
+  view.roving.refresh();
+  // A phone shows one screen at a time: the one just opened starts at its top.
+  if (window.matchMedia('(max-width: 760px)').matches) window.scrollTo(0, 0);
+  titleOf(view);
   if (key) await openConversation(view, key);
   else {
     view.timeline = null;
     view.header = null;
-    fill(view.thread, h('p', { class: 'muted center' }, 'Pick a conversation.'));
+    fill(view.thread, h('p', { class: 'muted center' }, view.items.size ? 'Pick a conversation.' : 'No conversation to show.'));
   }
+}
+
+/** The tab's title: the open conversation's name, the inbox and its account. */
+function titleOf(v) {
+  const item = v.key ? v.items.get(v.key) : null;
+  const name = v.key ? (item ? conversationTitle(item.conversation)[1] : v.key) : null;
+  setTitle(name, `Inbox — Zalo account ${v.account}`);
 }
 
 function markCurrent(v, key, item) {
@@ -102,7 +114,8 @@ function buildInbox(main, accounts, account) {
   const more = h('div', { class: 'list-more' });
   const thread = h('section', { class: 'thread', 'aria-label': 'Conversation' });
   const root = h('div', { class: 'inbox' },
-    h('aside', { class: 'sidebar' },
+    h('aside', { class: 'sidebar', 'aria-labelledby': 'inbox-title' },
+      h('h1', { id: 'inbox-title', class: 'inbox-title' }, `Inbox — Zalo account ${account}`),
       h('div', { class: 'sidebar-head' },
         h('label', { for: 'account' }, 'Account'), picker,
         busyButton('↻', () => loadConversations(view), { class: 'ghost', title: 'Reload the conversations', 'aria-label': 'Reload the conversations' })),
@@ -110,6 +123,8 @@ function buildInbox(main, accounts, account) {
     thread);
   fill(main, root);
   const v = { account, root, list, more, thread, items: new Map(), cursor: null, key: null, header: null, timeline: null };
+  // The conversations are one Tab stop; the arrow keys move between them.
+  v.roving = rovingList(list, 'a.conversation');
   v.live = gate((kind, data) => onEvent(v, kind, data));
   return v;
 }
@@ -117,7 +132,7 @@ function buildInbox(main, accounts, account) {
 /** A page of conversations (the first, or the next older one); events wait until it is in. */
 function loadConversations(v, older = false, loading = true) {
   return v.live.during(async () => {
-    if (!older && loading) fill(v.list, h('li', { class: 'muted' }, 'Loading conversations…'));
+    if (!older && loading) fill(v.list, h('li', { class: 'muted', role: 'status' }, 'Loading conversations…'));
     let page;
     try {
       page = await api(`api/zalo-accounts/${v.account}/conversations`, {
@@ -136,7 +151,9 @@ function loadConversations(v, older = false, loading = true) {
       if (v.items.has(conversation.thread_id)) continue;
       v.list.append(conversationItem(v, conversation));
     }
-    if (!v.items.size) fill(v.list, h('li', { class: 'muted' }, 'No conversation yet.'));
+    if (!v.items.size) fill(v.list, h('li', { class: 'muted' }, 'No conversation yet: new customer messages appear here.'));
+    v.roving.refresh();
+    titleOf(v);
     const p = page.pagination;
     v.cursor = p.has_more
       ? { before_last_message_at: p.next_before_last_message_at, before_id: p.next_before_id }
@@ -244,6 +261,7 @@ function placeConversation(v, conversation) {
   } else if (item.li !== v.list.lastElementChild || !item.li.isConnected) {
     v.list.append(item.li);
   }
+  v.roving.refresh();
 }
 
 async function openConversation(v, key) {

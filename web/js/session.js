@@ -1,6 +1,9 @@
-// The bearer token of this tab (sessionStorage: gone when the tab closes) and what it claims.
+// The bearer token and what it claims, kept in localStorage with its expiry: every tab of this
+// origin shares it for the token's life (a `storage` event tells the other tabs of a sign-in or
+// a sign-out), and an expired one is dropped when read.
 
 const KEY = 'agora.token';
+const EXPIRES = 'agora.token.expires'; // ms since the epoch; absent: the token names no `exp`
 
 /** The claims of a JWT, decoded (not verified: the gateway verifies every request). */
 export function decode(token) {
@@ -24,10 +27,24 @@ class Session {
   constructor() {
     this.listeners = new Set();
     this.timer = null;
+    // Another tab signed in or out: this one follows.
+    window.addEventListener('storage', (event) => {
+      if (event.key === KEY || event.key === null) this.changed(null, true);
+    });
+    // A token kept by an earlier visit: its expiry timer starts now.
+    if (this.token) this.arm();
   }
 
   get token() {
-    return sessionStorage.getItem(KEY);
+    const token = localStorage.getItem(KEY);
+    if (!token) return null;
+    const expires = Number(localStorage.getItem(EXPIRES) || 0);
+    if (expires && expires <= Date.now()) {
+      localStorage.removeItem(KEY);
+      localStorage.removeItem(EXPIRES);
+      return null;
+    }
+    return token;
   }
 
   get claims() {
@@ -68,12 +85,15 @@ class Session {
     if (typeof claims.exp === 'number' && claims.exp * 1000 <= Date.now()) {
       throw new Error(`it expired at ${new Date(claims.exp * 1000).toLocaleString()}`);
     }
-    sessionStorage.setItem(KEY, String(token).trim());
+    localStorage.setItem(KEY, String(token).trim());
+    if (typeof claims.exp === 'number') localStorage.setItem(EXPIRES, String(claims.exp * 1000));
+    else localStorage.removeItem(EXPIRES);
     this.changed(null);
   }
 
   signOut(reason = null) {
-    sessionStorage.removeItem(KEY);
+    localStorage.removeItem(KEY);
+    localStorage.removeItem(EXPIRES);
     this.changed(reason);
   }
 
@@ -81,15 +101,21 @@ class Session {
     this.listeners.add(listener);
   }
 
-  changed(reason) {
+  /** Sign out when the token expires. */
+  arm() {
     clearTimeout(this.timer);
     const expires = this.expiresAt;
     if (expires) {
       // setTimeout's limit is ~24.8 days; a dev token lives an hour, any token here ≤ 24 h.
       const ms = Math.min(expires - Date.now(), 2 ** 31 - 1);
-      this.timer = setTimeout(() => this.signOut('Your token expired: sign in again.'), ms);
+      this.timer = setTimeout(() => this.signOut('Your sign-in expired: sign in again.'), ms);
     }
-    for (const listener of this.listeners) listener(reason);
+  }
+
+  /** `elsewhere`: the change came from another tab. */
+  changed(reason, elsewhere = false) {
+    this.arm();
+    for (const listener of this.listeners) listener(reason, elsewhere);
   }
 }
 

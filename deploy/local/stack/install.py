@@ -109,6 +109,11 @@ def setup_venv() -> None:
         shell.log("installing buf (npm)")
         npm_ci = ["npm", "ci", "--prefix", f"{ROOT}/tools/buf"]
         shell.run([*npm_ci, "--no-audit", "--no-fund", "--loglevel=error"], stdout=shell.DEVNULL)
+    # axe-core (accessibility rules the browser tests inject), pinned by tools/axe's lockfile.
+    if not os.path.exists(f"{ROOT}/tools/axe/node_modules/axe-core/axe.min.js"):
+        shell.log("installing axe-core (npm)")
+        npm_ci = ["npm", "ci", "--prefix", f"{ROOT}/tools/axe"]
+        shell.run([*npm_ci, "--no-audit", "--no-fund", "--loglevel=error"], stdout=shell.DEVNULL)
     # The repository root and the generated stubs are importable without installing a package.
     site = shell.output(
         [PY, "-c", 'import sysconfig; print(sysconfig.get_paths()["purelib"])'], check=True
