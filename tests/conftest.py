@@ -60,6 +60,8 @@ from tests.stack import (
 from tools.forum_data import load_lab
 
 TABLES = [
+    "zalo_account_audit",
+    "zalo_account_agents",
     "zalo_outbound_messages",
     "zalo_listener_leases",
     "zalo_message_receipts",
