@@ -90,6 +90,38 @@ def comment_fields(row: Any) -> dict[str, Any]:
     return _fields(row, _COMMENT_FIELDS)
 
 
+# What a thread page reads beyond COMMENT_COLUMNS: whether and by whom a comment was removed.
+REMOVAL_COLUMNS = "removed_by, removal_reason, deleted_at AS removed_at"
+
+
+def thread_comment_fields(row: Any) -> dict[str, Any]:
+    """A thread page's row (COMMENT_COLUMNS, REMOVAL_COLUMNS) as Comment fields: a comment a
+    teacher removed is its placeholder, without its text, and without the replies that went
+    with it."""
+    fields = comment_fields(row)
+    if row["removed_at"] is not None:
+        fields.update(
+            body="",
+            reply_count=0,
+            removed_by=row["removed_by"],
+            removal_reason=row["removal_reason"],
+            removed_at=_timestamp(row["removed_at"]),
+        )
+    return fields
+
+
+def removal_fields(row: Any) -> dict[str, Any]:
+    """A deleted comment's removal (the columns removed_by, removal_reason, deleted_at) as
+    Comment fields: empty when its author deleted it."""
+    if row["removed_by"] is None:
+        return {}
+    return {
+        "removed_by": row["removed_by"],
+        "removal_reason": row["removal_reason"],
+        "removed_at": _timestamp(row["deleted_at"]),
+    }
+
+
 def _fields(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
     fields = {name: row[name] for name in names}
     fields["created_at"] = _timestamp(row["created_at"])

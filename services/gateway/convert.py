@@ -351,13 +351,15 @@ def post_json(p: forum_pb2.Post, liked_by_me: bool | None) -> dict[str, Any]:
 
 def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, Any]:
     has = c.HasField
+    # A teacher's removal leaves the comment in its thread as a placeholder, without its text.
+    removed = has("removed_at")
     return {
         "id": c.id,
         "post_id": c.post_id,
         "parent_id": c.parent_id if has("parent_id") else None,
         "user_id": c.user_id,
         "author_name": c.author_name if has("author_name") else None,
-        "body": c.body,
+        "body": None if removed else c.body,
         "like_count": c.like_count,
         "reply_count": c.reply_count,
         "reply_to_comment_id": c.reply_to_comment_id if has("reply_to_comment_id") else None,
@@ -366,6 +368,17 @@ def comment_json(c: forum_pb2.Comment, liked_by_me: bool | None) -> dict[str, An
         "edited_at": optional_time(c, "edited_at"),
         "version": c.version,
         "liked_by_me": liked_by_me,
+        "deleted": removed,
+        "removed_by": (
+            {
+                "user_id": c.removed_by,
+                "name": c.removed_by_name if has("removed_by_name") else None,
+            }
+            if has("removed_by")
+            else None
+        ),
+        "removal_reason": c.removal_reason if has("removal_reason") else None,
+        "removed_at": optional_time(c, "removed_at"),
     }
 
 

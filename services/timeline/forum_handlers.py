@@ -23,6 +23,7 @@ from services.domain.forum import (
     post_fields,
     require_enrolled,
     revision_fields,
+    thread_comment_fields,
 )
 from services.domain.ids import check_row_id
 from services.domain.paging import Page
@@ -41,6 +42,8 @@ Response = TypeVar("Response", bound=Message)
 
 # (id field, name field) of the people each object names.
 AUTHOR = (("user_id", "author_name"),)
+# A thread's comments name their authors and, on a removed one's placeholder, the teacher.
+THREAD = (("user_id", "author_name"), ("removed_by", "removed_by_name"))
 LIKER = (("user_id", "name"),)
 MODERATION = (("moderator_id", "moderator_name"), ("author_id", "author_name"))
 
@@ -66,7 +69,7 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         """The rows as fields, with the names of the people they name: one directory lookup
         for all of them (none for an empty page)."""
         items = [to_fields(r) for r in rows]
-        names = await self._people.names(item[f] for item in items for f, _ in pairs)
+        names = await self._people.names(item.get(f) for item in items for f, _ in pairs)
         put_names(items, names, pairs)
         return items
 
@@ -134,14 +137,14 @@ class ForumReadHandlers(pb_grpc.ForumReadServiceServicer):
         self, request: pb.ListCommentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCommentsResponse:
         page = await self._thread_page(request, context, "post_id", self._repo.comments)
-        comments = await self._named(page.rows, comment_fields, AUTHOR)
+        comments = await self._named(page.rows, thread_comment_fields, THREAD)
         return _page(pb.ListCommentsResponse, page, "comments", comments, "next_after_id")
 
     async def ListReplies(
         self, request: pb.ListRepliesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRepliesResponse:
         page = await self._thread_page(request, context, "comment_id", self._repo.replies)
-        replies = await self._named(page.rows, comment_fields, AUTHOR)
+        replies = await self._named(page.rows, thread_comment_fields, THREAD)
         return _page(pb.ListRepliesResponse, page, "comments", replies, "next_after_id")
 
     async def ListLikers(

@@ -34,6 +34,7 @@ from services.domain.forum import (
     LIVE_POST_IN_COURSE,
     MODERATION_COLUMNS,
     POST_COLUMNS,
+    REMOVAL_COLUMNS,
     TEACHES_COURSE,
 )
 from services.domain.paging import Page
@@ -57,14 +58,17 @@ _GET_COMMENT = f"""
 SELECT {COMMENT_COLUMNS} FROM comments
 WHERE {{gate}}id = $1 AND deleted_at IS NULL"""
 
+# A thread shows its comments and, as placeholders, those a teacher removed (removed_by is set
+# only then); a comment its author deleted is gone.
 _COMMENTS_PAGE = f"""
-SELECT {COMMENT_COLUMNS} FROM comments
-WHERE {{gate}}post_id = $1 AND parent_id IS NULL AND id > $2 AND deleted_at IS NULL
+SELECT {COMMENT_COLUMNS}, {REMOVAL_COLUMNS} FROM comments
+WHERE {{gate}}post_id = $1 AND parent_id IS NULL AND id > $2
+  AND (deleted_at IS NULL OR removed_by IS NOT NULL)
 ORDER BY id LIMIT $3"""
 
 _REPLIES_PAGE = f"""
-SELECT {COMMENT_COLUMNS} FROM comments
-WHERE {{gate}}parent_id = $1 AND id > $2 AND deleted_at IS NULL
+SELECT {COMMENT_COLUMNS}, {REMOVAL_COLUMNS} FROM comments
+WHERE {{gate}}parent_id = $1 AND id > $2 AND (deleted_at IS NULL OR removed_by IS NOT NULL)
 ORDER BY id LIMIT $3"""
 
 FEED_FIRST = _FEED_FIRST.format(gate="")

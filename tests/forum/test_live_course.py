@@ -224,6 +224,18 @@ async def test_a_deleted_post_and_comment_arrive_with_deleted_at(
     assert comment.comment.HasField("deleted_at")
     assert (comment.comment.comment.body, comment.comment.comment.version) == ("", 2)
     assert comment.comment.deleted_at.ToSeconds() >= comment.comment.comment.created_at.ToSeconds()
+    # Its author deleted it: no removal to show.
+    assert not comment.comment.comment.HasField("removed_by")
+
+    # A teacher's removal says who and why, so a thread turns it into its placeholder live.
+    await writes.DeleteComment(
+        write_pb.DeleteCommentRequest(course_id=42, comment_id=2, user_id=1, reason="Lạc đề")
+    )
+    [removal] = await take(stream, 1)
+    removed = removal.comment.comment
+    assert (removed.id, removed.body, removed.removed_by) == (2, "", 1)
+    assert removed.removal_reason == "Lạc đề"
+    assert removed.removed_at == removal.comment.deleted_at
 
     await writes.DeletePost(write_pb.DeletePostRequest(course_id=42, post_id=1, user_id=1))
     [post] = await take(stream, 1)
@@ -231,7 +243,7 @@ async def test_a_deleted_post_and_comment_arrive_with_deleted_at(
     assert (post.WhichOneof("item"), post.post.post.id, post.post.post.version) == ("post", 1, 2)
     assert (post.post.post.title, post.post.post.body) == ("", "")
     assert post.post.HasField("deleted_at")
-    assert post.post.post.comment_count == 1  # comment 1 went, comment 2 stays
+    assert post.post.post.comment_count == 0  # comments 1 and 2 went before it
     stream.cancel()
 
 

@@ -55,7 +55,8 @@ async def test_a_teacher_removes_a_students_comment_and_the_log_says_so(
     )
     assert removed.status_code == 200, removed.text
     comments = await gateway.get(f"{COURSE}/posts/1/comments", headers=as_user(env, 8))
-    assert [c["id"] for c in comments.json()["data"]] == [2]
+    # The removed comment stays in its thread as a placeholder; it counts no more.
+    assert [(c["id"], c["deleted"]) for c in comments.json()["data"]] == [(1, True), (2, False)]
     assert await visible_comment_count(pg_admin, 1) == (1, 1)
 
     log = await log_of(gateway, env)
@@ -195,3 +196,90 @@ async def test_the_log_pages_newest_first_each_action_once(
         params = {"limit": 5, "before_id": body["pagination"]["next_before_id"]}
     assert [e["post_id"] for e in seen] == posts[::-1]
     assert [e["reason"] for e in seen] == [f"#{i}" for i in reversed(range(12))]
+
+
+async def test_a_removed_comment_leaves_a_placeholder_naming_the_teacher_and_why(
+    gateway: httpx.AsyncClient, env: Env, clean: None
+) -> None:
+    """A student reading the thread sees where the comment was, who removed it and why, and
+    none of its text or replies; a comment its author deleted leaves nothing."""
+    root = await gateway.post(
+        f"{COURSE}/posts/1/comments", json={"body": "Lời giải bài 3 đây"}, headers=as_user(env, 9)
+    )
+    root_id = root.json()["data"]["id"]
+    for body in ("Cảm ơn bạn", "Chép bài à?"):
+        reply = await gateway.post(
+            f"{COURSE}/posts/1/comments",
+            json={"body": body, "parent_id": root_id},
+            headers=as_user(env, 7),
+        )
+        assert reply.status_code == 201, reply.text
+    mine = await gateway.post(
+        f"{COURSE}/posts/1/comments", json={"body": "nhầm chỗ"}, headers=as_user(env, 7)
+    )
+    mine_id = mine.json()["data"]["id"]
+    own = await gateway.delete(f"{COURSE}/comments/{mine_id}", headers=as_user(env, 7))
+    assert own.is_success, own.text
+    removed = await gateway.delete(
+        f"{COURSE}/comments/{root_id}",
+        params={"reason": "Đăng lời giải bài tập"},
+        headers=as_user(env, TEACHER),
+    )
+    assert removed.status_code == 200, removed.text
+
+    page = await gateway.get(f"{COURSE}/posts/1/comments", headers=as_user(env, 8))
+    assert page.status_code == 200, page.text
+    by_id = {c["id"]: c for c in page.json()["data"]}
+    assert mine_id not in by_id
+    placeholder = by_id[root_id]
+    assert placeholder["removed_at"] is not None
+    del placeholder["created_at"], placeholder["removed_at"], placeholder["version"]
+    assert placeholder == {
+        "id": root_id,
+        "post_id": 1,
+        "parent_id": None,
+        "user_id": 9,
+        "author_name": DEMO_PEOPLE[9],
+        "body": None,
+        "like_count": 0,
+        "reply_count": 0,
+        "reply_to_comment_id": None,
+        "reply_to_user_id": None,
+        "edited_at": None,
+        "liked_by_me": False,
+        "deleted": True,
+        "removed_by": {"user_id": TEACHER, "name": DEMO_PEOPLE[TEACHER]},
+        "removal_reason": "Đăng lời giải bài tập",
+    }
+    assert "Lời giải" not in page.text
+    # Its replies went with it.
+    replies = await gateway.get(f"{COURSE}/comments/{root_id}/replies", headers=as_user(env, 8))
+    assert replies.status_code == 404, replies.text
+
+
+async def test_a_removed_reply_is_a_placeholder_among_its_siblings(
+    gateway: httpx.AsyncClient, env: Env, clean: None
+) -> None:
+    replies = []
+    for user, body in ((7, "Câu 1 là A"), (9, "Nội dung không phù hợp"), (8, "Mình nghĩ là B")):
+        reply = await gateway.post(
+            f"{COURSE}/posts/1/comments",
+            json={"body": body, "parent_id": 1},
+            headers=as_user(env, user),
+        )
+        assert reply.status_code == 201, reply.text
+        replies.append(reply.json()["data"]["id"])
+    removed = await gateway.delete(f"{COURSE}/comments/{replies[1]}", headers=as_user(env, TEACHER))
+    assert removed.status_code == 200, removed.text
+
+    page = await gateway.get(f"{COURSE}/comments/1/replies", headers=as_user(env, 7))
+    assert page.status_code == 200, page.text
+    shown = [(c["id"], c["deleted"], c["body"]) for c in page.json()["data"]]
+    assert [s for s in shown if s[0] in replies] == [
+        (replies[0], False, "Câu 1 là A"),
+        (replies[1], True, None),
+        (replies[2], False, "Mình nghĩ là B"),
+    ]
+    placeholder = next(c for c in page.json()["data"] if c["id"] == replies[1])
+    assert placeholder["removed_by"] == {"user_id": TEACHER, "name": DEMO_PEOPLE[TEACHER]}
+    assert placeholder["removal_reason"] is None

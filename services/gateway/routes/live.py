@@ -268,6 +268,7 @@ def _course_event(course_id: int) -> EventOf:
             data = comment_json(response.comment.comment, None)
             if response.comment.HasField("deleted_at"):
                 data["deleted_at"] = time_text(response.comment.deleted_at)
+                data["deleted"] = True
                 del data["body"]
             comment = response.comment
             deleted = comment.HasField("deleted_at")

@@ -125,3 +125,11 @@ class ErrorBody(BaseModel):
 class ErrorResponse(BaseModel):
     success: Literal[False] = False
     error: ErrorBody
+
+
+class PersonRef(BaseModel):
+    """A person an object names: the id, and the display name from the people directory
+    (docs/people.md), null when it does not know them."""
+
+    user_id: int
+    name: str | None

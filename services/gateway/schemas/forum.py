@@ -9,7 +9,7 @@ from pydantic.config import JsonDict
 
 from services.domain.ids import MAX_ROW_ID
 from services.domain.text import MAX_BODY, MAX_REASON, MAX_TITLE, REASON_PATTERN, TEXT_PATTERN
-from services.gateway.schemas.base import Pagination, RequestModel, Success
+from services.gateway.schemas.base import Pagination, PersonRef, RequestModel, Success
 
 LikedByMe = Annotated[
     bool | None,
@@ -57,15 +57,22 @@ class Comment(BaseModel):
         description="The author's display name (the people directory, docs/people.md); null "
         "when it does not know them, and in a write's answer and a live event"
     )
-    body: str
+    body: str | None = Field(description="Null on a removed comment's placeholder")
     like_count: int
-    reply_count: int
+    reply_count: int = Field(description="0 on a removed comment: its replies went with it")
     reply_to_comment_id: int | None = Field(description="For a reply to a reply: which one")
     reply_to_user_id: int | None = Field(description="For a reply to a reply: whose")
     created_at: str
     edited_at: EditedAt
     version: Version
     liked_by_me: LikedByMe
+    deleted: bool = Field(
+        description="A placeholder: a teacher removed this comment (a thread keeps it, without "
+        "its text, so the replies around it still make sense)"
+    )
+    removed_by: PersonRef | None = Field(description="The teacher who removed it")
+    removal_reason: str | None = Field(description="Why, as the teacher said")
+    removed_at: str | None = Field(description="When it was removed")
 
 
 class FeedPagination(Pagination):

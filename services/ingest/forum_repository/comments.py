@@ -5,8 +5,18 @@ kept as revisions), each in one statement."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from services.domain.forum import COMMENT_COLUMNS, TEACHES_COURSE, comment_from_row, qualified
+from agora.forum.v1 import forum_pb2
+
+from services.domain.forum import (
+    COMMENT_COLUMNS,
+    TEACHES_COURSE,
+    comment_fields,
+    comment_from_row,
+    qualified,
+    removal_fields,
+)
 from services.ingest.forum_repository.edit_sql import as_edited, may_edit
 from services.ingest.forum_repository.keys import Once, Replayed
 from services.ingest.forum_repository.writes import Author, Edit, Writes, Written
@@ -62,12 +72,14 @@ WHERE c.id = $1 AND c.deleted_at IS NULL AND p.deleted_at IS NULL
 # against the course of the comment's post) anyone's, logged with the reason ($4).
 DELETE_COMMENT = f"""
 WITH del AS (
-  UPDATE comments c SET deleted_at = now(), version = c.version + 1
+  UPDATE comments c SET deleted_at = now(), version = c.version + 1,
+    removed_by = CASE WHEN c.user_id <> $2 THEN $2 END,
+    removal_reason = CASE WHEN c.user_id <> $2 THEN $4 END
   WHERE id = $1 AND deleted_at IS NULL
     AND (user_id = $2 OR EXISTS (
       SELECT 1 FROM posts p WHERE p.id = c.post_id AND p.course_id = $3
         AND {TEACHES_COURSE.format(course="p.course_id", user="$2")}))
-  RETURNING {COMMENT_COLUMNS}, deleted_at),
+  RETURNING {COMMENT_COLUMNS}, deleted_at, removed_by, removal_reason),
 root AS (
   UPDATE comments r SET reply_count = r.reply_count - 1
   FROM del WHERE r.id = del.parent_id
@@ -82,7 +94,7 @@ logged AS (
   INSERT INTO moderation_actions
     (course_id, moderator_id, action, post_id, comment_id, author_id, reason)
   SELECT $3, $2, 'delete', post_id, id, user_id, $4 FROM del WHERE user_id <> $2)
-SELECT {COMMENT_COLUMNS}, deleted_at FROM del"""
+SELECT {COMMENT_COLUMNS}, deleted_at, removed_by, removal_reason FROM del"""
 
 # A comment's edit, as a post's (posts.py): $1 the comment, $2 the course, $3 the user, $4 the new
 # body, $5 the window, $6 the reason. The comment, its root and its post must be live and in the
@@ -183,7 +195,7 @@ class CommentWrites(Writes):
         return await self._write(
             DELETE_COMMENT,
             (comment_id, user_id, course_id, reason),
-            lambda r: comment_event(course_id, comment_from_row(r), r["deleted_at"]),
+            lambda r: comment_event(course_id, removed_comment(r), r["deleted_at"]),
         )
 
     async def edit_comment(self, edit: Edit, body: str) -> Written | None:
@@ -194,3 +206,9 @@ class CommentWrites(Writes):
             (body,),
             lambda r: comment_event(edit.course_id, comment_from_row(r)),
         )
+
+
+def removed_comment(row: Any) -> forum_pb2.Comment:
+    """A deleted comment as its event names it: with who removed it and why when a teacher did,
+    so a thread shows its placeholder live."""
+    return forum_pb2.Comment(**comment_fields(row), **removal_fields(row))
