@@ -1,13 +1,15 @@
 """The team routes as the gateway declares them (no server): every change counts against the
 inbox writes' rate limit, as a reply does, and every route is documented with its summary and
-its 409 where a conflict can answer it."""
+its 409 where a conflict can answer it. And the demo team agrees with the demo sign-in."""
 
 from __future__ import annotations
 
 from fastapi.routing import APIRoute
 
+from services.gateway.dev_signin import DEMO_USERS
 from services.gateway.rate_limit import INBOX_WRITE
 from services.gateway.routes import team
+from tools.team_data import ROSTER
 
 ROUTES = [r for r in team.router.routes if isinstance(r, APIRoute)]
 
@@ -35,3 +37,14 @@ def test_every_route_is_documented() -> None:
         ("POST", f"{prefix}/canned-replies"),
         ("PUT", f"{prefix}/canned-replies/{{canned_reply_id}}"),
     }
+
+
+def test_the_demo_roster_agrees_with_the_demo_sign_in() -> None:
+    """A demo user is on an account's roster exactly when their demo token grants it, and every
+    demo account has an owner."""
+    on_roster: dict[int, set[int]] = {}
+    for account, user, _ in ROSTER:
+        on_roster.setdefault(user, set()).add(account)
+    granted = {u["sub"]: set(u["accounts"]) for u in DEMO_USERS if u["accounts"]}
+    assert on_roster == granted
+    assert {account for account, _, role in ROSTER if role == "owner"} == {1, 2, 3}
