@@ -60,6 +60,7 @@ from tests.stack import (
 from tools.forum_data import load_lab
 
 TABLES = [
+    "zalo_canned_replies",
     "zalo_account_audit",
     "zalo_account_agents",
     "zalo_outbound_messages",

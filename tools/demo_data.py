@@ -1,7 +1,8 @@
 """Load the demo data of the local stack (idempotent: fixed ids, so a reload changes nothing).
 
-Zalo accounts are registered outside this system, so they are inserted directly; messages go
-through the real path: gRPC ingest → stream → flusher → MariaDB. The forum gets the small lab
+Zalo accounts are registered outside this system, so they are inserted directly, with their
+teams (tools/team_data.py); messages go through the real path: gRPC ingest → stream → flusher
+→ MariaDB. The forum gets the small lab
 (tools/forum_data.py) and a realistic volume: 2,000 courses, 50,000 students, 20,000 posts,
 268,000 comments.
 """
@@ -18,6 +19,7 @@ from agora.messaging.v1 import ingest_service_pb2, ingest_service_pb2_grpc, mess
 from services.runtime.mysql import MysqlDatabase
 from tools import callers
 from tools.forum_data import Volume, load_lab, load_volume, load_volume_people
+from tools.team_data import load_team
 from tools.waiting import NeverHappened, until
 
 ACCOUNTS = {1: "Demo Shop", 2: "Demo Clinic", 3: "Demo School"}
@@ -61,6 +63,8 @@ async def load() -> int:
                 "ON DUPLICATE KEY UPDATE display_name = VALUES(display_name)",
                 sorted(ACCOUNTS.items()),
             )
+            # Who works each account, and the canned replies of account 1 (tools/team_data.py).
+            await load_team(tx)
         batches = [
             (account, demo_messages(account, thread, 120 if account == 1 else 40))
             for account in (1, 2)
@@ -113,6 +117,7 @@ async def load_forum() -> bool:
 def main() -> None:
     count = asyncio.run(load())
     print(f"demo data: Zalo accounts {sorted(ACCOUNTS)}, {count} messages in 7 conversations")
+    print("demo data: agents (user 1 owner of 1-3; 7 agent of 1, 2; 8 of 1, 3), 3 canned replies")
     loaded = asyncio.run(load_forum())
     volume = Volume()
     print(

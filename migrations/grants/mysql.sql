@@ -14,7 +14,8 @@ GRANT SELECT, INSERT, UPDATE ON zalo_listener_leases TO 'agora_ingest'@'%';
 GRANT SELECT ON zalo_conversations TO 'agora_ingest'@'%';
 GRANT SELECT ON zalo_messages TO 'agora_ingest'@'%';
 GRANT SELECT ON zalo_messages_archive TO 'agora_ingest'@'%';
--- ingest keeps the team of each account (services/ingest/team/): its roster, and the audit of
--- what the team changed, written in the transaction of each change.
+-- ingest keeps the team of each account (services/ingest/team/): its roster, its canned replies,
+-- and the audit of what the team changed, written in the transaction of each change.
 GRANT SELECT, INSERT, UPDATE, DELETE ON zalo_account_agents TO 'agora_ingest'@'%';
 GRANT SELECT, INSERT ON zalo_account_audit TO 'agora_ingest'@'%';
+GRANT SELECT, INSERT, UPDATE, DELETE ON zalo_canned_replies TO 'agora_ingest'@'%';

@@ -62,6 +62,22 @@ RULES: dict[str, Rule] = {
     ),
     "/agora.messaging.v1.OutboundService/*": for_account(GATEWAY),
     "/agora.messaging.v1.ListenerService/*": Rule(frozenset({LISTENER})),
+    # The team of an account: read by any user the token grants it to; changed as the token's
+    # user (actor_user_id), whom ingest then checks is an owner of the account.
+    "/agora.messaging.v1.TeamService/SetAgentRole": for_account(
+        GATEWAY, user_field="actor_user_id"
+    ),
+    "/agora.messaging.v1.TeamService/RemoveAgent": for_account(GATEWAY, user_field="actor_user_id"),
+    "/agora.messaging.v1.TeamService/CreateCannedReply": for_account(
+        GATEWAY, user_field="actor_user_id"
+    ),
+    "/agora.messaging.v1.TeamService/UpdateCannedReply": for_account(
+        GATEWAY, user_field="actor_user_id"
+    ),
+    "/agora.messaging.v1.TeamService/DeleteCannedReply": for_account(
+        GATEWAY, user_field="actor_user_id"
+    ),
+    "/agora.messaging.v1.TeamService/*": for_account(GATEWAY),
     "/agora.messaging.v1.TimelineService/*": for_account(GATEWAY),
     "/agora.messaging.v1.TimelineService/WatchInbox": watching(for_account(GATEWAY, WATCHER)),
     "/agora.forum.v1.ForumWriteService/*": for_user(GATEWAY),

@@ -22,6 +22,7 @@ from services.domain.idempotency import check_key
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
 from services.domain.instants import EARLIEST_SECONDS, SECONDS_END, Limits, check_time
 from services.domain.paging import MAX_LIKERS_LIMIT, MAX_MESSAGE_LIMIT, check_limit
+from services.domain.team import check_canned_body, check_role, check_shortcut
 from services.domain.text import MAX_BODY, MAX_TITLE, check_reason, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
@@ -310,6 +311,7 @@ _LIKES = "/agora.forum.v1.LikeService/"
 _INGEST = "/agora.messaging.v1.IngestService/"
 _OUTBOUND = "/agora.messaging.v1.OutboundService/"
 _LISTENER = "/agora.messaging.v1.ListenerService/"
+_TEAM = "/agora.messaging.v1.TeamService/"
 
 _CONVERSATION = (account, zalo_id("conversation_key"))
 _THREAD_PAGE = (page_limit, row_cursor("after_id", 0))
@@ -443,3 +445,27 @@ def outbound(limits: Limits) -> RuleTable:
             _outcome(limits),
         ),
     }
+
+
+def agent_role(request: Any) -> Iterator[FieldViolation]:
+    return _present(check_role(request.role))
+
+
+def canned_reply(request: Any) -> Iterator[FieldViolation]:
+    """A canned reply's shortcut and text: see services/domain/team.py."""
+    yield from _present(check_shortcut(request.shortcut))
+    yield from _present(check_canned_body(request.body))
+
+
+# TeamService: who is on the roster and what the actor may change is the handler's (ingest
+# checks the actor is an owner in the change's own transaction).
+TEAM: RuleTable = {
+    _TEAM + "ListAgents": (account,),
+    _TEAM + "SetAgentRole": (account, row_ids("user_id", "actor_user_id"), agent_role),
+    _TEAM + "RemoveAgent": (account, row_ids("user_id", "actor_user_id")),
+    _TEAM + "ListAudit": (account, page_limit, row_cursor("before_id", 1)),
+    _TEAM + "ListCannedReplies": (account,),
+    _TEAM + "CreateCannedReply": (account, row_ids("actor_user_id"), canned_reply),
+    _TEAM + "UpdateCannedReply": (account, row_ids("id", "actor_user_id"), canned_reply),
+    _TEAM + "DeleteCannedReply": (account, row_ids("id", "actor_user_id")),
+}

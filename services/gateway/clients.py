@@ -28,6 +28,7 @@ from agora.forum.v1 import (
 from agora.messaging.v1 import (
     ingest_service_pb2_grpc,
     outbound_service_pb2_grpc,
+    team_service_pb2_grpc,
     timeline_service_pb2_grpc,
 )
 from fastapi import Depends, Request
@@ -53,6 +54,9 @@ class Clients:
     # the ingest connection; not retried by the channel (SendMessage's key makes a retry by the
     # client safe, not a blind one here).
     outbound: outbound_service_pb2_grpc.OutboundServiceStub
+    # An account's team (roster, audit, canned replies): served by the ingest process too, over
+    # the ingest connection, not retried by the channel.
+    team: team_service_pb2_grpc.TeamServiceStub
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
@@ -94,6 +98,7 @@ class ClientPool:
                 Clients(
                     ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
                     outbound=outbound_service_pb2_grpc.OutboundServiceStub(ingest),
+                    team=team_service_pb2_grpc.TeamServiceStub(ingest),
                     timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
                     forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
                     forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),

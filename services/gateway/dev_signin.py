@@ -19,13 +19,18 @@ from services.runtime.loopback import is_local_request
 
 log = logging.getLogger(__name__)
 
-# The demo users of `make up` (tools/demo_data.py, tools/forum_data.py).
+# The demo users of `make up` (tools/demo_data.py, tools/forum_data.py); their accounts are the
+# accounts whose roster they are on (tools/team_data.py).
 DEV_TOKEN_TTL_SECONDS = 3600
 DEMO_USERS: tuple[dict[str, Any], ...] = (
-    {"sub": 7, "accounts": [1, 2], "label": "Student in course 42; Zalo accounts 1 and 2"},
-    {"sub": 8, "accounts": [3], "label": "Student in course 42; Zalo account 3"},
+    {"sub": 7, "accounts": [1, 2], "label": "Student in course 42; agent of Zalo accounts 1, 2"},
+    {"sub": 8, "accounts": [1, 3], "label": "Student in course 42; agent of Zalo accounts 1, 3"},
     {"sub": 9, "accounts": [], "label": "Student in course 42; no Zalo account"},
-    {"sub": 1, "accounts": [1, 2, 3], "label": "Teacher of courses 42 and 99; every Zalo account"},
+    {
+        "sub": 1,
+        "accounts": [1, 2, 3],
+        "label": "Teacher of courses 42 and 99; owner of every Zalo account",
+    },
 )
 
 

@@ -1,5 +1,6 @@
 """ingest's composition root: Redis (the message streams), PostgreSQL (forum writes), MySQL
-(which Zalo accounts exist; the send orders and the listeners' leases), gRPC."""
+(which Zalo accounts exist; the send orders and the listeners' leases; each account's team:
+roster, canned replies, audit), gRPC."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from agora.messaging.v1 import (
     listener_service_pb2_grpc,
     outbound_service_pb2,
     outbound_service_pb2_grpc,
+    team_service_pb2,
+    team_service_pb2_grpc,
 )
 
 from services.domain import access, field_rules, schema
@@ -31,6 +34,8 @@ from services.ingest.outbound.handlers import OutboundHandlers
 from services.ingest.outbound.listener import ListenerHandlers, ListenerTiming
 from services.ingest.outbound.repository import OutboundRepository
 from services.ingest.repository import FairShare, MessageStreamRepository
+from services.ingest.team.handlers import TeamHandlers
+from services.ingest.team.repository import TeamRepository
 from services.runtime import redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
@@ -42,6 +47,7 @@ from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 
 MESSAGING = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
 OUTBOUND = outbound_service_pb2.DESCRIPTOR.services_by_name["OutboundService"].full_name
+TEAM = team_service_pb2.DESCRIPTOR.services_by_name["TeamService"].full_name
 LISTENER = listener_service_pb2.DESCRIPTOR.services_by_name["ListenerService"].full_name
 FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"].full_name
 
@@ -92,9 +98,10 @@ async def build(settings: IngestSettings) -> service.Service:
         orders = OutboundRepository(mysql)
         order_feed = OrderFeed(publisher)
         wakes = Wakes()
-        outbound = OutboundHandlers(
-            orders, accounts, order_feed, wakes, limits, PeopleDirectory(pool)
-        )
+        people = PeopleDirectory(pool)
+        outbound = OutboundHandlers(orders, accounts, order_feed, wakes, limits, people)
+        # The team of each account: its roster, audit and canned replies, in MySQL.
+        team = TeamHandlers(TeamRepository(mysql), accounts, people)
         listeners = ListenerHandlers(
             orders,
             accounts,
@@ -121,11 +128,12 @@ async def build(settings: IngestSettings) -> service.Service:
             [
                 Api(
                     settings.grpc_port,
-                    [MESSAGING, OUTBOUND, LISTENER],
-                    lambda s: _register_messaging(s, messages, outbound, listeners),
+                    [MESSAGING, OUTBOUND, LISTENER, TEAM],
+                    lambda s: _register_messaging(s, messages, outbound, listeners, team),
                     {
                         **field_rules.ingest(settings.ingest_max_batch, limits),
                         **field_rules.outbound(limits),
+                        **field_rules.TEAM,
                     },
                 ),
                 Api(
@@ -157,7 +165,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     (MESSAGING,),
                 ),
                 Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),
-                Dependency("mysql", mysql.ping, (OUTBOUND, LISTENER)),
+                Dependency("mysql", mysql.ping, (OUTBOUND, LISTENER, TEAM)),
             ],
         )
 
@@ -167,11 +175,13 @@ def _register_messaging(
     messages: IngestHandlers,
     outbound: OutboundHandlers,
     listeners: ListenerHandlers,
+    team: TeamHandlers,
 ) -> None:
     """The chat API's services, on one listener: the listeners and the gateway reach it."""
     ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(messages, server)
     outbound_service_pb2_grpc.add_OutboundServiceServicer_to_server(outbound, server)
     listener_service_pb2_grpc.add_ListenerServiceServicer_to_server(listeners, server)
+    team_service_pb2_grpc.add_TeamServiceServicer_to_server(team, server)
 
 
 main = service.main("ingest", IngestSettings, build)

@@ -1,7 +1,8 @@
 """JSON shapes of the gateway's requests and responses (and so of its OpenAPI document), by
 topic: `base.py` (the envelopes, pagination, request bodies' checks, time and integer field types),
-`messaging.py` (the Zalo inbox routes), `replies.py` (the reply routes), `forum.py` (the course
-forum routes). Routes and tests import them from here.
+`messaging.py` (the Zalo inbox routes), `replies.py` (the reply routes), `team.py` (an account's
+agents, audit and canned replies), `forum.py` (the course forum routes). Routes and tests
+import them from here.
 """
 
 from __future__ import annotations
@@ -82,6 +83,20 @@ from services.gateway.schemas.messaging import (
     UnreadResponse,
 )
 from services.gateway.schemas.replies import OrderResponse, OutboundOrder, ReplyBody
+from services.gateway.schemas.team import (
+    Agent,
+    AgentResponse,
+    AgentRoleBody,
+    AgentsResponse,
+    AuditEntry,
+    AuditPage,
+    AuditPagination,
+    CannedRepliesResponse,
+    CannedReply,
+    CannedReplyBody,
+    CannedReplyResponse,
+    Person,
+)
 
 __all__ = [
     "EPOCH_MS_END",
@@ -90,7 +105,18 @@ __all__ = [
     "MAX_UINT64",
     "Accepted",
     "AcceptedResponse",
+    "Agent",
+    "AgentResponse",
+    "AgentRoleBody",
     "AgentSentBody",
+    "AgentsResponse",
+    "AuditEntry",
+    "AuditPage",
+    "AuditPagination",
+    "CannedRepliesResponse",
+    "CannedReply",
+    "CannedReplyBody",
+    "CannedReplyResponse",
     "Comment",
     "CommentEdit",
     "CommentPagination",
@@ -139,6 +165,7 @@ __all__ = [
     "OrderResponse",
     "OutboundOrder",
     "Pagination",
+    "Person",
     "Post",
     "PostEdit",
     "PostResponse",
