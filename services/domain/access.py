@@ -62,6 +62,8 @@ RULES: dict[str, Rule] = {
     ),
     "/agora.messaging.v1.OutboundService/*": for_account(GATEWAY),
     "/agora.messaging.v1.ListenerService/*": Rule(frozenset({LISTENER})),
+    # The team's changes to a conversation: the gateway, for its user, who is the audit's actor.
+    "/agora.messaging.v1.ConversationService/*": for_account(GATEWAY, user_field="actor_user_id"),
     "/agora.messaging.v1.TimelineService/*": for_account(GATEWAY),
     "/agora.messaging.v1.TimelineService/WatchInbox": watching(for_account(GATEWAY, WATCHER)),
     "/agora.forum.v1.ForumWriteService/*": for_user(GATEWAY),
