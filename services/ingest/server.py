@@ -8,6 +8,8 @@ from datetime import timedelta
 import grpc
 from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import (
+    conversation_service_pb2,
+    conversation_service_pb2_grpc,
     ingest_service_pb2,
     ingest_service_pb2_grpc,
     listener_service_pb2,
@@ -31,6 +33,8 @@ from services.ingest.outbound.handlers import OutboundHandlers
 from services.ingest.outbound.listener import ListenerHandlers, ListenerTiming
 from services.ingest.outbound.repository import OutboundRepository
 from services.ingest.repository import FairShare, MessageStreamRepository
+from services.ingest.team.assignment import AssignmentRepository, ConversationFeed
+from services.ingest.team.assignment_handlers import ConversationHandlers
 from services.runtime import redis_client, service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
@@ -43,6 +47,9 @@ from services.streams.metrics import MESSAGE_BACKLOG_BOUND
 MESSAGING = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
 OUTBOUND = outbound_service_pb2.DESCRIPTOR.services_by_name["OutboundService"].full_name
 LISTENER = listener_service_pb2.DESCRIPTOR.services_by_name["ListenerService"].full_name
+CONVERSATIONS = conversation_service_pb2.DESCRIPTOR.services_by_name[
+    "ConversationService"
+].full_name
 FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"].full_name
 
 
@@ -92,9 +99,8 @@ async def build(settings: IngestSettings) -> service.Service:
         orders = OutboundRepository(mysql)
         order_feed = OrderFeed(publisher)
         wakes = Wakes()
-        outbound = OutboundHandlers(
-            orders, accounts, order_feed, wakes, limits, PeopleDirectory(pool)
-        )
+        people = PeopleDirectory(pool)
+        outbound = OutboundHandlers(orders, accounts, order_feed, wakes, limits, people)
         listeners = ListenerHandlers(
             orders,
             accounts,
@@ -108,6 +114,10 @@ async def build(settings: IngestSettings) -> service.Service:
             ),
         )
         resources.push_async_callback(listeners.aclose)
+        # The team's changes to conversations: committed with their audit, then on the feed.
+        conversations = ConversationHandlers(
+            AssignmentRepository(mysql), accounts, ConversationFeed(publisher), people
+        )
         forum_repo = ForumWriteRepository(pool, outbox)
         forum = ForumWriteHandlers(
             forum_repo,
@@ -121,11 +131,12 @@ async def build(settings: IngestSettings) -> service.Service:
             [
                 Api(
                     settings.grpc_port,
-                    [MESSAGING, OUTBOUND, LISTENER],
-                    lambda s: _register_messaging(s, messages, outbound, listeners),
+                    [MESSAGING, OUTBOUND, LISTENER, CONVERSATIONS],
+                    lambda s: _register_messaging(s, messages, outbound, listeners, conversations),
                     {
                         **field_rules.ingest(settings.ingest_max_batch, limits),
                         **field_rules.outbound(limits),
+                        **field_rules.CONVERSATIONS,
                     },
                 ),
                 Api(
@@ -157,7 +168,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     (MESSAGING,),
                 ),
                 Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),
-                Dependency("mysql", mysql.ping, (OUTBOUND, LISTENER)),
+                Dependency("mysql", mysql.ping, (OUTBOUND, LISTENER, CONVERSATIONS)),
             ],
         )
 
@@ -167,11 +178,13 @@ def _register_messaging(
     messages: IngestHandlers,
     outbound: OutboundHandlers,
     listeners: ListenerHandlers,
+    conversations: ConversationHandlers,
 ) -> None:
     """The chat API's services, on one listener: the listeners and the gateway reach it."""
     ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(messages, server)
     outbound_service_pb2_grpc.add_OutboundServiceServicer_to_server(outbound, server)
     listener_service_pb2_grpc.add_ListenerServiceServicer_to_server(listeners, server)
+    conversation_service_pb2_grpc.add_ConversationServiceServicer_to_server(conversations, server)
 
 
 main = service.main("ingest", IngestSettings, build)
