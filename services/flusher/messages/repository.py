@@ -45,6 +45,18 @@ ON DUPLICATE KEY UPDATE
   last_message_at = GREATEST(last_message_at, VALUES(last_message_at))
 """
 
+# A customer writing again makes a resolved or snoozed conversation open (docs/assignment.md):
+# each conversation whose batch has an incoming message newer than everything it had stored —
+# so a redelivered batch, or a late delivery of an older message, reopens nothing. Run before
+# UPSERT_CONVERSATIONS moves last_message_at; each term is a lookup of the (account, thread)
+# unique key, and only rows not open are written. "OR" joins one term per such conversation.
+REOPEN = """
+UPDATE zalo_conversations SET status = 'open', snoozed_until = NULL
+WHERE status <> 'open' AND ({terms})"""
+_REOPEN_TERM = "(zalo_account_id = %s AND thread_id = %s AND last_message_at < %s)"
+# Conversations per REOPEN statement.
+_REOPEN_CHUNK = 500
+
 INSERT_MESSAGES = """
 INSERT INTO zalo_messages (
   zalo_account_id, zalo_conversation_id, msg_id, cli_msg_id, thread_id, thread_type, direction,
@@ -88,9 +100,15 @@ class Latest:
     direction: str | None = None
     name: str | None = None
     name_at: datetime | None = None
+    # The newest incoming message's time (what reopens the conversation).
+    incoming_at: datetime | None = None
 
     def saw(self, msg: message_pb2.Message, row: tuple[Any, ...]) -> None:
         sent_at: datetime = row[-1]
+        if msg.direction == message_pb2.DIRECTION_IN and (
+            self.incoming_at is None or sent_at > self.incoming_at
+        ):
+            self.incoming_at = sent_at
         if self.at is None or sent_at >= self.at:
             self.at = sent_at
             self.preview = message_preview(msg.content, msg.msg_type, msg.attachments)
@@ -180,6 +198,7 @@ class MessageRepository:
                 await MysqlFences.check(tx, fence)
             ids: dict[ConversationKey, int] = {}
             if conversations:
+                await _reopen(tx, conversations)
                 await tx.executemany(
                     UPSERT_CONVERSATIONS,
                     [(a, t, *latest.values()) for (a, t), latest in sorted(conversations.items())],
@@ -256,6 +275,19 @@ class MessageRepository:
         if len(self._ids) + len(ids) > self._id_cache_size:
             self._ids.clear()
         self._ids.update(ids)
+
+
+async def _reopen(tx: Connection, conversations: dict[ConversationKey, Latest]) -> None:
+    """REOPEN for the batch's conversations that got an incoming message."""
+    incoming = [
+        (account, thread, latest.incoming_at)
+        for (account, thread), latest in sorted(conversations.items())
+        if latest.incoming_at is not None
+    ]
+    for start in range(0, len(incoming), _REOPEN_CHUNK):
+        chunk = incoming[start : start + _REOPEN_CHUNK]
+        terms = " OR ".join(_REOPEN_TERM for _ in chunk)
+        await tx.execute(REOPEN.format(terms=terms), [v for term in chunk for v in term])
 
 
 def _message_row(m: message_pb2.Message) -> tuple[Any, ...]:
