@@ -26,6 +26,7 @@ from agora.forum.v1 import (
     like_service_pb2_grpc,
 )
 from agora.messaging.v1 import (
+    conversation_service_pb2_grpc,
     ingest_service_pb2_grpc,
     outbound_service_pb2_grpc,
     timeline_service_pb2_grpc,
@@ -53,6 +54,8 @@ class Clients:
     # the ingest connection; not retried by the channel (SendMessage's key makes a retry by the
     # client safe, not a blind one here).
     outbound: outbound_service_pb2_grpc.OutboundServiceStub
+    # The team's changes to conversations (assignee, status): ingest's too, not retried.
+    conversations: conversation_service_pb2_grpc.ConversationServiceStub
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
@@ -94,6 +97,7 @@ class ClientPool:
                 Clients(
                     ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
                     outbound=outbound_service_pb2_grpc.OutboundServiceStub(ingest),
+                    conversations=conversation_service_pb2_grpc.ConversationServiceStub(ingest),
                     timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
                     forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
                     forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),
