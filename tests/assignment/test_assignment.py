@@ -11,9 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
 from tests.assignment.conftest import add_conversations, agent
-from tests.stack import Env
+from tests.stack import Env, gateway_settings, serving_gateway
 from tools.people_data import DEMO_PEOPLE
 
 pytestmark = pytest.mark.asyncio
@@ -199,3 +200,33 @@ async def test_a_snooze_whose_time_has_passed_reads_as_open(
         )
     )
     assert [c["thread_id"] for c in snoozed] == ["c01"]
+
+
+async def test_changes_count_against_the_users_inbox_writes(
+    env: Env,
+    team: None,
+    admin_db: MysqlDatabase,
+    ingest_server: GrpcServer,
+    timeline_server: GrpcServer,
+    likes_server: GrpcServer,
+) -> None:
+    await add_conversations(admin_db, 1, 1)
+    settings = gateway_settings(
+        env, ingest_server, timeline_server, likes_server, inbox_writes_per_minute=2
+    )
+    async with serving_gateway(settings) as limited:
+        for user in (7, 8):
+            answer = await limited.put(
+                path("c00", "assignee"), json={"user_id": user}, headers=agent(env, 7)
+            )
+            assert answer.status_code == 200, answer.text
+        refused = await limited.put(
+            path("c00", "status"), json={"status": "resolved"}, headers=agent(env, 7)
+        )
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+        # Another user's budget is their own.
+        other = await limited.put(
+            path("c00", "status"), json={"status": "resolved"}, headers=agent(env, 8)
+        )
+        assert other.status_code == 200, other.text
