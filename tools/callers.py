@@ -52,7 +52,8 @@ def material(identity: str, directory: Path | None = None) -> TlsMaterial:
 
 class ForwardUser(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     """Adds `authorization: Bearer <token>` for the request's user (user_id, else
-    agent_user_id) and account (account_id), unless the call already carries one."""
+    agent_user_id, else actor_user_id) and account (account_id), unless the call already
+    carries one."""
 
     def __init__(self, secret: str) -> None:
         self._secret = secret
@@ -75,7 +76,11 @@ class ForwardUser(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     ) -> Any:
         metadata = list(client_call_details.metadata or ())
         if not any(key == "authorization" for key, _ in metadata):
-            user = getattr(request, "user_id", 0) or getattr(request, "agent_user_id", 0)
+            user = (
+                getattr(request, "user_id", 0)
+                or getattr(request, "agent_user_id", 0)
+                or getattr(request, "actor_user_id", 0)
+            )
             token = self.token(user or DEFAULT_USER, getattr(request, "account_id", 0))
             metadata.append(("authorization", f"Bearer {token}"))
         details = client_call_details._replace(metadata=grpc.aio.Metadata(*metadata))
