@@ -136,7 +136,8 @@ async def test_a_customers_new_message_reopens_a_snoozed_conversation_and_an_age
     await flusher.drain()
     listed = await gateway.get(f"{ACCOUNT}/conversations", headers=agent(env, 7))
     assert listed.json()["data"][0]["status"] == "snoozed"
-    await customer_writes(ingest, flusher, "m3", 3)
+    # A flusher that has not seen the conversation yet (a restart, another replica) finds it.
+    await customer_writes(ingest, flusher.configured(), "m3", 3)
     listed = await gateway.get(f"{ACCOUNT}/conversations", headers=agent(env, 7))
     assert (listed.json()["data"][0]["status"], listed.json()["data"][0]["snoozed_until"]) == (
         "open",

@@ -48,12 +48,14 @@ ON DUPLICATE KEY UPDATE
 # A customer writing again makes a resolved or snoozed conversation open (docs/assignment.md):
 # each conversation whose batch has an incoming message newer than everything it had stored —
 # so a redelivered batch, or a late delivery of an older message, reopens nothing. Run before
-# UPSERT_CONVERSATIONS moves last_message_at; each term is a lookup of the (account, thread)
-# unique key, and only rows not open are written. "OR" joins one term per such conversation.
+# UPSERT_CONVERSATIONS moves last_message_at, on the conversations that exist (a new one is open
+# already), by primary key: record locks on rows the upsert locks next anyway, never a gap lock
+# (which two shards' batches creating conversations of one account could deadlock on). Only rows
+# not open are written. "OR" joins one term per conversation.
 REOPEN = """
 UPDATE zalo_conversations SET status = 'open', snoozed_until = NULL
 WHERE status <> 'open' AND ({terms})"""
-_REOPEN_TERM = "(zalo_account_id = %s AND thread_id = %s AND last_message_at < %s)"
+_REOPEN_TERM = "(id = %s AND last_message_at < %s)"
 # Conversations per REOPEN statement.
 _REOPEN_CHUNK = 500
 
@@ -198,7 +200,7 @@ class MessageRepository:
                 await MysqlFences.check(tx, fence)
             ids: dict[ConversationKey, int] = {}
             if conversations:
-                await _reopen(tx, conversations)
+                await self._reopen(tx, conversations)
                 await tx.executemany(
                     UPSERT_CONVERSATIONS,
                     [(a, t, *latest.values()) for (a, t), latest in sorted(conversations.items())],
@@ -227,6 +229,22 @@ class MessageRepository:
             fault("before_commit")
         self._remember(ids)
         return set(ids.values())
+
+    async def _reopen(self, tx: Connection, conversations: dict[ConversationKey, Latest]) -> None:
+        """REOPEN for the batch's conversations that exist and got an incoming message. Their
+        ids are read without a lock: only this shard's consumer (fenced) creates its
+        conversations or moves their last_message_at."""
+        incoming = {k: v.incoming_at for k, v in conversations.items() if v.incoming_at}
+        if not incoming:
+            return
+        ids = await self._conversation_ids(tx, incoming)
+        terms = sorted((ids[key], at) for key, at in incoming.items() if key in ids)
+        for start in range(0, len(terms), _REOPEN_CHUNK):
+            chunk = terms[start : start + _REOPEN_CHUNK]
+            await tx.execute(
+                REOPEN.format(terms=" OR ".join(_REOPEN_TERM for _ in chunk)),
+                [value for term in chunk for value in term],
+            )
 
     @staticmethod
     async def _not_archived(tx: Connection, messages: list[PendingRow]) -> list[PendingRow]:
@@ -275,19 +293,6 @@ class MessageRepository:
         if len(self._ids) + len(ids) > self._id_cache_size:
             self._ids.clear()
         self._ids.update(ids)
-
-
-async def _reopen(tx: Connection, conversations: dict[ConversationKey, Latest]) -> None:
-    """REOPEN for the batch's conversations that got an incoming message."""
-    incoming = [
-        (account, thread, latest.incoming_at)
-        for (account, thread), latest in sorted(conversations.items())
-        if latest.incoming_at is not None
-    ]
-    for start in range(0, len(incoming), _REOPEN_CHUNK):
-        chunk = incoming[start : start + _REOPEN_CHUNK]
-        terms = " OR ".join(_REOPEN_TERM for _ in chunk)
-        await tx.execute(REOPEN.format(terms=terms), [v for term in chunk for v in term])
 
 
 def _message_row(m: message_pb2.Message) -> tuple[Any, ...]:
