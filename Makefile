@@ -43,7 +43,7 @@ PROPERTY_MAX_EXAMPLES ?= 10
 CLUSTER_MAX_EXAMPLES ?= 4
 N ?= 5
 
-.PHONY: help setup protos up down logs token test lint k8s-validate bench capacity dead-letters chaos traces backup restore
+.PHONY: help setup protos up down logs token test lint k8s-validate bench bench-assignment capacity dead-letters chaos traces backup restore
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
@@ -59,6 +59,7 @@ help:
 	@echo "                 then PYTEST_CLUSTER_ARGS against a test Redis Cluster (17101-17106), then"
 	@echo "                 PYTEST_HA_ARGS on the HA engines (switched there and back: stack.sh run-ha)"
 	@echo "make bench       benchmarks against the local stack (make up first)"
+	@echo "make bench-assignment  the inbox filters' plans at 5M conversations (BENCH_ARGS=--rows N)"
 	@echo "make stubs       the gRPC stubs as a wheel (packaging/stubs/dist; docs/grpc.md)"
 	@echo "make proto-check buf lint, buf breaking against earlier protos, the VERSION rule"
 	@echo "make chaos       every fault under load + the negative controls, then the HA engines' failovers;"
@@ -105,6 +106,9 @@ test: lint proto-check
 bench:
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-bench.txt
 	@$(STACK) run $(PY) -m bench $(BENCH_ARGS)
+
+bench-assignment:
+	@$(STACK) run $(PY) -m bench.assignment_filters $(BENCH_ARGS)
 
 capacity:
 	@$(STACK) run $(PY) -m tools.capacity

@@ -2,8 +2,10 @@
 
   python -m bench [--rows 1000000] [--only timeline,forum] [--skip cluster] [--scaling] ...
 
-Sections: ingest, prune, timeline, forum, likes, gateway, live, outbound, cluster, statements (all
-by default; statements: PostgreSQL's hot statements of the run, from pg_stat_statements) and,
+Sections: ingest, prune, timeline, forum, likes, gateway, live, outbound, assignment, cluster,
+statements (all by default; assignment: the inbox's assignee and status filters' plans and
+latencies at --assignment-rows conversations, bench/assignment_filters.py; statements:
+PostgreSQL's hot statements of the run, from pg_stat_statements) and,
 opt-in, scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG
 plots). outbound: replies through a listener stand-in of the bench's own (bench/outbound.py).
 cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started for the run
@@ -31,6 +33,7 @@ from bench import pg_statements, progress, report
 from bench.common import Result, Stack
 from bench.sections import (
     Options,
+    assignment_section,
     cluster_section,
     forum_section,
     gateway_section,
@@ -55,6 +58,7 @@ SECTIONS = (
     "gateway",
     "live",
     "outbound",
+    "assignment",
     "cluster",
     "statements",
 )
@@ -68,6 +72,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--rows", type=int, default=1_000_000, help="timeline data set size")
     parser.add_argument("--ingest-messages", type=int, default=200_000)
+    parser.add_argument(
+        "--assignment-rows", type=int, default=5_000_000, help="conversations of the filters' run"
+    )
     parser.add_argument("--prune-messages", type=int, default=200_000)
     parser.add_argument(
         "--prune-rounds", type=int, default=3, help="alternating off/on rounds (median taken)"
@@ -144,6 +151,7 @@ async def run(args: argparse.Namespace, command: str) -> int:
         scaling_seconds=args.scaling_seconds,
         keep_rows=args.keep_rows,
         cluster_rounds=args.cluster_rounds,
+        assignment_rows=args.assignment_rows,
     )
     stack = Stack.from_env()
     wanted = set(args.only.split(","))
@@ -173,6 +181,7 @@ async def run(args: argparse.Namespace, command: str) -> int:
         ("gateway", lambda: gateway_section(stack, options)),
         ("live", lambda: live_section(stack, options)),
         ("outbound", lambda: outbound_section(stack, options)),
+        ("assignment", lambda: assignment_section(stack, options)),
         ("cluster", lambda: cluster_section(stack, options)),
         ("scaling", lambda: scaling_section(stack, options, known, RESULTS)),
         # Last: what the sections before asked of PostgreSQL.

@@ -4,6 +4,7 @@ together, the read paths together), beside the options they take and the table t
 
 from __future__ import annotations
 
+from bench.sections.assignment import assignment_section
 from bench.sections.cluster import cluster_section
 from bench.sections.gateway import gateway_section
 from bench.sections.ingest import ingest_section, prune_section
@@ -16,6 +17,7 @@ from bench.sections.table import prepare_data_set
 
 __all__ = [
     "Options",
+    "assignment_section",
     "cluster_section",
     "forum_section",
     "gateway_section",

@@ -22,3 +22,5 @@ class Options:
     scaling_seconds: float
     keep_rows: bool
     cluster_rounds: int = 3
+    assignment_rows: int = 5_000_000
+    assignment_accounts: int = 50_000

@@ -19,3 +19,6 @@ GRANT SELECT ON zalo_messages_archive TO 'agora_ingest'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON zalo_account_agents TO 'agora_ingest'@'%';
 GRANT SELECT, INSERT ON zalo_account_audit TO 'agora_ingest'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON zalo_canned_replies TO 'agora_ingest'@'%';
+-- ...and who handles each conversation and in what status: those columns only (the flusher owns
+-- the rest of the row).
+GRANT UPDATE (assignee_user_id, status, snoozed_until) ON zalo_conversations TO 'agora_ingest'@'%';

@@ -78,6 +78,8 @@ RULES: dict[str, Rule] = {
         GATEWAY, user_field="actor_user_id"
     ),
     "/agora.messaging.v1.TeamService/*": for_account(GATEWAY),
+    # The team's changes to a conversation: the gateway, for its user, who is the audit's actor.
+    "/agora.messaging.v1.ConversationService/*": for_account(GATEWAY, user_field="actor_user_id"),
     "/agora.messaging.v1.TimelineService/*": for_account(GATEWAY),
     "/agora.messaging.v1.TimelineService/WatchInbox": watching(for_account(GATEWAY, WATCHER)),
     "/agora.forum.v1.ForumWriteService/*": for_user(GATEWAY),

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agora.forum.v1 import like_service_pb2
-from agora.messaging.v1 import message_pb2
+from agora.messaging.v1 import message_pb2, timeline_service_pb2
 
 from services.domain.idempotency import FIELD as KEY_FIELD
 from services.domain.idempotency import check_key
@@ -27,6 +27,17 @@ from services.domain.text import MAX_BODY, MAX_TITLE, check_reason, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
 
+_ASSIGNEE_FILTERS = (
+    timeline_service_pb2.ASSIGNEE_FILTER_UNSPECIFIED,
+    timeline_service_pb2.ASSIGNEE_FILTER_NONE,
+    timeline_service_pb2.ASSIGNEE_FILTER_USER,
+)
+_STATUSES = (
+    message_pb2.CONVERSATION_STATUS_OPEN,
+    message_pb2.CONVERSATION_STATUS_RESOLVED,
+    message_pb2.CONVERSATION_STATUS_SNOOZED,
+)
+_FILTER_STATUSES = (message_pb2.CONVERSATION_STATUS_UNSPECIFIED, *_STATUSES)
 _LIKE_KINDS = (like_service_pb2.TARGET_KIND_POST, like_service_pb2.TARGET_KIND_COMMENT)
 # The most targets one LikedMap asks about: a page of posts with their comments.
 MAX_TARGETS = 500
@@ -36,6 +47,8 @@ MAX_LISTEN_ACCOUNTS = 1000
 MAX_LISTENER_ID = 255
 # How far ahead a rate limit may hold an account (Zalo's are minutes to hours).
 MAX_RETRY_AHEAD_SECONDS = 86_400
+# The furthest a snooze may reach: a year (a conversation put away longer is resolved).
+MAX_SNOOZE_SECONDS = 366 * 86_400
 # failure_reason's column.
 MAX_FAILURE_REASON = 500
 _FAILURE_CLASSES = (
@@ -142,6 +155,19 @@ def time_cursor(time_field: str, id_field: str) -> Rule:
             yield FieldViolation(id_field, "must be a positive id")
 
     return rule
+
+
+def inbox_filter(request: Any) -> Iterator[FieldViolation]:
+    """The inbox's filters: a known assignee filter, with a user id exactly when it names an
+    agent; a known status (unset: any)."""
+    if request.assignee not in _ASSIGNEE_FILTERS:
+        yield FieldViolation("assignee", "must be NONE or USER (unset: any)")
+    elif request.assignee == timeline_service_pb2.ASSIGNEE_FILTER_USER:
+        yield from _present(check_row_id(request.assignee_user_id, "assignee_user_id"))
+    elif request.assignee_user_id:
+        yield FieldViolation("assignee_user_id", "is given only with the USER filter")
+    if request.status not in _FILTER_STATUSES:
+        yield FieldViolation("status", "must be OPEN, RESOLVED or SNOOZED (unset: any)")
 
 
 def parent_comment(request: Any) -> Iterator[FieldViolation]:
@@ -312,6 +338,7 @@ _INGEST = "/agora.messaging.v1.IngestService/"
 _OUTBOUND = "/agora.messaging.v1.OutboundService/"
 _LISTENER = "/agora.messaging.v1.ListenerService/"
 _TEAM = "/agora.messaging.v1.TeamService/"
+_CONVERSATIONS = "/agora.messaging.v1.ConversationService/"
 
 _CONVERSATION = (account, zalo_id("conversation_key"))
 _THREAD_PAGE = (page_limit, row_cursor("after_id", 0))
@@ -333,6 +360,7 @@ TIMELINE: RuleTable = {
         account,
         page_limit,
         time_cursor("before_last_message_at", "before_id"),
+        inbox_filter,
     ),
 }
 
@@ -468,4 +496,50 @@ TEAM: RuleTable = {
     _TEAM + "CreateCannedReply": (account, row_ids("actor_user_id"), canned_reply),
     _TEAM + "UpdateCannedReply": (account, row_ids("id", "actor_user_id"), canned_reply),
     _TEAM + "DeleteCannedReply": (account, row_ids("id", "actor_user_id")),
+}
+
+
+def _assignee(request: Any) -> Iterator[FieldViolation]:
+    """An agent's id when given (unset: nobody); whether they are on the roster is ingest's."""
+    if request.HasField("assignee_user_id"):
+        yield from _present(check_row_id(request.assignee_user_id, "assignee_user_id"))
+
+
+def _status_change(request: Any) -> Iterator[FieldViolation]:
+    """A status; SNOOZED with a time in the future (at most MAX_SNOOZE_SECONDS ahead), the
+    others without one."""
+    if request.status not in _STATUSES:
+        yield FieldViolation("status", "must be OPEN, RESOLVED or SNOOZED")
+        return
+    snoozing = request.status == message_pb2.CONVERSATION_STATUS_SNOOZED
+    if not request.HasField("snoozed_until"):
+        if snoozing:
+            yield FieldViolation("snoozed_until", "is required to snooze (when it opens again)")
+        return
+    if not snoozing:
+        yield FieldViolation("snoozed_until", "is given only to snooze")
+        return
+    ts = request.snoozed_until
+    now = datetime.now(UTC).timestamp()
+    if not 0 <= ts.nanos < 1_000_000_000 or ts.seconds < EARLIEST_SECONDS:
+        yield FieldViolation("snoozed_until", "is not a valid time")
+    elif ts.seconds + ts.nanos / 1e9 <= now:
+        yield FieldViolation("snoozed_until", "must be in the future")
+    elif ts.seconds > now + MAX_SNOOZE_SECONDS:
+        yield FieldViolation("snoozed_until", f"must be at most {MAX_SNOOZE_SECONDS} s ahead")
+
+
+CONVERSATIONS: RuleTable = {
+    _CONVERSATIONS + "AssignConversation": (
+        account,
+        zalo_id("conversation_key"),
+        _assignee,
+        row_ids("actor_user_id"),
+    ),
+    _CONVERSATIONS + "SetConversationStatus": (
+        account,
+        zalo_id("conversation_key"),
+        _status_change,
+        row_ids("actor_user_id"),
+    ),
 }

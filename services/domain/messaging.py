@@ -10,12 +10,19 @@ from typing import Any
 
 from agora.messaging.v1 import message_pb2
 
-from services.runtime.timeutil import timestamp_fields
+from services.runtime.timeutil import timestamp_fields, utc_now
 
 THREAD_TYPE_NAMES = {message_pb2.THREAD_TYPE_USER: "user", message_pb2.THREAD_TYPE_GROUP: "group"}
 DIRECTION_NAMES = {message_pb2.DIRECTION_IN: "in", message_pb2.DIRECTION_OUT: "out"}
 THREAD_TYPES = {name: value for value, name in THREAD_TYPE_NAMES.items()}
 DIRECTIONS = {name: value for value, name in DIRECTION_NAMES.items()}
+# zalo_conversations.status as the API spells it (the same words).
+CONVERSATION_STATUS_NAMES = {
+    message_pb2.CONVERSATION_STATUS_OPEN: "open",
+    message_pb2.CONVERSATION_STATUS_RESOLVED: "resolved",
+    message_pb2.CONVERSATION_STATUS_SNOOZED: "snoozed",
+}
+CONVERSATION_STATUSES = {name: value for value, name in CONVERSATION_STATUS_NAMES.items()}
 
 # Column order of every SELECT of whole messages (StoredMessage has a field of each name).
 MESSAGE_COLUMNS = (
@@ -61,6 +68,7 @@ PREVIEW_CHARS = 100
 INBOX_ROWS = """
 SELECT c.id, c.zalo_account_id, c.thread_id, c.thread_type, c.last_message_at, c.last_read_at,
   c.contact_name, c.last_message_preview, c.last_message_direction,
+  c.assignee_user_id, c.status, c.snoozed_until,
   (SELECT COUNT(*) FROM zalo_messages m
     WHERE m.zalo_conversation_id = c.id AND m.direction = 'in'
       AND m.sent_at > COALESCE(c.last_read_at, %s)) AS unread
@@ -253,8 +261,9 @@ def order_message_fields(row: Sequence[Any], conversation_id: int) -> dict[str, 
     }
 
 
-def conversation_fields(row: Sequence[Any]) -> dict[str, Any]:
-    """An inbox row as Conversation fields (see stored_message_fields)."""
+def conversation_fields(row: Sequence[Any], now: datetime | None = None) -> dict[str, Any]:
+    """An inbox row as Conversation fields (see stored_message_fields). A snooze that ended
+    before `now` (default: the clock's UTC now) reads as open, before the maintenance wakes it."""
     (
         conv_id,
         account_id,
@@ -265,8 +274,13 @@ def conversation_fields(row: Sequence[Any]) -> dict[str, Any]:
         contact_name,
         preview,
         direction,
+        assignee,
+        status,
+        snoozed_until,
         unread,
     ) = row
+    if status == "snoozed" and snoozed_until is not None and snoozed_until <= (now or utc_now()):
+        status, snoozed_until = "open", None
     return {
         "id": conv_id,
         "zalo_account_id": account_id,
@@ -278,6 +292,11 @@ def conversation_fields(row: Sequence[Any]) -> dict[str, Any]:
         "contact_name": contact_name,
         "last_message_preview": preview,
         "last_message_direction": None if direction is None else DIRECTIONS[direction],
+        "assignee_user_id": assignee,
+        "status": CONVERSATION_STATUSES[status],
+        "snoozed_until": None
+        if snoozed_until is None or status != "snoozed"
+        else timestamp_fields(snoozed_until),
     }
 
 

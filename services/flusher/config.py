@@ -60,6 +60,9 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     # that is late; what it said is kept on its message after it goes.
     receipt_retention_days: int = Field(default=30, ge=1)
     maintenance_interval_seconds: float = Field(default=3600, gt=0)
+    # Snoozed conversations whose time has passed are made open this often (they read as open
+    # in between: docs/assignment.md).
+    snooze_wake_interval_seconds: float = Field(default=10, gt=0)
 
     # Likes: wait up to this long after the first new like for a fuller batch (flush lag bound).
     like_flush_linger_ms: int = Field(default=500, ge=0, le=5000)

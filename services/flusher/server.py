@@ -72,7 +72,11 @@ async def build(settings: FlusherSettings) -> service.Service:
             *(
                 schema.after_schema(job, both_ready)
                 for job in maintenance.build(
-                    settings, redis, mysql, likes.reconciler(settings, redis, pg, publisher)
+                    settings,
+                    redis,
+                    mysql,
+                    likes.reconciler(settings, redis, pg, publisher),
+                    publisher,
                 )
             ),
         ]

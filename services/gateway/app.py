@@ -32,7 +32,7 @@ from services.gateway.live_stream import Streams, StreamSettings
 from services.gateway.load_shedding import InFlightLimit
 from services.gateway.rate_limit import Limits
 from services.gateway.request_body import BodyLimit
-from services.gateway.routes import forum, live, messaging, replies, team
+from services.gateway.routes import assignment, forum, live, messaging, replies, team
 from services.gateway.schemas import MAX_UINT64, ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, hardening
 from services.gateway.sse import Handoff
@@ -174,6 +174,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(messaging.router)
     app.include_router(replies.router)
     app.include_router(team.router)
+    app.include_router(assignment.router)
     app.include_router(forum.courses_router)
     app.include_router(forum.router)
     app.include_router(live.router)

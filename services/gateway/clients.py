@@ -26,6 +26,7 @@ from agora.forum.v1 import (
     like_service_pb2_grpc,
 )
 from agora.messaging.v1 import (
+    conversation_service_pb2_grpc,
     ingest_service_pb2_grpc,
     outbound_service_pb2_grpc,
     team_service_pb2_grpc,
@@ -57,6 +58,8 @@ class Clients:
     # An account's team (roster, audit, canned replies): served by the ingest process too, over
     # the ingest connection, not retried by the channel.
     team: team_service_pb2_grpc.TeamServiceStub
+    # The team's changes to conversations (assignee, status): ingest's too, not retried.
+    conversations: conversation_service_pb2_grpc.ConversationServiceStub
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
@@ -99,6 +102,7 @@ class ClientPool:
                     ingest=ingest_service_pb2_grpc.IngestServiceStub(ingest),
                     outbound=outbound_service_pb2_grpc.OutboundServiceStub(ingest),
                     team=team_service_pb2_grpc.TeamServiceStub(ingest),
+                    conversations=conversation_service_pb2_grpc.ConversationServiceStub(ingest),
                     timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
                     forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
                     forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),

@@ -17,6 +17,7 @@ from pydantic import JsonValue, ValidationError
 from starlette.responses import Response
 
 from services.domain.messaging import (
+    CONVERSATION_STATUS_NAMES,
     DIRECTION_NAMES,
     DIRECTIONS,
     FAILURE_CLASS_NAMES,
@@ -225,6 +226,15 @@ def conversation_json(c: message_pb2.Conversation) -> dict[str, Any]:
         "contact_name": optional_value(c, "contact_name"),
         "last_message_preview": optional_value(c, "last_message_preview"),
         "last_message_direction": DIRECTION_NAMES.get(c.last_message_direction),
+        "assignee": {
+            "user_id": c.assignee_user_id,
+            "name": optional_value(c, "assignee_name"),
+        }
+        if c.HasField("assignee_user_id")
+        else None,
+        # A conversation written before statuses existed has none: it is open.
+        "status": CONVERSATION_STATUS_NAMES.get(c.status, "open"),
+        "snoozed_until": optional_time(c, "snoozed_until"),
     }
 
 

@@ -9,6 +9,8 @@ from datetime import timedelta
 import grpc
 from agora.forum.v1 import forum_write_service_pb2, forum_write_service_pb2_grpc
 from agora.messaging.v1 import (
+    conversation_service_pb2,
+    conversation_service_pb2_grpc,
     ingest_service_pb2,
     ingest_service_pb2_grpc,
     listener_service_pb2,
@@ -34,6 +36,8 @@ from services.ingest.outbound.handlers import OutboundHandlers
 from services.ingest.outbound.listener import ListenerHandlers, ListenerTiming
 from services.ingest.outbound.repository import OutboundRepository
 from services.ingest.repository import FairShare, MessageStreamRepository
+from services.ingest.team.assignment import AssignmentRepository, ConversationFeed
+from services.ingest.team.assignment_handlers import ConversationHandlers
 from services.ingest.team.handlers import TeamHandlers
 from services.ingest.team.repository import TeamRepository
 from services.runtime import redis_client, service
@@ -49,6 +53,9 @@ MESSAGING = ingest_service_pb2.DESCRIPTOR.services_by_name["IngestService"].full
 OUTBOUND = outbound_service_pb2.DESCRIPTOR.services_by_name["OutboundService"].full_name
 TEAM = team_service_pb2.DESCRIPTOR.services_by_name["TeamService"].full_name
 LISTENER = listener_service_pb2.DESCRIPTOR.services_by_name["ListenerService"].full_name
+CONVERSATIONS = conversation_service_pb2.DESCRIPTOR.services_by_name[
+    "ConversationService"
+].full_name
 FORUM = forum_write_service_pb2.DESCRIPTOR.services_by_name["ForumWriteService"].full_name
 
 
@@ -115,6 +122,10 @@ async def build(settings: IngestSettings) -> service.Service:
             ),
         )
         resources.push_async_callback(listeners.aclose)
+        # The team's changes to conversations: committed with their audit, then on the feed.
+        conversations = ConversationHandlers(
+            AssignmentRepository(mysql), accounts, ConversationFeed(publisher), people
+        )
         forum_repo = ForumWriteRepository(pool, outbox)
         forum = ForumWriteHandlers(
             forum_repo,
@@ -128,12 +139,15 @@ async def build(settings: IngestSettings) -> service.Service:
             [
                 Api(
                     settings.grpc_port,
-                    [MESSAGING, OUTBOUND, LISTENER, TEAM],
-                    lambda s: _register_messaging(s, messages, outbound, listeners, team),
+                    [MESSAGING, OUTBOUND, LISTENER, TEAM, CONVERSATIONS],
+                    lambda s: _register_messaging(
+                        s, messages, outbound, listeners, team, conversations
+                    ),
                     {
                         **field_rules.ingest(settings.ingest_max_batch, limits),
                         **field_rules.outbound(limits),
                         **field_rules.TEAM,
+                        **field_rules.CONVERSATIONS,
                     },
                 ),
                 Api(
@@ -165,7 +179,7 @@ async def build(settings: IngestSettings) -> service.Service:
                     (MESSAGING,),
                 ),
                 Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),
-                Dependency("mysql", mysql.ping, (OUTBOUND, LISTENER, TEAM)),
+                Dependency("mysql", mysql.ping, (OUTBOUND, LISTENER, TEAM, CONVERSATIONS)),
             ],
         )
 
@@ -176,12 +190,14 @@ def _register_messaging(
     outbound: OutboundHandlers,
     listeners: ListenerHandlers,
     team: TeamHandlers,
+    conversations: ConversationHandlers,
 ) -> None:
     """The chat API's services, on one listener: the listeners and the gateway reach it."""
     ingest_service_pb2_grpc.add_IngestServiceServicer_to_server(messages, server)
     outbound_service_pb2_grpc.add_OutboundServiceServicer_to_server(outbound, server)
     listener_service_pb2_grpc.add_ListenerServiceServicer_to_server(listeners, server)
     team_service_pb2_grpc.add_TeamServiceServicer_to_server(team, server)
+    conversation_service_pb2_grpc.add_ConversationServiceServicer_to_server(conversations, server)
 
 
 main = service.main("ingest", IngestSettings, build)

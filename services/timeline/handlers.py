@@ -16,6 +16,7 @@ from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
 from services.domain.messaging import (
     CONVERSATION_ID,
+    CONVERSATION_STATUS_NAMES,
     LAST_MESSAGE_AT,
     MESSAGE_ID,
     SENT_AT,
@@ -27,12 +28,18 @@ from services.domain.people import PeopleDirectory, put_names
 from services.runtime.grpc_errors import abort
 from services.runtime.mysql import Row
 from services.runtime.timeutil import timestamp_fields, to_datetime, to_timestamp
-from services.timeline.repository import TimelineRepository
+from services.timeline.repository import AGENT, ANY, NOBODY, InboxFilter, TimelineRepository
 from services.timeline.watch import Watches, feed_response
 
 T = TypeVar("T")
-# A message names its agent.
+# A message names its agent; a conversation its assignee.
 _AGENT = (("agent_user_id", "agent_name"),)
+_ASSIGNEE = (("assignee_user_id", "assignee_name"),)
+_ASSIGNEE_FILTERS = {
+    pb.ASSIGNEE_FILTER_UNSPECIFIED: ANY,
+    pb.ASSIGNEE_FILTER_NONE: NOBODY,
+    pb.ASSIGNEE_FILTER_USER: AGENT,
+}
 LatestResponse = TypeVar("LatestResponse", pb.LatestIncomingResponse, pb.LatestOutgoingResponse)
 
 
@@ -177,14 +184,28 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             return await self._repo.last_message_at(request.account_id, conversation_id)
 
         before = await _before(context, cursor, last_message_at, "conversation of this account")
-        page = await self._repo.list_conversations(request.account_id, request.limit, before)
+        page = await self._repo.list_conversations(
+            request.account_id, request.limit, before, _inbox_filter(request)
+        )
+        conversations = [conversation_fields(row) for row in page.rows]
+        # The assignees' names: one directory lookup for the page (none when nobody is assigned).
+        names = await self._people.names_if_up(c["assignee_user_id"] for c in conversations)
+        put_names(conversations, names, _ASSIGNEE)
         return pb.ListConversationsResponse(
-            conversations=[conversation_fields(row) for row in page.rows],
+            conversations=conversations,
             has_more=page.has_more,
             **_next_before(
                 page.rows, "next_before_last_message_at", LAST_MESSAGE_AT, CONVERSATION_ID
             ),
         )
+
+
+def _inbox_filter(request: pb.ListConversationsRequest) -> InboxFilter:
+    """The request's filters (the field rules have refused an inconsistent pair)."""
+    assignee = _ASSIGNEE_FILTERS[request.assignee]
+    user_id = request.assignee_user_id if assignee == AGENT else None
+    status = CONVERSATION_STATUS_NAMES.get(request.status)
+    return InboxFilter(assignee, user_id, status)
 
 
 def _timeline_order(fields: dict[str, Any]) -> tuple[int, int, int]:

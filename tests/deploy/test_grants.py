@@ -28,6 +28,10 @@ MYSQL_REFUSED = [
     ("mysql_ingest_url", "UPDATE zalo_messages SET content = NULL WHERE id = 0"),
     ("mysql_ingest_url", "DELETE FROM zalo_outbound_messages WHERE id = 0"),
     ("mysql_ingest_url", "INSERT INTO zalo_accounts (id, display_name) VALUES (424242, 'x')"),
+    # A conversation's assignee and status are ingest's to change (docs/assignment.md); the
+    # rest of the row is the flusher's.
+    ("mysql_ingest_url", "UPDATE zalo_conversations SET last_message_at = NOW() WHERE id = 0"),
+    ("mysql_ingest_url", "DELETE FROM zalo_conversations WHERE id = 0"),
     ("mysql_flusher_url", "CREATE TABLE intruder (id INT PRIMARY KEY)"),
     ("mysql_flusher_url", "DROP TABLE zalo_messages"),
     ("mysql_flusher_url", "ALTER TABLE zalo_messages ADD COLUMN intruder INT"),
@@ -38,6 +42,11 @@ MYSQL_ALLOWED = [
     ("mysql_ingest_url", "SELECT COUNT(*) FROM zalo_accounts"),
     ("mysql_ingest_url", "SELECT COUNT(*) FROM zalo_messages"),
     ("mysql_ingest_url", "UPDATE zalo_outbound_messages SET attempts = 0 WHERE id = 0"),
+    (
+        "mysql_ingest_url",
+        "UPDATE zalo_conversations SET assignee_user_id = NULL, status = 'open',"
+        " snoozed_until = NULL WHERE id = 0",
+    ),
     ("mysql_flusher_url", "DELETE FROM zalo_messages WHERE id = 0"),
 ]
 

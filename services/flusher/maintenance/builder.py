@@ -14,6 +14,7 @@ from services.flusher.maintenance.periodic import Job, PeriodicJobs
 from services.flusher.maintenance.prune import PruneQueue, Pruner, PruneSettings
 from services.flusher.maintenance.retention import RetentionJobs
 from services.flusher.maintenance.retention_repository import RetentionRepository
+from services.flusher.maintenance.snoozes import SnoozeWaker
 from services.runtime.loops import until_done
 from services.runtime.mysql import MysqlDatabase
 from services.runtime.service import BackgroundJob
@@ -63,7 +64,11 @@ def retention_jobs(settings: FlusherSettings, mysql: MysqlDatabase) -> Retention
 
 
 def periodic_jobs(
-    settings: FlusherSettings, client: redis.Redis, jobs: RetentionJobs, reconcile: Reconciler
+    settings: FlusherSettings,
+    client: redis.Redis,
+    jobs: RetentionJobs,
+    reconcile: Reconciler,
+    snoozes: SnoozeWaker | None = None,
 ) -> PeriodicJobs:
     interval = settings.maintenance_interval_seconds
 
@@ -88,15 +93,28 @@ def periodic_jobs(
     ]
     if settings.archive_enabled:
         schedule.append(Job("archive-partitions", interval, partitions))
+    if snoozes is not None:
+
+        async def wake_snoozed() -> None:
+            await snoozes.wake_due()
+
+        schedule.append(Job("wake-snoozed", settings.snooze_wake_interval_seconds, wake_snoozed))
     return PeriodicJobs(client, schedule)
 
 
 def build(
-    settings: FlusherSettings, client: redis.Redis, mysql: MysqlDatabase, reconcile: Reconciler
+    settings: FlusherSettings,
+    client: redis.Redis,
+    mysql: MysqlDatabase,
+    reconcile: Reconciler,
+    publisher: LivePublisher,
 ) -> list[BackgroundJob]:
     """The maintenance loops; archive partitions are made current before the first prune."""
     jobs = retention_jobs(settings, mysql)
-    background: list[BackgroundJob] = [periodic_jobs(settings, client, jobs, reconcile).run]
+    snoozes = SnoozeWaker(mysql, publisher)
+    background: list[BackgroundJob] = [
+        periodic_jobs(settings, client, jobs, reconcile, snoozes).run
+    ]
     if settings.prune_enabled:
         prune = pruner(settings, client, mysql)
 

@@ -45,6 +45,20 @@ ON DUPLICATE KEY UPDATE
   last_message_at = GREATEST(last_message_at, VALUES(last_message_at))
 """
 
+# A customer writing again makes a resolved or snoozed conversation open (docs/assignment.md):
+# each conversation whose batch has an incoming message newer than everything it had stored —
+# so a redelivered batch, or a late delivery of an older message, reopens nothing. Run before
+# UPSERT_CONVERSATIONS moves last_message_at, on the conversations that exist (a new one is open
+# already), by primary key: record locks on rows the upsert locks next anyway, never a gap lock
+# (which two shards' batches creating conversations of one account could deadlock on). Only rows
+# not open are written. "OR" joins one term per conversation.
+REOPEN = """
+UPDATE zalo_conversations SET status = 'open', snoozed_until = NULL
+WHERE status <> 'open' AND ({terms})"""
+_REOPEN_TERM = "(id = %s AND last_message_at < %s)"
+# Conversations per REOPEN statement.
+_REOPEN_CHUNK = 500
+
 INSERT_MESSAGES = """
 INSERT INTO zalo_messages (
   zalo_account_id, zalo_conversation_id, msg_id, cli_msg_id, thread_id, thread_type, direction,
@@ -88,9 +102,15 @@ class Latest:
     direction: str | None = None
     name: str | None = None
     name_at: datetime | None = None
+    # The newest incoming message's time (what reopens the conversation).
+    incoming_at: datetime | None = None
 
     def saw(self, msg: message_pb2.Message, row: tuple[Any, ...]) -> None:
         sent_at: datetime = row[-1]
+        if msg.direction == message_pb2.DIRECTION_IN and (
+            self.incoming_at is None or sent_at > self.incoming_at
+        ):
+            self.incoming_at = sent_at
         if self.at is None or sent_at >= self.at:
             self.at = sent_at
             self.preview = message_preview(msg.content, msg.msg_type, msg.attachments)
@@ -180,6 +200,7 @@ class MessageRepository:
                 await MysqlFences.check(tx, fence)
             ids: dict[ConversationKey, int] = {}
             if conversations:
+                await self._reopen(tx, conversations)
                 await tx.executemany(
                     UPSERT_CONVERSATIONS,
                     [(a, t, *latest.values()) for (a, t), latest in sorted(conversations.items())],
@@ -208,6 +229,22 @@ class MessageRepository:
             fault("before_commit")
         self._remember(ids)
         return set(ids.values())
+
+    async def _reopen(self, tx: Connection, conversations: dict[ConversationKey, Latest]) -> None:
+        """REOPEN for the batch's conversations that exist and got an incoming message. Their
+        ids are read without a lock: only this shard's consumer (fenced) creates its
+        conversations or moves their last_message_at."""
+        incoming = {k: v.incoming_at for k, v in conversations.items() if v.incoming_at}
+        if not incoming:
+            return
+        ids = await self._conversation_ids(tx, incoming)
+        terms = sorted((ids[key], at) for key, at in incoming.items() if key in ids)
+        for start in range(0, len(terms), _REOPEN_CHUNK):
+            chunk = terms[start : start + _REOPEN_CHUNK]
+            await tx.execute(
+                REOPEN.format(terms=" OR ".join(_REOPEN_TERM for _ in chunk)),
+                [value for term in chunk for value in term],
+            )
 
     @staticmethod
     async def _not_archived(tx: Connection, messages: list[PendingRow]) -> list[PendingRow]:

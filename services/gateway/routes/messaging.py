@@ -5,14 +5,16 @@ Every route needs a token that grants the Zalo account in the path.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
+from agora.messaging.v1 import message_pb2
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel
 
 from services.domain.ids import ID_PATTERN
+from services.domain.messaging import CONVERSATION_STATUSES
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, require_account
 from services.gateway.clients import Clients, RequestClients
@@ -50,6 +52,20 @@ ConversationKey = Annotated[
 ConversationKeyPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="The conversation's Zalo thread id")
 ]
+# The inbox's filters (the same keyset pagination under each).
+AssigneeFilter = Annotated[
+    Literal["me", "none", "any"],
+    Query(description="me: the caller's conversations; none: nobody's; any (default): all"),
+]
+StatusFilter = Annotated[
+    Literal["open", "resolved", "snoozed", "any"],
+    Query(description="Only conversations in this status; any (default): all"),
+]
+_ASSIGNEE_FILTERS = {
+    "any": timeline_pb.ASSIGNEE_FILTER_UNSPECIFIED,
+    "none": timeline_pb.ASSIGNEE_FILTER_NONE,
+    "me": timeline_pb.ASSIGNEE_FILTER_USER,
+}
 # The time half of a timeline's cursor; the id half is before_id.
 
 
@@ -187,6 +203,8 @@ async def list_conversations(
     limit: Limit = 20,
     before_last_message_at: TimeCursor = None,
     before_id: CursorId = None,
+    assignee: AssigneeFilter = "any",
+    status: StatusFilter = "any",
 ) -> JsonBytes:
     require_account(user, account_id)
     rpc = timeline_pb.ListConversationsRequest(
@@ -194,6 +212,10 @@ async def list_conversations(
         limit=limit,
         before_last_message_at=request_time(before_last_message_at, "before_last_message_at"),
         before_id=before_id,
+        # "me" is the caller: the filter names them by their token's id.
+        assignee=_ASSIGNEE_FILTERS[assignee],
+        assignee_user_id=user.user_id if assignee == "me" else 0,
+        status=CONVERSATION_STATUSES.get(status, message_pb2.CONVERSATION_STATUS_UNSPECIFIED),
     )
     reply = await clients.timeline.ListConversations(rpc, **clients.options)
     data = [conversation_json(c) for c in reply.conversations]

@@ -14,6 +14,7 @@ from services.domain.messaging import PREVIEW_CHARS
 from services.gateway.schemas.base import (
     MAX_UINT64,
     EpochMilliseconds,
+    Instant,
     Pagination,
     RequestModel,
     SentAt,
@@ -102,6 +103,19 @@ class MessagesPage(Success):
     pagination: MessagePagination
 
 
+ConversationStatus = Literal["open", "resolved", "snoozed"]
+
+
+class Assignee(BaseModel):
+    """The agent of the account's team who handles a conversation (a person)."""
+
+    user_id: int
+    name: str | None = Field(
+        description="The agent's display name (the people directory, docs/people.md); null "
+        "when it is not known"
+    )
+
+
 class Conversation(BaseModel):
     id: int
     zalo_account_id: int
@@ -121,6 +135,34 @@ class Conversation(BaseModel):
     last_message_direction: Literal["in", "out"] | None = Field(
         description="Who wrote the newest message: in (the contact) or out (the business)"
     )
+    assignee: Assignee | None = Field(
+        description="The agent who handles it (docs/assignment.md); null: nobody"
+    )
+    status: ConversationStatus = Field(
+        description="open, resolved or snoozed; a snooze whose time has passed reads as open, "
+        "and a new incoming message makes a resolved or snoozed conversation open"
+    )
+    snoozed_until: str | None = Field(description="Until when a snoozed conversation sleeps")
+
+
+class AssigneeBody(RequestModel):
+    user_id: int | None = Field(
+        ge=1,
+        le=MAX_UINT64,
+        description="The agent (one of the account's agents) or null for nobody",
+    )
+
+
+class StatusBody(RequestModel):
+    status: ConversationStatus
+    snoozed_until: Instant | None = Field(
+        default=None,
+        description="ISO-8601 instant in the future: required to snooze, refused otherwise",
+    )
+
+
+class ConversationResponse(Success):
+    data: Conversation
 
 
 class ConversationPagination(Pagination):
