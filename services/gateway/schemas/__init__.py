@@ -1,7 +1,7 @@
 """JSON shapes of the gateway's requests and responses (and so of its OpenAPI document), by
 topic: `base.py` (the envelopes, pagination, request bodies' checks, time and integer field types),
-`messaging.py` (the Zalo inbox routes), `replies.py` (the reply routes), `forum.py` (the course
-forum routes). Routes and tests import them from here.
+`messaging.py` (the Zalo inbox routes), `replies.py` (the reply routes), `presence.py` (who is
+viewing or typing), `forum.py` (the course forum routes). Routes and tests import them from here.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ from services.gateway.schemas.messaging import (
     UnreadCount,
     UnreadResponse,
 )
+from services.gateway.schemas.presence import Person, PresenceBody, PresenceEntry, PresenceResponse
 from services.gateway.schemas.replies import OrderResponse, OutboundOrder, ReplyBody
 
 __all__ = [
@@ -139,11 +140,15 @@ __all__ = [
     "OrderResponse",
     "OutboundOrder",
     "Pagination",
+    "Person",
     "Post",
     "PostEdit",
     "PostResponse",
     "PostText",
     "PostsPage",
+    "PresenceBody",
+    "PresenceEntry",
+    "PresenceResponse",
     "QuotePayload",
     "QuotePayloadResponse",
     "Reaction",
