@@ -113,7 +113,8 @@ def channel_allowed(user: str) -> list[Command]:
 
 def channel_refused(user: str) -> list[Command]:
     """Every pub/sub command `user` does not hold on a channel family, tried there; and every
-    one on a channel no family declares."""
+    one on a channel no family declares (but SUNSUBSCRIBE, which Redis lets a user that may run
+    it run on any channel: leaving a channel gives nothing)."""
     return [
         *(
             shape(channel.example)
@@ -121,7 +122,7 @@ def channel_refused(user: str) -> list[Command]:
             for command, shape in CHANNEL_SHAPES.items()
             if command not in channel.commands(user)
         ),
-        *(shape("elsewhere") for shape in CHANNEL_SHAPES.values()),
+        *(shape("elsewhere") for c, shape in CHANNEL_SHAPES.items() if c != "sunsubscribe"),
     ]
 
 
