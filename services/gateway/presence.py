@@ -152,6 +152,7 @@ class Presence:
         self._due: list[tuple[float, int, int, str]] = []
         self._order: itertools.count[int] = itertools.count()
         self._lost = False
+        self._told_of_reconnects = False
 
     def keys(self, account: int) -> list[str]:
         return [self._expiries.key(account=account), self._entries.key(account=account)]
@@ -284,6 +285,15 @@ class Presence:
             raise
         if answer is not None and not answer.done():
             answer.set_result(None)
+        connection = None if self._cluster else self._pubsub.connection
+        if connection is not None and not self._told_of_reconnects:
+            # redis-py reconnects and subscribes again by itself, without a word to the reader:
+            # told so, the subscriber reads the accounts again (what was sent meanwhile is lost).
+            connection.register_connect_callback(self._reconnected)
+            self._told_of_reconnects = True
+
+    def _reconnected(self, _connection: object) -> None:
+        self._lost = True
 
     async def _next(self) -> dict[str, Any] | None:
         if self._cluster:

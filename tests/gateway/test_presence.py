@@ -20,7 +20,7 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from services import keyspace
 from tests.gateway import sse_client as sse
 from tests.helpers import FEEDS, Flusher, at, message, mint_token
-from tests.stack import Env
+from tests.stack import ON_CLUSTER, Env
 
 pytestmark = pytest.mark.asyncio
 
@@ -270,6 +270,41 @@ async def test_presence_writes_are_rate_limited_per_user(
         assert int(refused.headers["retry-after"]) >= 1
         assert "presence updates" in refused.json()["error"]["message"]
         assert (await put(url, other, "t1", "viewing")).status_code == 204
+
+
+@pytest.mark.skipif(ON_CLUSTER, reason="cuts the subscription of a single Redis")
+async def test_a_subscription_redis_cut_comes_back_and_tells_what_changed_meanwhile(
+    clean: None, gateway: Gateway, env: Env, redis_client: redis.Redis
+) -> None:
+    """Pub/sub keeps nothing for a subscriber that is away, and redis-py subscribes again by
+    itself: once it has, the process reads the account and tells its streams what they missed
+    (here changes made behind the channel's back, as if their messages had been lost)."""
+    agent = mint_token(env.jwt_secret, sub=8, accounts=[1])
+    other = mint_token(env.jwt_secret, sub=7, accounts=[1])
+    expiry = keyspace.family("coordination.presence_expiry").key(account=1)
+    entries = keyspace.family("coordination.presence_entries").key(account=1)
+    async with (
+        gateway(presence_ttl_seconds=30) as (url, _),
+        events(url, EVENTS, other) as stream,
+    ):
+        await stream.opening()
+        assert (await put(url, agent, "t5", "viewing")).status_code == 204
+        assert (await next_presence(stream, within=1)).data["state"] == "viewing"
+        seconds, micros = await redis_client.time()
+        ends = seconds * 1000 + micros // 1000 + 30_000
+        await redis_client.zrem(expiry, "8:t5")
+        await redis_client.hdel(entries, "8:t5")
+        await redis_client.zadd(expiry, {"8:t6": ends})
+        person = '{"conversation_key":"t6","user_id":8,"name":null}'
+        await redis_client.hset(entries, "8:t6", f"typing {person}")
+        with pytest.raises(TimeoutError):
+            await stream.next(within=0.5)  # nothing was published
+        assert await redis_client.execute_command("CLIENT", "KILL", "TYPE", "pubsub") >= 1
+        told = {
+            (e.data["conversation_key"], e.data["state"])
+            for e in [await next_presence(stream, within=3) for _ in range(2)]
+        }
+        assert told == {("t5", "idle"), ("t6", "typing")}
 
 
 async def test_a_stream_joining_later_still_hears_the_end_of_what_was_there(
