@@ -26,6 +26,15 @@ def table() -> str:
         )
         cells = [f.name, f"`{f.pattern}`", f.type, f.owner, others or "–", f.ttl, f.bound]
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    rows += [
+        "",
+        "| pub/sub channel | channel | tag | services (commands) | bound |",
+        "|---|---|---|---|---|",
+    ]
+    for c in keyspace.CHANNELS:
+        services = "; ".join(f"{s}: {' '.join(c.commands(s))}" for s in c.access)
+        cells = [c.name, f"`{c.pattern}`", c.tag, services, c.bound]
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows) + "\n"
 
 

@@ -7,7 +7,8 @@ test_redis_acl.py).
 
 Each user is allowed, on each key family services/keyspace declares it touches, the commands
 the declaration names (its code's and its Lua scripts'), and nothing else: one selector
-(~keys +commands) per set of families granted the same commands. `default` is the operator's
+(~keys +commands) per set of families granted the same commands, and one (&channels +commands)
+per pub/sub channel family it publishes or subscribes on. `default` is the operator's
 (tools, tests, backups). Redis checks every command a script runs against the caller's ACL, so
 a script is no way round it (and EVALSHA/SCRIPT LOAD grant nothing). No service user can DEL,
 UNLINK, EXPIRE, RENAME, MOVE, SET, XTRIM or XSETID a durable stream or a backlog counter. What
@@ -64,10 +65,17 @@ def selectors(user: str) -> list[str]:
     grouped: dict[tuple[str, ...], list[str]] = {}
     for command, patterns in families.items():
         grouped.setdefault(tuple(patterns), []).append(command)
-    return [
+    keyed = [
         "(" + " ".join([*(f"~{p}" for p in patterns), *(f"+{c}" for c in commands)]) + ")"
         for patterns, commands in grouped.items()
     ]
+    # Pub/sub: each channel family's commands on its channels only (`&pattern`), keys none.
+    channels = [
+        "(" + " ".join([f"&{c.pattern}", *(f"+{command}" for command in c.commands(user))]) + ")"
+        for c in keyspace.CHANNELS
+        if c.commands(user)
+    ]
+    return keyed + channels
 
 
 def render(passwords: Mapping[str, str], secret: Callable[[str], str]) -> str:

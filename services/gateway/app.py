@@ -30,9 +30,10 @@ from services.gateway.config import GatewaySettings
 from services.gateway.feeds import Feeds
 from services.gateway.live_stream import Streams, StreamSettings
 from services.gateway.load_shedding import InFlightLimit
+from services.gateway.presence import Presence
 from services.gateway.rate_limit import Limits
 from services.gateway.request_body import BodyLimit
-from services.gateway.routes import assignment, forum, live, messaging, replies, team
+from services.gateway.routes import assignment, forum, live, messaging, presence, replies, team
 from services.gateway.schemas import MAX_UINT64, ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, hardening
 from services.gateway.sse import Handoff
@@ -118,7 +119,9 @@ def _lifespan(settings: GatewaySettings) -> Callable[[FastAPI], AbstractAsyncCon
                 ingest_calls_per_account=settings.ingest_calls_per_minute_per_account,
                 ingest_calls_per_user=settings.ingest_calls_per_minute_per_user,
                 inbox_writes=settings.inbox_writes_per_minute,
+                presence_writes=settings.presence_writes_per_minute,
             )
+            app.state.presence = _presence(settings, redis, resources)
             yield
 
     return lifespan
@@ -170,6 +173,23 @@ def _stream_bounds(
     return bounds
 
 
+def _presence(
+    settings: GatewaySettings, redis: Redis, resources: contextlib.AsyncExitStack
+) -> Presence:
+    """Presence of the accounts, with the task that subscribes for this process's streams and
+    ends what expires."""
+    presence = Presence(redis, settings.presence_ttl_seconds, settings.presence_max_per_account)
+    running = asyncio.create_task(presence.run())
+
+    async def stop() -> None:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+
+    resources.push_async_callback(stop)
+    return presence
+
+
 def _include_routes(app: FastAPI) -> None:
     app.include_router(messaging.router)
     app.include_router(replies.router)
@@ -178,6 +198,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(forum.courses_router)
     app.include_router(forum.router)
     app.include_router(live.router)
+    app.include_router(presence.router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

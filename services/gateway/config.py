@@ -28,7 +28,7 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     ingest_forum_addr: str
     timeline_addr: str
     likes_addr: str
-    # Rate-limit counters only: the gateway keeps no other state.
+    # Rate-limit counters, stream leases and presence: the gateway keeps no other state.
     redis_url: str
     # Writes a user makes, per minute (services/gateway/rate_limit.py): past one, 429.
     like_toggles_per_minute: int = Field(default=60, ge=1)
@@ -38,6 +38,13 @@ class GatewaySettings(ServiceSettings, JwtSettings, MtlsSettings):
     ingest_calls_per_minute_per_account: int = Field(default=600, ge=1)
     ingest_calls_per_minute_per_user: int = Field(default=6000, ge=1)
     inbox_writes_per_minute: int = Field(default=600, ge=1)
+    # Presence (services/gateway/presence.py): how long a "viewing" or "typing" lasts unless
+    # repeated, how many entries an account holds at most (the soonest to end dropped first),
+    # and the writes a user makes a minute (viewing every ~5 s and typing every ~2 s in one
+    # conversation is 42; several tabs and conversations fit).
+    presence_ttl_seconds: float = Field(default=10.0, ge=1, le=300)
+    presence_max_per_account: int = Field(default=200, ge=1, le=10_000)
+    presence_writes_per_minute: int = Field(default=120, ge=1)
     # Requests in flight past this are answered 503 at once (load shedding, not timeouts). Event
     # streams do not count: they have bounds of their own.
     gateway_max_in_flight: int = Field(default=256, ge=1)

@@ -24,6 +24,7 @@ from starlette.types import Receive, Send
 from services.domain.live import reset_reason
 from services.gateway import sse
 from services.gateway.feeds import Encode, Feed, Feeds, Watch
+from services.gateway.presence import PresenceInbox
 from services.runtime.jitter import jittered
 from services.runtime.stream_ids import FeedPosition
 
@@ -117,6 +118,9 @@ class LiveStream:
     token_expires: float
     recheck: Recheck | None = None
     woken: asyncio.Event = field(default_factory=asyncio.Event)
+    # An account stream's presence frames (services/gateway/presence.py): written between the
+    # feed's events, without an id, so they never move the stream's position.
+    presence: PresenceInbox | None = None
     feed: Feed | None = None
     # When the stream next needs waking without an event (time.monotonic()).
     due: float = 0.0
@@ -178,6 +182,11 @@ class LiveStream:
                     if await self.recheck() is not None:
                         await self._end(send, "permission_denied")
                         return
+                if self.presence is not None and self.presence.frames:
+                    if not await self._write(send, self.presence.take()):
+                        return
+                    beat = time.monotonic() + settings.heartbeat_seconds
+                    continue
                 if own is not None and self.feed.since(position) is not None:
                     own.close()  # caught up: the shared feed holds what comes next
                     own, own_every = None, _OWN_WATCH_EVERY[0]
@@ -222,6 +231,8 @@ class LiveStream:
             streams._open.discard(self)
             if own is not None:
                 own.close()
+            if self.presence is not None:
+                self.presence.close()
             streams.feeds.leave(self.key, self.feed, self.woken)
 
     def _deadline(self, recheck: float) -> float:

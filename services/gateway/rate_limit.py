@@ -8,7 +8,9 @@ with Retry-After (README, "Rate limits").
 - the batch ingest route: INGEST_CALLS_PER_MINUTE_PER_ACCOUNT per account and
   INGEST_CALLS_PER_MINUTE_PER_USER per user (an HTTP forwarder holds one token for its accounts);
 - mark read, replies (and their retries) and agent-sent records: INBOX_WRITES_PER_MINUTE per
-  user.
+  user;
+- presence (viewing, typing, idle): PRESENCE_WRITES_PER_MINUTE per user, a limit of its own
+  since a client sends them on a timer and while keys are pressed.
 
 A limit whose Redis does not answer refuses the like toggle and the ingest call (they need Redis
 themselves: 503, retried) and lets a forum write or an inbox write through (logged): the limits
@@ -88,6 +90,7 @@ class Limits:
     ingest_per_account: RateLimiter
     ingest_per_user: RateLimiter
     inbox_writes: RateLimiter
+    presence_writes: RateLimiter
 
     @classmethod
     def open(
@@ -99,6 +102,7 @@ class Limits:
         ingest_calls_per_account: int,
         ingest_calls_per_user: int,
         inbox_writes: int,
+        presence_writes: int,
     ) -> Limits:
         return cls(
             likes=RateLimiter(client, "like", likes),
@@ -106,6 +110,7 @@ class Limits:
             ingest_per_account=RateLimiter(client, "ingest-account", ingest_calls_per_account),
             ingest_per_user=RateLimiter(client, "ingest-user", ingest_calls_per_user),
             inbox_writes=RateLimiter(client, "inbox-write", inbox_writes),
+            presence_writes=RateLimiter(client, "presence-write", presence_writes),
         )
 
 
@@ -138,9 +143,15 @@ async def _inbox_write(request: Request, user: CurrentUser) -> None:
     )
 
 
+async def _presence_write(request: Request, user: CurrentUser) -> None:
+    # Presence needs Redis itself: a limit that cannot be counted refuses (503, retried).
+    await _limits(request).presence_writes.enforce(user.user_id, "presence updates")
+
+
 # A route parameter: the like-toggle limiter (its route counts a toggle itself).
 LikeLimiter = Annotated[RateLimiter, Depends(_like_limiter)]
 # A route's dependencies=[…]: the limit counted before its handler runs.
 FORUM_WRITE = Depends(_forum_write)
 INGEST_CALL = Depends(_ingest_call)
 INBOX_WRITE = Depends(_inbox_write)
+PRESENCE_WRITE = Depends(_presence_write)

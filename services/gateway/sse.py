@@ -27,6 +27,12 @@ def event(position: str, kind: str, data: bytes) -> bytes:
     return b"id: %s\nevent: %s\ndata: %s\n\n" % (position.encode(), kind.encode(), data)
 
 
+def unnumbered(kind: str, data: bytes) -> bytes:
+    """An event with no `id:` line: it leaves the client's last id as it was, so a resumed
+    stream does not expect it again (presence: services/gateway/presence.py)."""
+    return b"event: %s\ndata: %s\n\n" % (kind.encode(), data)
+
+
 def comment(text: str) -> bytes:
     return b": %s\n\n" % text.encode()
 

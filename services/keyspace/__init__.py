@@ -6,7 +6,9 @@ A key is only ever built through its family (`family("likes.liked").key(...)`, o
 that call it: MessageStreams, LikeStreams, LikeCache, LiveFeeds); the Redis users' ACLs
 (tools/redis_acl.py), the capacity report (tools/redis_capacity.py) and the architecture
 document's table (tools/keyspace_doc.py) are derived from the same declarations, and
-tests/deploy/test_redis_acl.py tries every grant and every refusal they imply.
+tests/deploy/test_redis_acl.py tries every grant and every refusal they imply. The pub/sub
+channels are declared beside them (`channel("channels.presence")`), their grants derived the
+same way.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from services.keyspace.family import Family, RedisType
+from services.keyspace.family import Channel, Family, RedisType
 
 SERVICES = ("ingest", "likes", "flusher", "timeline", "gateway")
 # A feed's keys beside its stream, all in its slot: its epoch and where it stands; the newest
@@ -28,15 +30,31 @@ FAILURES_SUFFIX = ":failures"
 WAKE_FEED_FIELD = "k"
 
 
-def _load() -> tuple[dict[str, str], dict[str, int], tuple[Family, ...]]:
+def _load() -> tuple[dict[str, str], dict[str, int], tuple[Family, ...], tuple[Channel, ...]]:
     declared = tomllib.loads((Path(__file__).parent / "keyspace.toml").read_text())
     prefixes: dict[str, str] = declared.pop("prefixes")
     scale: dict[str, int] = declared.pop("design_scale")
+    channels = tuple(
+        _channel(f"channels.{name}", spec, prefixes)
+        for name, spec in declared.pop("channels", {}).items()
+    )
     families = []
     for group, members in declared.items():
         for name, spec in members.items():
             families.append(_family(f"{group}.{name}", spec, prefixes))
-    return prefixes, scale, tuple(families)
+    return prefixes, scale, tuple(families), channels
+
+
+def _channel(ident: str, spec: dict[str, Any], prefixes: dict[str, str]) -> Channel:
+    return Channel(
+        id=ident,
+        name=spec["name"],
+        template=spec["template"],
+        default_prefix=prefixes[spec["prefix"]],
+        tag=spec["tag"],
+        bound=spec["bound"],
+        access=dict(spec["access"]),
+    )
 
 
 def _family(ident: str, spec: dict[str, Any], prefixes: dict[str, str]) -> Family:
@@ -59,9 +77,10 @@ def _family(ident: str, spec: dict[str, Any], prefixes: dict[str, str]) -> Famil
 
 # The prefix of each group of families (PREFIXES["messages"]); how many of each `per` a
 # deployment at the design's scale has (100,000 Zalo accounts; 50,000 students in 2,000 courses,
-# about 6 each); every family.
-PREFIXES, DESIGN_SCALE, FAMILIES = _load()
+# about 6 each); every family; every pub/sub channel family.
+PREFIXES, DESIGN_SCALE, FAMILIES, CHANNELS = _load()
 _BY_ID = {f.id: f for f in FAMILIES}
+_CHANNELS_BY_ID = {c.id: c for c in CHANNELS}
 
 
 def family(ident: str) -> Family:
@@ -72,6 +91,14 @@ def family(ident: str) -> Family:
         raise KeyError(
             f"no Redis key family {ident!r} in services/keyspace/keyspace.toml"
         ) from None
+
+
+def channel(ident: str) -> Channel:
+    """The channel family declared as `ident` ("channels.presence")."""
+    try:
+        return _CHANNELS_BY_ID[ident]
+    except KeyError:
+        raise KeyError(f"no pub/sub channel {ident!r} in services/keyspace/keyspace.toml") from None
 
 
 def family_of(key: str) -> Family | None:
@@ -93,6 +120,7 @@ def feed_keys(feed: str) -> list[str]:
 
 
 __all__ = [
+    "CHANNELS",
     "DESIGN_SCALE",
     "FAILURES_SUFFIX",
     "FAMILIES",
@@ -100,8 +128,10 @@ __all__ = [
     "PREFIXES",
     "SERVICES",
     "WAKE_FEED_FIELD",
+    "Channel",
     "Family",
     "RedisType",
+    "channel",
     "failures_beside",
     "family",
     "family_of",

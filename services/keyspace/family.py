@@ -77,3 +77,37 @@ class Family:
     def access_commands(self) -> set[str]:
         """Every command some service runs on the family."""
         return {command for service in self.access for command in self.commands(service)}
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One family of pub/sub channels, declared as key families are: `access` maps each service
+    to the pub/sub commands it runs on the family's channels, granted on its pattern only."""
+
+    id: str
+    name: str
+    template: str
+    default_prefix: str
+    tag: str
+    bound: str
+    access: dict[str, str]
+
+    def channel(self, prefix: str | None = None, /, **parts: object) -> str:
+        return self.template.format(
+            prefix=self.default_prefix if prefix is None else prefix, **parts
+        )
+
+    def parts(self) -> list[str]:
+        return [name for _, name, _, _ in _FORMAT.parse(self.template) if name and name != "prefix"]
+
+    @property
+    def pattern(self) -> str:
+        """Every channel of the family as an ACL channel pattern (`*` any text)."""
+        return self.channel(None, **dict.fromkeys(self.parts(), "*"))
+
+    @property
+    def example(self) -> str:
+        return self.channel(None, **dict.fromkeys(self.parts(), 7))
+
+    def commands(self, service: str) -> list[str]:
+        return self.access.get(service, "").split()

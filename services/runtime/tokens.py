@@ -48,6 +48,8 @@ LEEWAY_SECONDS = 30
 MIN_SECRET_BYTES = 32
 MIN_RSA_BITS = 2048
 DEFAULT_KID = "default"
+# A `name` claim longer than this is cut (the people directory keeps 200 characters of a name).
+MAX_NAME_CLAIM = 1000
 _DECIMAL_ID = re.compile(r"[1-9][0-9]{0,18}")
 _KID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _KEYS_SHAPE = 'must be a JSON object {"<kid>": "<HS256 secret or PEM public key>", ...}'
@@ -69,6 +71,9 @@ class Principal:
     accounts: frozenset[int]
     # The token's exp (a time.time()): a long-lived call (a watch) ends there.
     expires_at: float = field(default=math.inf, compare=False)
+    # OpenID Connect's `name` claim as the token carries it (a text, else None): who the bearer
+    # says they are, shown beside their id where nothing else names them (presence).
+    name: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -249,7 +254,9 @@ class TokenVerifier:
             raise TokenError(f"invalid token: {exc}") from exc
         self._check_lifetime(claims)
         expires = float(claims["exp"])
-        principal = Principal(_user_id(claims["sub"]), _accounts(claims), expires)
+        principal = Principal(
+            _user_id(claims["sub"]), _accounts(claims), expires, _name(claims.get("name"))
+        )
         return principal, expires
 
     def _check_lifetime(self, claims: dict[str, Any]) -> None:
@@ -269,6 +276,14 @@ def _user_id(sub: object) -> int:
     if type(sub) is int and 0 < sub <= MAX_ID:  # not bool, a subclass of int
         return sub
     raise TokenError("invalid token: sub must be a positive integer id")
+
+
+def _name(claim: object) -> str | None:
+    """The `name` claim when it is a text with something in it; anything else names no one (a
+    token is not refused for it: the name is for display only)."""
+    if isinstance(claim, str) and claim.strip():
+        return claim[:MAX_NAME_CLAIM]
+    return None
 
 
 def _accounts(claims: dict[str, Any]) -> frozenset[int]:

@@ -85,10 +85,45 @@ SHAPES: dict[str, Callable[[str], Command]] = {
     "zrange": lambda k: ("ZRANGE", k, 0, 0, "WITHSCORES"),
     "zrangebyscore": lambda k: ("ZRANGEBYSCORE", k, "-inf", 1, "LIMIT", 0, 10),
     "zremrangebyscore": lambda k: ("ZREMRANGEBYSCORE", k, "-inf", 0),
+    "zremrangebyrank": lambda k: ("ZREMRANGEBYRANK", k, 0, 0),
     "evalsha": lambda k: ("EVALSHA", _NO_SCRIPT, 1, k),
 }
 # Every command any service holds on some family: each is tried on every family of every user.
 UNIVERSE = sorted({c for family in keyspace.FAMILIES for c in family.access_commands()})
+
+# The pub/sub commands the keyspace grants on channels, on one channel. Asked with ACL DRYRUN
+# (a SSUBSCRIBE run on a pooled connection would leave it subscribed).
+CHANNEL_SHAPES: dict[str, Callable[[str], Command]] = {
+    "spublish": lambda c: ("SPUBLISH", c, "x"),
+    "ssubscribe": lambda c: ("SSUBSCRIBE", c),
+    "sunsubscribe": lambda c: ("SUNSUBSCRIBE", c),
+    "publish": lambda c: ("PUBLISH", c, "x"),
+    "subscribe": lambda c: ("SUBSCRIBE", c),
+}
+
+
+def channel_allowed(user: str) -> list[Command]:
+    """Every pub/sub command the keyspace grants `user`, on an example channel of each family."""
+    return [
+        CHANNEL_SHAPES[command](channel.example)
+        for channel in keyspace.CHANNELS
+        for command in channel.commands(user)
+    ]
+
+
+def channel_refused(user: str) -> list[Command]:
+    """Every pub/sub command `user` does not hold on a channel family, tried there; and every
+    one on a channel no family declares (but SUNSUBSCRIBE, which Redis lets a user that may run
+    it run on any channel: leaving a channel gives nothing)."""
+    return [
+        *(
+            shape(channel.example)
+            for channel in keyspace.CHANNELS
+            for command, shape in CHANNEL_SHAPES.items()
+            if command not in channel.commands(user)
+        ),
+        *(shape("elsewhere") for c, shape in CHANNEL_SHAPES.items() if c != "sunsubscribe"),
+    ]
 
 
 def allowed(user: str) -> list[Command]:

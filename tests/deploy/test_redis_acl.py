@@ -39,6 +39,8 @@ from tests.deploy.redis_acl_support import (
     WAKE,
     Command,
     allowed,
+    channel_allowed,
+    channel_refused,
     intact,
     refused,
     run,
@@ -221,6 +223,24 @@ async def test_a_service_user_runs_its_own_commands_and_nothing_else(
             pass  # allowed, and answered (a single Redis has no CLUSTER SLOTS)
 
 
+@pytest.mark.parametrize("user", USERS)
+async def test_a_service_user_publishes_and_subscribes_on_its_own_channels_only(
+    env: Env, user: str
+) -> None:
+    """Pub/sub channels are granted as keys are: each declared channel family's commands to
+    the services the keyspace names, on its channels only (asked with ACL DRYRUN)."""
+    admin = redis.Redis.from_url(env.redis_url)
+    try:
+        for command in channel_allowed(user):
+            reply = await admin.execute_command("ACL", "DRYRUN", f"agora-{user}", *command)
+            assert reply == b"OK", (user, command, reply)
+        for command in channel_refused(user):
+            reply = await admin.execute_command("ACL", "DRYRUN", f"agora-{user}", *command)
+            assert reply != b"OK", (user, command)
+    finally:
+        await admin.aclose()
+
+
 async def test_what_no_acl_can_refuse_reaches_only_the_users_own_streams(
     users: dict[str, redis.Redis], env: Env
 ) -> None:
@@ -265,9 +285,15 @@ async def test_the_dev_overlays_users_have_the_same_rights() -> None:
                         reply: bytes = await admin.execute_command("ACL", "DRYRUN", name, *command)
                         return reply
 
-                    for command in [*allowed(user), *CLUSTER]:
+                    for command in [*allowed(user), *channel_allowed(user), *CLUSTER]:
                         assert await dry(command) == b"OK", (user, command, await dry(command))
-                    for command in [*refused(user), *NEVER, *erasures(user), *SERVER_WIDE]:
+                    for command in [
+                        *refused(user),
+                        *channel_refused(user),
+                        *NEVER,
+                        *erasures(user),
+                        *SERVER_WIDE,
+                    ]:
                         assert await dry(command) != b"OK", (user, command)
             finally:
                 await admin.aclose()

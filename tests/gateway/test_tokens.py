@@ -94,6 +94,25 @@ def test_a_valid_token_names_its_user_and_accounts() -> None:
     assert verifier().verify(hs256(claims())) == Principal(7, frozenset({1, 2}))
 
 
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [
+        ("Nguyễn Thị Lan", "Nguyễn Thị Lan"),
+        (None, None),
+        ("   ", None),
+        (42, None),
+        (["Lan"], None),
+        ("L" * 5000, "L" * 1000),
+    ],
+)
+def test_the_name_claim_names_the_bearer_and_a_malformed_one_no_one(
+    name: object, kept: str | None
+) -> None:
+    """The name is for display only (presence shows it): a token is never refused for it."""
+    principal = verifier().verify(hs256(claims(name=name)))
+    assert (principal.user_id, principal.name) == (7, kept)
+
+
 def test_no_accounts_claim_grants_none() -> None:
     assert verifier().verify(hs256(claims(accounts=None))).accounts == frozenset()
 

@@ -13,6 +13,7 @@ in-flight slots meant for short requests.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -42,11 +43,14 @@ from services.gateway.errors import ApiError
 from services.gateway.feeds import Frame, Watch
 from services.gateway.live_stream import LiveStream, Recheck
 from services.gateway.params import AccountId, CourseId
+from services.gateway.presence import Presence, PresenceInbox
 from services.gateway.sse import EventStreamResponse
 from services.gateway.stream_bounds import StreamBounds
+from services.runtime.redis_client import REDIS_ERRORS
 from services.runtime.stream_ids import FeedPosition
 from services.runtime.trace_context import links_to
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["live"])
 # The stream routes' paths (kept out of the in-flight slots: they have their own bounds).
 STREAM_PATH = re.compile(r"/api/(zalo-accounts|courses)/[^/]+/events")
@@ -68,12 +72,25 @@ LastEventId = Annotated[
 # items): `data` is the JSON text of one object in the REST routes' shapes.
 _EVENT = {
     "type": "object",
-    "required": ["id", "event", "data"],
+    "required": ["event", "data"],
     "properties": {
-        "id": {"type": "string", "description": "Opaque: send it back as Last-Event-ID"},
+        "id": {
+            "type": "string",
+            "description": "Opaque: send it back as Last-Event-ID (every event has one but"
+            " `presence`, which is never replayed)",
+        },
         "event": {
             "type": "string",
-            "enum": ["message", "conversation", "post", "comment", "likes", "changed", "reset"],
+            "enum": [
+                "message",
+                "conversation",
+                "post",
+                "comment",
+                "likes",
+                "changed",
+                "reset",
+                "presence",
+            ],
         },
         "data": {"type": "string", "contentMediaType": "application/json"},
         "retry": {"type": "integer", "minimum": 0},
@@ -122,7 +139,8 @@ async def inbox_events(
 ) -> EventStreamResponse:
     """Events: `message` (a stored message, as in GET …/messages), `conversation` (its state,
     as in GET …/conversations), `changed` (a message too large for the stream: GET its
-    `href`), `reset`."""
+    `href`), `reset`; and `presence` (an agent viewing or typing in a conversation, or `idle`
+    when that ended, as in GET …/presence), without an `id:`: never replayed on a resume."""
     require_account(user, account_id)
 
     def watch(after: str) -> Any:
@@ -133,7 +151,7 @@ async def inbox_events(
         )
 
     stream = _live(request, ("inbox", account_id), watch, _inbox_event(account_id), user)
-    return await _stream(request, user.user_id, stream, last_event_id)
+    return await _stream(request, user.user_id, stream, last_event_id, presence_of=account_id)
 
 
 @_stream_route(
@@ -216,18 +234,27 @@ def _live(
 
 
 async def _stream(
-    request: Request, user_id: int, stream: LiveStream, last_event_id: str | None
+    request: Request,
+    user_id: int,
+    stream: LiveStream,
+    last_event_id: str | None,
+    presence_of: int | None = None,
 ) -> EventStreamResponse:
-    """Joins the feed (a refusal of its watch is this request's answer: 4xx JSON), then answers
-    with the stream, written after the request's handling (services/gateway/sse.py)."""
+    """Joins the feed (a refusal of its watch is this request's answer: 4xx JSON) and, for an
+    account's stream, its presence; then answers with the stream, written after the request's
+    handling (services/gateway/sse.py)."""
     bounds = _bounds(request)
     member = await bounds.admit(user_id)
     try:
+        if presence_of is not None:
+            stream.presence = await _presence(request, presence_of, stream.woken)
         start = await stream.open(last_event_id)
     except grpc.aio.AioRpcError as refused:
+        _leave_presence(stream)
         await bounds.release(user_id, member)
         raise ApiError.from_grpc(refused) from refused
     except BaseException:
+        _leave_presence(stream)
         await asyncio.shield(bounds.release(user_id, member))
         raise
 
@@ -238,6 +265,24 @@ async def _stream(
             await asyncio.shield(bounds.release(user_id, member))
 
     return EventStreamResponse(body)
+
+
+async def _presence(
+    request: Request, account_id: int, woken: asyncio.Event
+) -> PresenceInbox | None:
+    """The stream's presence of the account; none while Redis does not answer (presence is
+    ephemeral: the stream goes on with its feed, and its next connection tries again)."""
+    presence: Presence = request.app.state.presence
+    try:
+        return await presence.watch(account_id, woken)
+    except REDIS_ERRORS as exc:
+        log.warning("live: a stream of account %s without presence: %r", account_id, exc)
+        return None
+
+
+def _leave_presence(stream: LiveStream) -> None:
+    if stream.presence is not None:
+        stream.presence.close()
 
 
 def _inbox_event(account_id: int) -> EventOf:

@@ -1,8 +1,8 @@
 """JSON shapes of the gateway's requests and responses (and so of its OpenAPI document), by
 topic: `base.py` (the envelopes, pagination, request bodies' checks, time and integer field types),
 `messaging.py` (the Zalo inbox routes), `replies.py` (the reply routes), `team.py` (an account's
-agents, audit and canned replies), `forum.py` (the course forum routes). Routes and tests
-import them from here.
+agents, audit and canned replies), `presence.py` (who is viewing or typing), `forum.py` (the
+course forum routes). Routes and tests import them from here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from services.gateway.schemas.base import (
     ErrorResponse,
     Instant,
     Pagination,
+    Person,
     RequestModel,
     SentAt,
     Success,
@@ -55,7 +56,6 @@ from services.gateway.schemas.messaging import (
     Accepted,
     AcceptedResponse,
     AgentSentBody,
-    Assignee,
     AssigneeBody,
     Conversation,
     ConversationPagination,
@@ -86,6 +86,7 @@ from services.gateway.schemas.messaging import (
     UnreadCount,
     UnreadResponse,
 )
+from services.gateway.schemas.presence import PresenceBody, PresenceEntry, PresenceResponse
 from services.gateway.schemas.replies import OrderResponse, OutboundOrder, ReplyBody
 from services.gateway.schemas.team import (
     Agent,
@@ -99,7 +100,6 @@ from services.gateway.schemas.team import (
     CannedReply,
     CannedReplyBody,
     CannedReplyResponse,
-    Person,
 )
 
 __all__ = [
@@ -114,7 +114,6 @@ __all__ = [
     "AgentRoleBody",
     "AgentSentBody",
     "AgentsResponse",
-    "Assignee",
     "AssigneeBody",
     "AuditEntry",
     "AuditPage",
@@ -178,6 +177,9 @@ __all__ = [
     "PostResponse",
     "PostText",
     "PostsPage",
+    "PresenceBody",
+    "PresenceEntry",
+    "PresenceResponse",
     "QuotePayload",
     "QuotePayloadResponse",
     "Reaction",

@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ValidatorFunctionWrapHandler, WithJsonSchema, field_validator
+from pydantic import BaseModel, Field, ValidatorFunctionWrapHandler, WithJsonSchema, field_validator
 from pydantic_core import PydanticCustomError
 
 from services.domain.instants import EARLIEST_SECONDS, SECONDS_END
@@ -127,9 +127,10 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class PersonRef(BaseModel):
-    """A person an object names: the id, and the display name from the people directory
-    (docs/people.md), null when it does not know them."""
+class Person(BaseModel):
+    """Someone an object names: the id, and the display name (the people directory,
+    docs/people.md; for presence, the writer's token), null when not known: the client shows
+    its own fallback."""
 
     user_id: int
-    name: str | None
+    name: str | None = Field(description="The display name; null when it is not known")

@@ -9,7 +9,7 @@ from pydantic.config import JsonDict
 
 from services.domain.ids import MAX_ROW_ID
 from services.domain.text import MAX_BODY, MAX_REASON, MAX_TITLE, REASON_PATTERN, TEXT_PATTERN
-from services.gateway.schemas.base import Pagination, PersonRef, RequestModel, Success
+from services.gateway.schemas.base import Pagination, Person, RequestModel, Success
 
 LikedByMe = Annotated[
     bool | None,
@@ -70,7 +70,7 @@ class Comment(BaseModel):
         description="A placeholder: a teacher removed this comment (a thread keeps it, without "
         "its text, so the replies around it still make sense)"
     )
-    removed_by: PersonRef | None = Field(description="The teacher who removed it")
+    removed_by: Person | None = Field(description="The teacher who removed it")
     removal_reason: str | None = Field(description="Why, as the teacher said")
     removed_at: str | None = Field(description="When it was removed")
 

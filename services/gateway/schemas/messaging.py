@@ -16,6 +16,7 @@ from services.gateway.schemas.base import (
     EpochMilliseconds,
     Instant,
     Pagination,
+    Person,
     RequestModel,
     SentAt,
     Success,
@@ -106,16 +107,6 @@ class MessagesPage(Success):
 ConversationStatus = Literal["open", "resolved", "snoozed"]
 
 
-class Assignee(BaseModel):
-    """The agent of the account's team who handles a conversation (a person)."""
-
-    user_id: int
-    name: str | None = Field(
-        description="The agent's display name (the people directory, docs/people.md); null "
-        "when it is not known"
-    )
-
-
 class Conversation(BaseModel):
     id: int
     zalo_account_id: int
@@ -135,7 +126,7 @@ class Conversation(BaseModel):
     last_message_direction: Literal["in", "out"] | None = Field(
         description="Who wrote the newest message: in (the contact) or out (the business)"
     )
-    assignee: Assignee | None = Field(
+    assignee: Person | None = Field(
         description="The agent who handles it (docs/assignment.md); null: nobody"
     )
     status: ConversationStatus = Field(

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, JsonValue
 
 from services.domain.team import MAX_CANNED_BODY, PLACEHOLDERS, SHORTCUT_PATTERN
 from services.domain.text import TEXT_PATTERN
-from services.gateway.schemas.base import Pagination, RequestModel, Success
+from services.gateway.schemas.base import Pagination, Person, RequestModel, Success
 
 Role = Literal["owner", "agent"]
 AuditAction = Literal[
@@ -24,16 +24,6 @@ AuditAction = Literal[
     "canned_reply.deleted",
 ]
 _PLACEHOLDERS = " and ".join(f"{{{{{p}}}}}" for p in PLACEHOLDERS)
-
-
-class Person(BaseModel):
-    """Someone the API names: the id, and the name from the people directory."""
-
-    user_id: int
-    name: str | None = Field(
-        description="The display name (docs/people.md); null when the directory does not know "
-        "them (the client shows its own fallback)"
-    )
 
 
 class Agent(BaseModel):
