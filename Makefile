@@ -10,17 +10,20 @@ REDIS ?= single
 # The SQL datastores: 0, the single MariaDB and PostgreSQL (the default), or 1, their HA engines
 # (Patroni + etcd, Galera + garbd, HAProxy on the same ports; docs/high-availability.md).
 HA ?= 0
-# make test's second run, on the test Redis Cluster: the suites that touch Redis streams (of the
-# replies', the receipts through the streams); only the
-# directories that exist (pytest stops at a missing path). Not tests/redis_cluster: each of its
+# make test's second run, on the test Redis Cluster: the suites that touch Redis streams (and of
+# the replies', the receipts through the streams), and presence's sharded pub/sub; only the
+# paths that exist (pytest stops at a missing path). Not tests/redis_cluster: each of its
 # modules starts a cluster of its own whatever the run's Redis, so the first run has covered it.
 PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/live tests/messaging \
-  tests/outbound/test_receipts_ingest.py tests/outbound/test_delivery_state.py
+  tests/outbound/test_receipts_ingest.py tests/outbound/test_delivery_state.py \
+  tests/gateway/test_presence.py
 # Once is enough for these: the live accounting's negative control (it proves the accounting sees
 # a gap), the kills through processes, which run a single Redis of their own, and the dead letter
 # of an entry the flusher cannot convert (the database refuses it whatever the Redis topology),
-# and the gateway's acceptance property (the same ingest path as ingest's own, which runs again).
+# and the gateway's acceptance property (the same ingest path as ingest's own, which runs again);
+# presence's cut subscription (it kills a single Redis's pub/sub clients).
 PYTEST_CLUSTER_DESELECT := \
+  --deselect tests/gateway/test_presence.py::test_a_subscription_redis_cut_comes_back_and_tells_what_changed_meanwhile \
   --deselect tests/live/test_accounting.py::test_resuming_without_the_position_is_caught_missing_messages \
   --deselect tests/live/test_kills.py::test_streams_resume_without_a_gap_through_killed_flusher_timeline_and_gateway \
   --deselect tests/live/test_feed_hub.py::test_watchers_coming_and_going_while_entries_come_miss_nothing \

@@ -20,7 +20,7 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from services import keyspace
 from tests.gateway import sse_client as sse
 from tests.helpers import FEEDS, Flusher, at, message, mint_token
-from tests.stack import ON_CLUSTER, Env
+from tests.stack import Env
 
 pytestmark = pytest.mark.asyncio
 
@@ -272,7 +272,6 @@ async def test_presence_writes_are_rate_limited_per_user(
         assert (await put(url, other, "t1", "viewing")).status_code == 204
 
 
-@pytest.mark.skipif(ON_CLUSTER, reason="cuts the subscription of a single Redis")
 async def test_a_subscription_redis_cut_comes_back_and_tells_what_changed_meanwhile(
     clean: None, gateway: Gateway, env: Env, redis_client: redis.Redis
 ) -> None:
