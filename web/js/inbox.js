@@ -31,6 +31,8 @@ const NEAR_BOTTOM = 40;
 // After a message arrives in the open conversation, mark it read this much later (one request
 // for a burst of messages).
 const READ_DEBOUNCE_MS = 300;
+// How long a read may take to be applied before the counts shown are the server's again.
+const READ_PENDING_MS = 10_000;
 // The list's filters, kept for the next visit.
 const FILTER = 'agora.inbox.filter';
 const ASSIGNEE_FILTERS = [['me', 'Mine'], ['none', 'Unassigned'], ['any', 'All']];
@@ -429,10 +431,19 @@ function placeConversation(v, conversation) {
   // Open, visible and read at its foot: a new message is read as it arrives, so the badge does
   // not rise meanwhile.
   const open = key === v.key && v.timeline?.key === key ? v.timeline : null;
-  const count = open?.reading() && conversation.unread_count > 0 ? 0 : conversation.unread_count;
-  if (count !== conversation.unread_count) open.readSoon();
-  // Unseen (hidden, or read higher up): read once seen.
-  else if (open && count > (item?.conversation.unread_count ?? 0)) open.arrivedUnread = true;
+  let count = conversation.unread_count;
+  if (open && count > 0) {
+    // A message arrived (not an assignment or a status: those read nothing).
+    const arrived = instant(conversation.last_message_at) > instant(item?.conversation.last_message_at);
+    if (open.reading() && (arrived || open.readPending())) {
+      count = 0;
+      if (arrived) open.readSoon();
+    } else if (count > (item?.conversation.unread_count ?? 0)) {
+      open.arrivedUnread = true; // unseen (hidden, or read higher up): read once seen
+    }
+  } else if (open && count === 0) {
+    open.readAt = 0;
+  }
   if (item) {
     item.conversation = { ...merged, unread_count: count };
     fill(item.time, timeEl(conversation.last_message_at));
@@ -480,7 +491,7 @@ async function openConversation(v, key) {
     }),
   });
   let conversation = v.items.get(key)?.conversation ?? null;
-  const presenceLine = h('p', { class: 'presence-line muted', role: 'status', 'aria-live': 'polite' });
+  const presenceLine = h('div', { class: 'presence-line muted', role: 'status', 'aria-live': 'polite', hidden: true });
   const teamBar = h('div', { class: 'thread-team' });
   const paintTeam = () => paintThreadTeam(v, key, base, conversation, teamBar);
   v.onConversation = (c) => {
@@ -643,6 +654,7 @@ class Timeline {
     // Messages that arrived while the tab was hidden or the reader was higher up: read once
     // the reader is at the foot with the tab visible.
     this.arrivedUnread = false;
+    this.readAt = 0; // when this page last read what arrived (0: its read is applied)
     this.onRead = null;
     scroller.addEventListener('scroll', () => {
       if (this.atBottom()) {
@@ -671,7 +683,14 @@ class Timeline {
   /** A message arrived while reading: mark it read (debounced by the view). */
   readSoon() {
     this.arrivedUnread = false;
+    this.readAt = Date.now();
     this.onRead?.();
+  }
+
+  /** Whether this page's read is on its way (applied asynchronously): meanwhile an event that
+   * still counts what was read does not raise the badge. */
+  readPending() {
+    return this.readAt > 0 && Date.now() - this.readAt < READ_PENDING_MS;
   }
 
   /** The reader may now see what arrived unseen: read it. */

@@ -45,7 +45,7 @@ export class Presence {
     } else {
       people.set(user.user_id, { user, state: entry.state, expires });
       // Its end is known in advance; a lost idle frame must not leave someone "viewing".
-      this.timers.set(timerKey, setTimeout(() => this.take({ ...entry, state: 'idle' }), expires - Date.now()));
+      this.timers.set(timerKey, setTimeout(() => this.take({ ...entry, state: 'idle' }), Math.min(expires - Date.now(), 2 ** 31 - 1)));
     }
     if (people.size) this.byKey.set(key, people);
     else this.byKey.delete(key);
