@@ -49,7 +49,8 @@ async def roster(admin_db: MysqlDatabase) -> None:
     """Account 1's team as the demo data has it: user 1 its owner, users 7 and 8 its agents."""
     async with admin_db.connection() as conn:
         await conn.executemany(
-            "INSERT INTO zalo_account_agents (zalo_account_id, user_id, role) VALUES (%s, %s, %s)",
+            "INSERT INTO zalo_account_agents (zalo_account_id, user_id, role) VALUES (%s, %s, %s)"
+            " ON DUPLICATE KEY UPDATE role = VALUES(role)",
             [(1, 1, "owner"), (1, 7, "agent"), (1, 8, "agent")],
         )
 

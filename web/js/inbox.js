@@ -155,6 +155,7 @@ function onEvent(v, kind, data) {
     noticeOf(v, data);
     if (v.timeline?.key === data.thread_id) v.timeline.arrived(data);
   } else if (kind === 'presence') v.presence.take(data);
+  else if (kind === 'reconnected') v.presence.load(); // presence events are never replayed
   else if (kind === 'changed') changed(v, data);
   else if (kind === 'reset') refetch(v);
 }

@@ -27,7 +27,12 @@ export class Presence {
     } catch {
       return; // presence is a courtesy: the stream's frames still come
     }
+    // The answer is the whole truth: what ended meanwhile (its idle missed) goes.
+    const before = [...this.byKey.keys()];
+    this.close();
+    this.byKey.clear();
     for (const entry of payload(reply, 'presence')) this.take(entry);
+    for (const key of before) if (!this.byKey.has(key)) this.onChange(key);
   }
 
   /** A presence frame (or an entry of the initial read): set, or ended by `idle`. */
