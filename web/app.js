@@ -1,11 +1,13 @@
 // agora's web client: sign-in, the Zalo inbox and the course forum, on the public /api routes.
 import { h, fill } from './js/dom.js';
 import { forumView } from './js/forum.js';
-import { inboxView } from './js/inbox.js';
+import { inboxView, leaveInbox } from './js/inbox.js';
 import { stopFollowing } from './js/live.js';
+import { myName } from './js/people.js';
 import { route, setRenderer, go } from './js/router.js';
 import { session } from './js/session.js';
 import { signInView } from './js/signin.js';
+import { teamView } from './js/team.js';
 import { clearNotice, closePopoversOnEscapeAndOutside, setTitle } from './js/ui.js';
 
 const main = document.getElementById('main');
@@ -27,12 +29,14 @@ function header(section) {
   signOut.hidden = !signedIn;
   if (!signedIn) {
     who.replaceChildren();
+    delete who.dataset.user;
     return;
   }
+  who.dataset.user = String(session.userId);
   const accounts = session.accounts;
   const until = session.expiresAt;
   fill(who,
-    h('strong', {}, `User ${session.userId}`),
+    h('strong', {}, myName()),
     h('span', { class: 'muted' },
       ` · ${accounts.length ? `Zalo ${accounts.length === 1 ? 'account' : 'accounts'} ${accounts.join(', ')}` : 'no Zalo account'}`,
       until ? ` · until ${until.toLocaleTimeString()}` : ''));
@@ -46,6 +50,7 @@ async function render(reason = null) {
   const [section, ...rest] = route();
   header(section);
   shownUser = session.userId;
+  if (section !== 'inbox' || !session.signedIn) leaveInbox();
   if (!session.signedIn) {
     stopFollowing();
     setTitle('Sign in');
@@ -54,6 +59,10 @@ async function render(reason = null) {
   }
   if (section === 'inbox') await inboxView(main, rest);
   else if (section === 'forum') await forumView(main, rest);
+  else if (section === 'team') {
+    stopFollowing();
+    await teamView(main, rest);
+  }
   else go(session.accounts.length ? '#/inbox' : '#/forum');
 }
 

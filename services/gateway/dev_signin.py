@@ -19,19 +19,38 @@ from services.runtime.loopback import is_local_request
 
 log = logging.getLogger(__name__)
 
-# The demo users of `make up` (tools/demo_data.py, tools/forum_data.py); their accounts are the
-# accounts whose roster they are on (tools/team_data.py).
+# The demo users of `make up` (tools/demo_data.py, tools/forum_data.py), by the names the people
+# directory gives them (tools/people_data.py): the sign-in screen lists people, not numbers, and
+# their tokens carry the name (OpenID Connect's `name` claim) as an identity provider's would.
+# Users 7 and 8 are both agents of Zalo account 1, so two people can work one inbox together.
 DEV_TOKEN_TTL_SECONDS = 3600
 DEMO_USERS: tuple[dict[str, Any], ...] = (
-    {"sub": 7, "accounts": [1, 2], "label": "Student in course 42; agent of Zalo accounts 1, 2"},
-    {"sub": 8, "accounts": [1, 3], "label": "Student in course 42; agent of Zalo accounts 1, 3"},
-    {"sub": 9, "accounts": [], "label": "Student in course 42; no Zalo account"},
+    {
+        "sub": 7,
+        "name": "Nguyễn Thị Lan",
+        "accounts": [1, 2],
+        "role": "Agent of Zalo accounts 1 and 2; student in course 42",
+    },
+    {
+        "sub": 8,
+        "name": "Lê Hoàng Nam",
+        "accounts": [1, 3],
+        "role": "Agent of Zalo accounts 1 and 3; student in course 42",
+    },
+    {
+        "sub": 9,
+        "name": "Phạm Thu Hà",
+        "accounts": [],
+        "role": "Student in course 42; no Zalo account",
+    },
     {
         "sub": 1,
+        "name": "Trần Quốc Bảo",
         "accounts": [1, 2, 3],
-        "label": "Teacher of courses 42 and 99; owner of every Zalo account",
+        "role": "Teacher of courses 42 and 99; owner of Zalo accounts 1, 2 and 3",
     },
 )
+DEMO_NAMES = {user["sub"]: user["name"] for user in DEMO_USERS}
 
 
 def signing_key(settings: GatewaySettings) -> tuple[str, str] | None:
@@ -99,6 +118,8 @@ def router(settings: GatewaySettings, kid: str, secret: str) -> APIRouter:
             "iat": now,
             "exp": now + ttl,
         }
+        if body.sub in DEMO_NAMES:
+            claims["name"] = DEMO_NAMES[body.sub]
         if settings.jwt_audience:
             claims["aud"] = settings.jwt_audience
         if settings.jwt_issuer:

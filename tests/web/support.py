@@ -170,7 +170,7 @@ async def sign_in(watched: Watched, base: str, user: int, *, shot: str | None = 
     if shot:
         await watched.screenshot(shot)
     await demo.click()
-    await expect(page.locator("#who")).to_contain_text(f"User {user}")
+    await expect(page.locator("#who")).to_have_attribute("data-user", str(user))
 
 
 @asynccontextmanager
@@ -218,3 +218,38 @@ def conversation(thread: str, count: int, start: datetime) -> list[dict[str, Any
             }
         messages.append(message)
     return messages
+
+
+async def set_hidden(page: Page, hidden: bool) -> None:
+    """The tab hidden (or shown again) as the page sees it: document.visibilityState and a
+    visibilitychange event, as a browser gives when the person switches tabs."""
+    await page.evaluate(
+        """(hidden) => {
+            Object.defineProperty(document, 'visibilityState',
+                {configurable: true, get: () => (hidden ? 'hidden' : 'visible')});
+            Object.defineProperty(document, 'hidden', {configurable: true, get: () => hidden});
+            document.dispatchEvent(new Event('visibilitychange'));
+        }""",
+        hidden,
+    )
+
+
+# Every `new Notification(…)` of the page, kept in window.notifications (the browser's own is
+# not shown by a headless Chromium); its permission is the context's.
+CAPTURE_NOTIFICATIONS = """
+(() => {
+  const Real = window.Notification;
+  window.notifications = [];
+  class Captured {
+    constructor(title, options = {}) {
+      window.notifications.push({ title, body: options.body ?? null, tag: options.tag ?? null });
+      this.title = title;
+      this.onclick = null;
+    }
+    close() {}
+    static get permission() { return Real ? Real.permission : 'denied'; }
+    static requestPermission(...args) { return Real.requestPermission(...args); }
+  }
+  window.Notification = Captured;
+})();
+"""

@@ -35,6 +35,7 @@ from tests.web.support import (
     watched_page,
 )
 from tools.jwt_token import mint
+from tools.people_data import DEMO_PEOPLE
 from tools.ports import free_port
 from tools.waiting import until
 
@@ -275,7 +276,7 @@ async def test_forum_likes_replies_and_a_course_you_are_not_in(
             await teacher_reply.get_by_role("button", name="Reply").last.click()
             mine = root.locator(".replies > .comment.reply").last
             await expect(mine).to_contain_text("Dạ em cảm ơn thầy ạ 🙏")
-            await expect(mine).to_contain_text("replying to user 1")
+            await expect(mine).to_contain_text(f"replying to {DEMO_PEOPLE[1]}")
             await expect(root.locator(".replies > .comment.reply")).to_have_count(2)
             await expect(page.locator(".post.full .comment-count")).to_have_text("💬 4 comments")
             mine_id = int(await mine.get_attribute("data-id") or 0)
@@ -463,14 +464,20 @@ async def test_a_teacher_removes_a_students_comment_and_reads_it_in_the_log(
         await spam_el.locator(".moderate summary").click()
         await spam_el.locator(".moderate-reason").fill("Quảng cáo")
         await spam_el.locator(".moderate-remove").click()
-        await expect(page.locator(f'.comment[data-id="{spam_id}"]')).to_have_count(0)
+        # It stays where it was, saying it was removed and why.
+        await expect(spam_el).to_have_attribute("data-removed", "true")
+        await expect(spam_el.locator(".comment-removed")).to_have_text(
+            "Removed by a teacher: Quảng cáo"
+        )
+        await expect(spam_el.locator(".comment-body")).to_have_count(0)
         await expect(page.locator(".post.full .comment-count")).to_contain_text("0 comments")
         await page.goto(f"{stack}/#/forum/42")
         log = page.locator(".moderation-log")
         await log.locator("summary").click()
         entry = log.locator(".moderation-list li").first
         await expect(entry).to_have_attribute("data-action", "delete")
-        await expect(entry).to_contain_text(f"removed user 9's comment {spam_id} on post {post_id}")
+        spam_of_9 = f"removed {DEMO_PEOPLE[9]}'s comment {spam_id} on post {post_id}"
+        await expect(entry).to_contain_text(spam_of_9)
         await expect(entry).to_contain_text("Reason: Quảng cáo")
         await watched.screenshot("forum-moderation")
         watched.assert_clean()

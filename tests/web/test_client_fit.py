@@ -108,7 +108,7 @@ async def test_on_a_phone_two_screens_one_header_line_nothing_wider_and_axe_clea
         page = phone.page
         await sign_in(phone, stack, 7)
         await expect(page.get_by_role("heading", name="Inbox — Zalo account 1")).to_be_visible()
-        await expect(page).to_have_title(re.compile(r"^Inbox — Zalo account 1 — agora$"))
+        await expect(page).to_have_title(re.compile(r"^\(7\) Inbox — Zalo account 1 — agora$"))
         await expect(page.locator(".conversation")).to_have_count(2)
         await expect(page.locator(LIVE)).to_be_visible()
         await header_is_one_line(page)
@@ -124,7 +124,7 @@ async def test_on_a_phone_two_screens_one_header_line_nothing_wider_and_axe_clea
         await expect(back).to_be_visible()
         await expect(back).to_be_in_viewport()
         await expect(page.locator(".thread-head h2")).to_have_text("Nguyễn Thị Hoa")
-        await expect(page).to_have_title("Nguyễn Thị Hoa — Inbox — Zalo account 1 — agora")
+        await expect(page).to_have_title("(7) Nguyễn Thị Hoa — Inbox — Zalo account 1 — agora")
         await expect(page.locator(".message").last).to_contain_text("Tin nhắn số 3")
         # A reply goes (queued: no listener here), and the screen still fits.
         await page.get_by_label("Reply to", exact=False).fill("Dạ shop kiểm tra rồi báo ạ 🙏")
@@ -138,7 +138,7 @@ async def test_on_a_phone_two_screens_one_header_line_nothing_wider_and_axe_clea
         await back.click()
         await expect(page.locator(".sidebar")).to_be_visible()
         await expect(page.locator(".thread")).to_be_hidden()
-        await expect(page).to_have_title("Inbox — Zalo account 1 — agora")
+        await expect(page).to_have_title("(7) Inbox — Zalo account 1 — agora")
         await page.locator(f'.conversation[data-key="{SECOND}"]').click()
         await expect(page.locator(".message").last).to_contain_text("Tin nhắn số 5")
         await no_horizontal_scroll(page, "another conversation")
@@ -219,7 +219,7 @@ async def test_at_a_desk_keys_titles_popovers_tabs_and_plain_words(
         await page.keyboard.press("ArrowUp")
         await expect(first).to_be_focused()
         await page.keyboard.press("Enter")
-        await expect(page).to_have_title("Nguyễn Thị Hoa — Inbox — Zalo account 1 — agora")
+        await expect(page).to_have_title("(7) Nguyễn Thị Hoa — Inbox — Zalo account 1 — agora")
         await expect(page.get_by_role("heading", level=2, name="Nguyễn Thị Hoa")).to_be_visible()
         await expect(page.locator(".message").last).to_contain_text("Tin nhắn số 3")
         await axe_clean(page, "conversation, desk")
@@ -235,7 +235,7 @@ async def test_at_a_desk_keys_titles_popovers_tabs_and_plain_words(
         # A second tab of the same browser is signed in already, for the token's life.
         other = await context.new_page()
         await other.goto(f"{stack}/")
-        await expect(other.locator("#who")).to_contain_text("User 7")
+        await expect(other.locator("#who")).to_contain_text("Nguyễn Thị Lan")
         await expect(other.get_by_role("heading", name="Inbox — Zalo account 1")).to_be_visible()
 
         # Switching to the forum: what was on screen goes at once, a loading line in its place.

@@ -21,6 +21,7 @@ from services.gateway import dev_signin, web
 from services.gateway.app import create_app
 from services.gateway.security_headers import API_CSP
 from tests.web.support import AUD, ISS, settings
+from tools.people_data import DEMO_PEOPLE
 
 pytestmark = pytest.mark.asyncio
 
@@ -48,6 +49,8 @@ async def test_dev_token_mints_a_short_lived_token_the_gateway_accepts() -> None
         assert (principal.user_id, principal.accounts) == (7, frozenset({1, 2}))
         claims = jwt.decode(token, options={"verify_signature": False})
         assert claims["exp"] - claims["iat"] == dev_signin.DEV_TOKEN_TTL_SECONDS
+        # A demo person's token names them, as an identity provider's `name` claim would.
+        assert claims["name"] == DEMO_PEOPLE[7]
         assert (claims["aud"], claims["iss"]) == (AUD, ISS)
         assert jwt.get_unverified_header(token)["kid"] == "web"
         # The token opens /api (401 without it); the route then needs an upstream, not asked here.
@@ -193,3 +196,17 @@ async def test_vendored_assets_are_the_pinned_ones_with_their_licences() -> None
 
 def directives(csp: str) -> dict[str, list[str]]:
     return {part.split()[0]: part.split()[1:] for part in csp.split("; ")}
+
+
+async def test_the_demo_people_are_named_as_the_directory_names_them() -> None:
+    """The sign-in lists people by the names the rest of the page shows for them, with what each
+    may do; users 7 and 8 share Zalo account 1 (two agents of one inbox)."""
+    users = {user["sub"]: user for user in dev_signin.DEMO_USERS}
+    assert {sub: user["name"] for sub, user in users.items()} == DEMO_PEOPLE
+    assert all(user["role"] for user in users.values())
+    assert (users[1]["accounts"], users[7]["accounts"], users[8]["accounts"]) == (
+        [1, 2, 3],
+        [1, 2],
+        [1, 3],
+    )
+    assert users[9]["accounts"] == []

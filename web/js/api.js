@@ -16,7 +16,7 @@ export class ApiError extends Error {
  * Resolves to the parsed JSON body; rejects with an ApiError built from the API's error shape
  * {"success": false, "error": {"code", "message", "fields"}}.
  */
-export async function api(path, { method = 'GET', query = null, body, idempotencyKey = null, timeoutMs = null } = {}) {
+export async function api(path, { method = 'GET', query = null, body, idempotencyKey = null, timeoutMs = null, keepalive = false } = {}) {
   const url = new URL(path, document.baseURI);
   for (const [name, value] of Object.entries(query ?? {})) {
     if (value != null) url.searchParams.set(name, String(value));
@@ -33,6 +33,8 @@ export async function api(path, { method = 'GET', query = null, body, idempotenc
       body: body === undefined ? undefined : JSON.stringify(body),
       cache: 'no-store',
       credentials: 'omit',
+      // A last word as the page goes (presence's idle) outlives the page.
+      keepalive,
       // No answer within timeoutMs counts as none at all (a keyed write is then sent again).
       signal: timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined,
     });
@@ -67,6 +69,14 @@ export async function api(path, { method = 'GET', query = null, body, idempotenc
     throw failure;
   }
   return data;
+}
+
+/** What an answer carries: its `data` when it is wrapped in the gateway's envelope
+ * ({"success": true, "data": …}), else the answer itself; `field`: one list of it. */
+export function payload(reply, field = null) {
+  const body = reply && typeof reply === 'object' && 'data' in reply && !('pagination' in reply) ? reply.data : reply;
+  if (field == null) return body;
+  return body?.[field] ?? reply?.[field] ?? [];
 }
 
 /** A new random key: a UUID where the browser makes one (a secure context), else 128 random

@@ -3,9 +3,10 @@
 // the moderation log), earlier texts of what was edited, and likes that answer at once and then settle on the server's state; live
 // from the course's event stream (new posts and comments appear, deleted ones go, counts move).
 import { api, create, CreateKey, explain } from './api.js';
-import { fill, h, plural, timeEl } from './dom.js';
+import { fill, h, plural, timeEl, when } from './dom.js';
 import { follow, gate, stopFollowing } from './live.js';
 import { renderMarkdown } from './markdown.js';
+import { avatar, nameOf } from './people.js';
 import { go } from './router.js';
 import { session } from './session.js';
 import { busyButton, deleteButton, errorPanel, loading, notify, setTitle } from './ui.js';
@@ -176,22 +177,46 @@ function courseError(error, course) {
   return errorPanel(error, `course ${course}`);
 }
 
-function who(userId) {
-  return userId === session.userId ? 'you' : `user ${userId}`;
+/** A person by name ("you" for the reader); `name` as the API gave it, else the one known. */
+function who(userId, name = null) {
+  if (userId === session.userId) {
+    nameOf(userId, name); // kept for the live events that name no one
+    return 'you';
+  }
+  return nameOf(userId, name);
 }
 
 /** Delete for the author; for a teacher of the course, Remove on another member's post or
  * comment, with an optional reason that goes to the moderation log. `remove(reason)` acts. */
-function deleteControl(kind, item, remove) {
+function deleteControl(kind, item, remove, replies = () => 0) {
   if (item.user_id === session.userId) return deleteButton('Delete', () => remove(null));
   if (!teaching) return null;
   const reason = h('input', {
     type: 'text', maxlength: 500, class: 'moderate-reason',
     placeholder: 'Reason (optional, kept in the moderation log)', 'aria-label': `Reason for removing this ${kind}`,
   });
-  return h('details', { class: 'moderate popover' }, h('summary', {}, 'Remove'),
-    h('div', { class: 'moderate-panel' }, reason,
-      busyButton(`Remove this ${kind}`, () => remove(reason.value.trim() || null), { class: 'danger moderate-remove' })));
+  // What goes with it, counted when the panel opens (replies arrive meanwhile).
+  const note = h('p', { class: 'moderate-note', hidden: true });
+  const button = busyButton(`Remove this ${kind}`, () => remove(reason.value.trim() || null), { class: 'danger moderate-remove' });
+  const box = h('details', { class: 'moderate popover' }, h('summary', {}, 'Remove'),
+    h('div', { class: 'moderate-panel' }, note, reason, button));
+  box.addEventListener('toggle', () => {
+    const n = replies();
+    note.hidden = !n;
+    note.textContent = n ? `Its ${plural(n, 'reply', 'replies')} will be removed with it; the ${kind} stays as "Removed by a teacher".` : '';
+    button.textContent = n ? `Remove this ${kind} and ${plural(n, 'reply', 'replies')}` : `Remove this ${kind}`;
+  });
+  return box;
+}
+
+/** Where a comment a teacher removed was: who removed it (in its title) and why. */
+function removedNote(comment) {
+  const by = comment.removed_by;
+  const reason = comment.removal_reason;
+  return h('div', {
+    class: 'comment-removed',
+    title: [by ? `Removed by ${nameOf(by.user_id, by.name)}` : null, comment.removed_at ? when(comment.removed_at) : null].filter(Boolean).join(' · ') || null,
+  }, reason ? `Removed by a teacher: ${reason}` : 'Removed by a teacher.');
 }
 
 /** Who may edit `item` and read its earlier texts: its author (the server also holds them to the
@@ -284,7 +309,7 @@ function moderationLog(course) {
       const what = action.comment_id != null ? `comment ${action.comment_id} on post ${action.post_id}` : `post ${action.post_id}`;
       const verb = action.action === 'delete' ? 'removed' : 'edited';
       return h('li', { dataset: { id: action.id, action: action.action } },
-        h('strong', {}, who(action.moderator_id)), ` ${verb} ${who(action.author_id)}'s ${what} · `, timeEl(action.created_at),
+        h('strong', {}, who(action.moderator_id, action.moderator_name)), ` ${verb} ${who(action.author_id, action.author_name)}'s ${what} · `, timeEl(action.created_at),
         action.reason ? h('div', { class: 'moderation-reason' }, `Reason: ${action.reason}`) : null);
     },
   });
@@ -465,7 +490,7 @@ function postCard(course, post, { full = false, onDeleted }) {
   const bodyEl = h('div', { class: 'post-body markdown' });
   const paintText = () => {
     fill(titleEl, full ? post.title : h('a', { href: link }, post.title));
-    fill(meta, `by ${who(post.user_id)} · `, timeEl(post.created_at), editedMark(course, 'post', post));
+    fill(meta, avatar(post.user_id, post.author_name), ` by ${who(post.user_id, post.author_name)} · `, timeEl(post.created_at), editedMark(course, 'post', post));
     fill(bodyEl, renderMarkdown(full || post.body.length <= 300 ? post.body : `${post.body.slice(0, 300)}…`));
   };
   paintText();
@@ -596,7 +621,7 @@ function likers(course, kind, item) {
     // (likes are applied a moment later): an unlike takes "you" off, a like puts "you" on top.
     row: (liker) => (liker.user_id === session.userId && item.liked_by_me === false
       ? null
-      : likerRow(liker.user_id, timeEl(liker.liked_at))),
+      : likerRow(liker.user_id, timeEl(liker.liked_at), liker.name)),
     adjust: (list) => {
       if (item.liked_by_me !== true || list.querySelector(`[data-user="${session.userId}"]`)) return;
       list.querySelector('li.muted:not(.loading)')?.remove();
@@ -605,8 +630,8 @@ function likers(course, kind, item) {
   });
 }
 
-function likerRow(userId, at) {
-  return h('li', { dataset: { user: userId } }, h('strong', {}, who(userId)), ' · ', at);
+function likerRow(userId, at, name = null) {
+  return h('li', { dataset: { user: userId } }, h('strong', {}, who(userId, name)), ' · ', at);
 }
 
 function likeRefused(error, kind, like) {
@@ -698,6 +723,7 @@ class Thread {
     this.cursor = null;
     this.tally = new CommentTally();
     this.roots = new Map(); // root comment id -> {comment, el, replies, more, seen, cursor, loaded}
+    this.removing = new Map(); // comment id -> this teacher's removal on its way
     this.list = h('ol', { class: 'comments', 'aria-label': 'Comments' });
     this.more = h('div', { class: 'list-more' });
     this.openForm = null;
@@ -746,17 +772,24 @@ class Thread {
       block?.update(shown);
       return;
     }
+    // A teacher's removal keeps its place: said by the event, or by this page's own removal
+    // whose answer has not come yet, or already shown.
+    const already = this.list.querySelector(`.comment[data-id="${comment.id}"][data-removed="true"]`);
+    const removal = deleted ? (comment.removed_by ? comment : this.removing.get(comment.id) ?? (already ? {} : null)) : null;
     comment = { ...shown, deleted_at: comment.deleted_at };
     const delta = this.tally.delta(comment);
     this.card.commentCount(delta);
     if (comment.parent_id == null) {
-      if (deleted) this.dropRoot(comment.id);
+      if (removal) this.markRemoved(comment.id, null, removal);
+      else if (deleted) this.dropRoot(comment.id);
       else if (this.cursor == null) this.addRoot(fresh(comment));
       return;
     }
     const root = this.roots.get(comment.parent_id);
     if (!root) return;
-    if (deleted) {
+    if (removal && root.seen.has(comment.id)) {
+      this.markRemoved(comment.id, root, removal);
+    } else if (deleted) {
       if (!this.dropReply(root, comment.id) && delta) root.comment.reply_count = Math.max(0, root.comment.reply_count - 1);
     } else {
       if (delta) root.comment.reply_count += 1;
@@ -785,14 +818,40 @@ class Thread {
     return true;
   }
 
+  /** A comment a teacher removed stays where it was, as a note of the removal (a root's replies
+   * went with it); `root`: the reply's root, null for a root. */
+  markRemoved(id, root, removal) {
+    const el = root ? root.replies.querySelector(`[data-id="${id}"]`) : this.roots.get(id)?.el;
+    const block = el?.querySelector(':scope > .comment-block');
+    if (!block || el.dataset.removed === 'true') return;
+    const note = h('div', { class: 'comment-block removed' }, removedNote(removal));
+    block.replaceWith(note);
+    el.dataset.removed = 'true';
+    if (!root) {
+      const entry = this.roots.get(id);
+      entry.replies.replaceChildren();
+      entry.seen.clear();
+      entry.comment.reply_count = 0;
+      entry.loaded = true;
+      entry.cursor = null;
+      fill(entry.more);
+    } else {
+      root.comment.reply_count = Math.max(0, root.comment.reply_count - 1);
+    }
+  }
+
   addRoot(comment) {
     if (this.roots.has(comment.id)) return;
+    // Deleted by its author: gone. Removed by a teacher: its place says so.
+    if (comment.deleted && !comment.removed_by) return;
     this.list.querySelector('.empty-comments')?.remove();
     const replies = h('ol', { class: 'replies', 'aria-label': 'Replies' });
     const more = h('div', { class: 'replies-more' });
     const root = { comment, replies, more, seen: new Set(), cursor: null, loaded: false };
-    root.el = h('li', { class: 'comment root', dataset: { id: comment.id } },
-      this.commentBody(comment, comment), replies, more);
+    const removed = Boolean(comment.deleted);
+    root.el = h('li', { class: 'comment root', dataset: { id: comment.id, ...(removed ? { removed: 'true' } : {}) } },
+      removed ? h('div', { class: 'comment-block removed' }, removedNote(comment)) : this.commentBody(comment, comment), replies, more);
+    if (removed) root.loaded = root.comment.reply_count === 0;
     this.roots.set(comment.id, root);
     this.paintRepliesButton(root);
     this.list.append(root.el);
@@ -825,8 +884,11 @@ class Thread {
 
   addReply(root, reply) {
     if (root.seen.has(reply.id)) return null;
+    if (reply.deleted && !reply.removed_by) return null;
     root.seen.add(reply.id);
-    const el = h('li', { class: 'comment reply', dataset: { id: reply.id, parent: root.comment.id } }, this.commentBody(reply, root.comment));
+    const removed = Boolean(reply.deleted);
+    const el = h('li', { class: 'comment reply', dataset: { id: reply.id, parent: root.comment.id, ...(removed ? { removed: 'true' } : {}) } },
+      removed ? h('div', { class: 'comment-block removed' }, removedNote(reply)) : this.commentBody(reply, root.comment));
     root.replies.append(el);
     return el;
   }
@@ -838,7 +900,7 @@ class Thread {
     const meta = h('div', { class: 'meta muted' });
     const bodyEl = h('div', { class: 'comment-body markdown' });
     const paintText = () => {
-      fill(meta, h('strong', {}, who(comment.user_id)), ' · ', timeEl(comment.created_at), to ? ' · ' : null, to,
+      fill(meta, avatar(comment.user_id, comment.author_name), ' ', h('strong', {}, who(comment.user_id, comment.author_name)), ' · ', timeEl(comment.created_at), to ? ' · ' : null, to,
         editedMark(this.course, 'comment', comment));
       fill(bodyEl, renderMarkdown(comment.body));
     };
@@ -854,7 +916,8 @@ class Thread {
           const reply = await api(this.url(`comments/${comment.id}`), { method: 'PATCH', body: { body: fields.body, reason: fields.reason } });
           block.update(reply.data);
         }) : null,
-        deleteControl(isReply ? 'reply' : 'comment', comment, (reason) => this.remove(comment, root, isReply, reason))),
+        deleteControl(isReply ? 'reply' : 'comment', comment, (reason) => this.remove(comment, root, isReply, reason),
+          () => (isReply ? 0 : this.roots.get(comment.id)?.comment.reply_count ?? comment.reply_count ?? 0))),
       slot);
     /** An edit of this comment (its answer, or its event): the new text. */
     block.update = (latest) => {
@@ -932,9 +995,15 @@ class Thread {
   }
 
   async remove(comment, root, isReply, reason) {
+    // Another's, removed by a teacher: its place stays, saying so (its event may come first).
+    const removal = comment.user_id !== session.userId
+      ? { removed_by: { user_id: session.userId, name: null }, removal_reason: reason, removed_at: new Date().toISOString() }
+      : null;
+    if (removal) this.removing.set(comment.id, removal);
     try {
       await api(this.url(`comments/${comment.id}`), { method: 'DELETE', query: { reason } });
     } catch (error) {
+      this.removing.delete(comment.id);
       notify(explain(error, isReply ? 'this reply' : 'this comment'), 'error');
       return;
     }
@@ -942,12 +1011,15 @@ class Thread {
     if (isReply) {
       const entry = this.roots.get(root.id);
       this.card.commentCount(this.tally.delta(comment, true));
-      if (entry) this.dropReply(entry, comment.id);
+      if (entry && removal) this.markRemoved(comment.id, entry, removal);
+      else if (entry) this.dropReply(entry, comment.id);
     } else {
       const entry = this.roots.get(comment.id);
       this.card.commentCount(this.tally.delta(entry?.comment ?? comment, true));
-      this.dropRoot(comment.id);
+      if (removal) this.markRemoved(comment.id, null, removal);
+      else this.dropRoot(comment.id);
     }
-    notify(isReply ? 'Reply deleted.' : 'Comment and its replies deleted.');
+    if (removal) notify(isReply ? 'Reply removed.' : 'Comment and its replies removed.');
+    else notify(isReply ? 'Reply deleted.' : 'Comment and its replies deleted.');
   }
 }

@@ -3,13 +3,22 @@
 // (the composer under the timeline; each reply shown at once and then as it moves: queued, sent
 // ✓, delivered ✓✓, seen, or failed with its reason and a retry); live from the account's event
 // stream (conversations reorder, new messages append, replies move on, reads in other tabs).
-import { api, explain } from './api.js';
+// A team works it together: conversations are assigned (Mine / Unassigned / All) and have a
+// status (open, resolved, snoozed); the open one's header picks its assignee and changes its
+// status, and says who else is viewing or typing in it. The open conversation, read at its foot
+// while the tab is visible, is marked read as messages arrive; the tab's title counts what is
+// unread; a new message for me (or for no one) notifies while the tab is hidden, if asked to.
+import { alertOf, alertSettings } from './alerts.js';
+import { api, explain, payload } from './api.js';
 import { Composer } from './composer.js';
 import { fill, h, plural, timeEl, when } from './dom.js';
 import { follow, gate, stopFollowing } from './live.js';
 import * as outbox from './outbox.js';
+import { avatar, myName, nameOf, remember } from './people.js';
+import { Beacon, Presence } from './presence.js';
 import { go } from './router.js';
 import { session } from './session.js';
+import { cannedReplies, fillPlaceholders, isOwner, roster } from './team.js';
 import { busyButton, errorPanel, notify, rovingList, setTitle } from './ui.js';
 
 const MESSAGES_PER_PAGE = 30;
@@ -19,10 +28,40 @@ const NEAR_TOP = 120;
 // A reader this close (px) to the bottom follows new messages; further up, they stay put.
 const NEAR_BOTTOM = 40;
 
+// After a message arrives in the open conversation, mark it read this much later (one request
+// for a burst of messages).
+const READ_DEBOUNCE_MS = 300;
+// How long a read may take to be applied before the counts shown are the server's again.
+const READ_PENDING_MS = 10_000;
+// The list's filters, kept for the next visit.
+const FILTER = 'agora.inbox.filter';
+const ASSIGNEE_FILTERS = [['me', 'Mine'], ['none', 'Unassigned'], ['any', 'All']];
+const STATUS_FILTERS = [['open', 'Open'], ['resolved', 'Resolved'], ['snoozed', 'Snoozed'], ['any', 'Any status']];
+const STATUS_TEXT = { open: 'Open', resolved: 'Resolved', snoozed: 'Snoozed' };
+
 // {account, root, list, more, thread, items: Map(key -> {conversation, badge, li, time, title, preview}),
-//  cursor, key (the open conversation), header (its unread line), timeline, live (the gate)}
+//  cursor, key (the open conversation), header (its unread line), timeline, live (the gate),
+//  filter {assignee, status}, agents, presence, beacon (this page's presence where it is open)}
 let view = null;
 let routeCalls = 0;
+
+// The tab comes back into view: what arrived meanwhile in the open conversation is read now
+// (if its reader is at its foot), and this page is viewing it again.
+document.addEventListener('visibilitychange', () => {
+  if (document.visibilityState === 'visible' && view?.timeline && view.root.isConnected) view.timeline.seen();
+});
+
+function savedFilter() {
+  try {
+    const saved = JSON.parse(localStorage.getItem(FILTER) ?? '{}');
+    return {
+      assignee: ASSIGNEE_FILTERS.some(([id]) => id === saved.assignee) ? saved.assignee : 'any',
+      status: STATUS_FILTERS.some(([id]) => id === saved.status) ? saved.status : 'any',
+    };
+  } catch {
+    return { assignee: 'any', status: 'any' };
+  }
+}
 
 // A reply's status changes (sending, offline, refused, acknowledged): shown where it is open.
 outbox.onChange((entry) => {
@@ -45,12 +84,15 @@ export async function inboxView(main, [accountPart, key]) {
   // A route taken while this one still loads (a link followed at once) is the one shown.
   const call = (routeCalls += 1);
   if (!view || view.account !== account || !view.root.isConnected) {
+    leave(view);
+    view?.presence.close();
     const v = (view = buildInbox(main, accounts, account));
     // The stream first, then the lists: whatever commits after the read is in the stream.
     await follow(`api/zalo-accounts/${account}/events`, (kind, data) => v.live.take(kind, data));
-    await loadConversations(v);
+    await Promise.all([loadConversations(v), loadTeam(v), v.presence.load()]);
   }
   if (call !== routeCalls) return;
+  if ((key ?? null) !== view.key) leave(view);
   view.key = key ?? null;
   // On a phone the open conversation takes the screen (its header links back to the list).
   view.root.classList.toggle('open', Boolean(key));
@@ -67,11 +109,38 @@ export async function inboxView(main, [accountPart, key]) {
   }
 }
 
-/** The tab's title: the open conversation's name, the inbox and its account. */
+/** The tab's title: the unread count of the listed conversations, the open conversation's
+ * name, the inbox and its account ("(12) Hoa — Inbox — Zalo account 1 — agora"). */
 function titleOf(v) {
+  if (view !== v || !v.root.isConnected) return;
   const item = v.key ? v.items.get(v.key) : null;
   const name = v.key ? (item ? conversationTitle(item.conversation)[1] : v.key) : null;
+  let unread = 0;
+  for (const each of v.items.values()) unread += each.conversation.unread_count ?? 0;
   setTitle(name, `Inbox — Zalo account ${v.account}`);
+  if (unread) document.title = `(${unread}) ${document.title}`;
+}
+
+/** The inbox is left for another screen (or the person signed out): no presence stays behind. */
+export function leaveInbox() {
+  leave(view);
+}
+
+/** This page is no longer in the open conversation: its presence there ends at once. */
+function leave(v) {
+  v?.beacon?.close();
+  if (v) v.beacon = null;
+  clearTimeout(v?.readTimer);
+}
+
+/** The account's agents: names for the list and the timeline, the assignee picker's choices. */
+async function loadTeam(v) {
+  const { agents } = await roster(v.account);
+  v.agents = agents;
+  v.owner = isOwner(agents);
+  v.teamLink.hidden = !agents.length;
+  for (const item of v.items.values()) paintAssignee(item);
+  v.onTeam?.();
 }
 
 function markCurrent(v, key, item) {
@@ -81,9 +150,40 @@ function markCurrent(v, key, item) {
 
 function onEvent(v, kind, data) {
   if (kind === 'conversation') placeConversation(v, data);
-  else if (kind === 'message' && v.timeline?.key === data.thread_id) v.timeline.arrived(data);
+  else if (kind === 'message') {
+    remember(data.agent_user_id, data.agent_name);
+    noticeOf(v, data);
+    if (v.timeline?.key === data.thread_id) v.timeline.arrived(data);
+  } else if (kind === 'presence') v.presence.take(data);
+  else if (kind === 'reconnected') v.presence.load(); // presence events are never replayed
   else if (kind === 'changed') changed(v, data);
   else if (kind === 'reset') refetch(v);
+}
+
+/** Whether `conversation` is for this person to answer: assigned to them, or to no one. */
+function forMe(conversation) {
+  const assignee = conversation?.assignee;
+  return assignee == null || assignee.user_id === session.userId;
+}
+
+/** A new customer message: a notification (tab hidden) and a beep, each if turned on; once per
+ * message however often the stream delivers it. */
+function noticeOf(v, m) {
+  if (m.direction !== 'in') return;
+  const identity = m.id ? `i:${m.id}` : `m:${m.msg_id}`;
+  if (v.noticed.has(identity)) return;
+  v.noticed.add(identity);
+  const item = v.items.get(m.thread_id);
+  // A conversation out of the list's filter is known by its last event, if any.
+  if (!forMe(item?.conversation ?? v.known.get(m.thread_id))) return;
+  const name = item ? conversationTitle(item.conversation)[1] : (m.sender_name || m.thread_id);
+  alertOf({
+    title: `${name} — Zalo account ${v.account}`,
+    body: m.content ?? `[${m.msg_type ?? 'message'}]`,
+    tag: `agora-${v.account}-${identity}`,
+    audible: v.key !== m.thread_id,
+    onOpen: () => go(`#/inbox/${v.account}/${encodeURIComponent(m.thread_id)}`),
+  });
 }
 
 /** An object too large for the stream, named: read it, then apply it as its event. */
@@ -110,6 +210,21 @@ function refetch(v) {
 function buildInbox(main, accounts, account) {
   const picker = h('select', { id: 'account', onchange: (e) => go(`#/inbox/${e.target.value}`) },
     accounts.map((a) => h('option', { value: String(a), selected: a === account }, `Zalo account ${a}`)));
+  const filter = savedFilter();
+  const setFilter = (change) => {
+    Object.assign(view.filter, change);
+    localStorage.setItem(FILTER, JSON.stringify(view.filter));
+    for (const button of tabs.querySelectorAll('button')) button.setAttribute('aria-pressed', String(button.dataset.assignee === view.filter.assignee));
+    loadConversations(view);
+  };
+  const tabs = h('div', { class: 'filter-tabs', role: 'group', 'aria-label': 'Whose conversations' },
+    ASSIGNEE_FILTERS.map(([id, text]) => h('button', {
+      type: 'button', class: 'filter-tab', dataset: { assignee: id }, 'aria-pressed': String(filter.assignee === id),
+      onclick: () => setFilter({ assignee: id }),
+    }, text)));
+  const statusPicker = h('select', { id: 'status-filter', class: 'status-filter', onchange: (e) => setFilter({ status: e.target.value }) },
+    STATUS_FILTERS.map(([id, text]) => h('option', { value: id, selected: filter.status === id }, text)));
+  const teamLink = h('a', { class: 'team-link', href: `#/team/${account}/agents`, hidden: true }, 'Team');
   const list = h('ol', { class: 'conversations', 'aria-label': 'Conversations' });
   const more = h('div', { class: 'list-more' });
   const thread = h('section', { class: 'thread', 'aria-label': 'Conversation' });
@@ -119,10 +234,18 @@ function buildInbox(main, accounts, account) {
       h('div', { class: 'sidebar-head' },
         h('label', { for: 'account' }, 'Account'), picker,
         busyButton('↻', () => loadConversations(view), { class: 'ghost', title: 'Reload the conversations', 'aria-label': 'Reload the conversations' })),
+      h('div', { class: 'sidebar-filters' },
+        tabs,
+        h('label', { for: 'status-filter', class: 'visually-hidden' }, 'Status'), statusPicker),
+      h('div', { class: 'sidebar-tools' }, alertSettings(), teamLink),
       list, more),
     thread);
   fill(main, root);
-  const v = { account, root, list, more, thread, items: new Map(), cursor: null, key: null, header: null, timeline: null };
+  const v = {
+    account, root, list, more, thread, items: new Map(), cursor: null, key: null, header: null, timeline: null,
+    filter, teamLink, agents: [], owner: false, beacon: null, noticed: new Set(), known: new Map(),
+  };
+  v.presence = new Presence(account, (key) => presenceChanged(v, key));
   // The conversations are one Tab stop; the arrow keys move between them.
   v.roving = rovingList(list, 'a.conversation');
   v.live = gate((kind, data) => onEvent(v, kind, data));
@@ -136,7 +259,13 @@ function loadConversations(v, older = false, loading = true) {
     let page;
     try {
       page = await api(`api/zalo-accounts/${v.account}/conversations`, {
-        query: { limit: CONVERSATIONS_PER_PAGE, ...(older ? v.cursor : {}) },
+        query: {
+          limit: CONVERSATIONS_PER_PAGE,
+          // The defaults (any, any) are not sent: the list as it always was.
+          assignee: v.filter.assignee === 'any' ? null : v.filter.assignee,
+          status: v.filter.status === 'any' ? null : v.filter.status,
+          ...(older ? v.cursor : {}),
+        },
       });
     } catch (error) {
       fill(v.list, h('li', {}, errorPanel(error, `Zalo account ${v.account}`)));
@@ -151,7 +280,7 @@ function loadConversations(v, older = false, loading = true) {
       if (v.items.has(conversation.thread_id)) continue;
       v.list.append(conversationItem(v, conversation));
     }
-    if (!v.items.size) fill(v.list, h('li', { class: 'muted' }, 'No conversation yet: new customer messages appear here.'));
+    if (!v.items.size) fill(v.list, h('li', { class: 'muted empty-list' }, emptyText(v)));
     v.roving.refresh();
     titleOf(v);
     const p = page.pagination;
@@ -179,9 +308,48 @@ function conversationPreview(conversation) {
   return text;
 }
 
+function emptyText(v) {
+  const { assignee, status } = v.filter;
+  if (assignee === 'any' && status === 'any') return 'No conversation yet: new customer messages appear here.';
+  const whose = { me: 'assigned to you', none: 'unassigned', any: '' }[assignee];
+  const state = status === 'any' ? '' : STATUS_TEXT[status].toLowerCase();
+  return `No ${[state, 'conversation'].filter(Boolean).join(' ')} ${whose}`.trim() + '.';
+}
+
+/** A conversation's status as it reads now: a snooze whose time has passed is open again. */
+function statusOf(conversation) {
+  const status = conversation.status ?? 'open';
+  if (status === 'snoozed' && conversation.snoozed_until && Date.parse(conversation.snoozed_until) <= Date.now()) return 'open';
+  return status;
+}
+
+/** Whether a conversation belongs in the list under its filters. */
+function matches(v, conversation) {
+  const { assignee, status } = v.filter;
+  const who = conversation.assignee?.user_id ?? null;
+  if (assignee === 'me' && who !== session.userId) return false;
+  if (assignee === 'none' && who != null) return false;
+  return status === 'any' || statusOf(conversation) === status;
+}
+
+/** A row's assignee (initials, the name in its title) and its status when not open. */
+function paintAssignee(item) {
+  const c = item.conversation;
+  const person = c.assignee;
+  if (person) remember(person.user_id, person.name);
+  const status = statusOf(c);
+  fill(item.team,
+    person ? avatar(person.user_id, person.name) : null,
+    h('span', { class: 'visually-hidden' }, person ? `Assigned to ${nameOf(person.user_id, person.name)}` : 'Unassigned'),
+    status !== 'open' ? h('span', { class: `status-chip ${status}` }, status === 'snoozed' && c.snoozed_until ? `Snoozed until ${when(c.snoozed_until)}` : STATUS_TEXT[status]) : null);
+  item.link.dataset.assignee = person ? String(person.user_id) : '';
+  item.link.dataset.status = status;
+}
+
 function conversationItem(v, conversation) {
   const key = conversation.thread_id;
   const badge = h('span', { class: 'unread' });
+  const team = h('span', { class: 'conversation-team' });
   const time = h('span', { class: 'conversation-time muted' }, timeEl(conversation.last_message_at));
   const title = h('span', { class: 'conversation-title', title: key }, ...conversationTitle(conversation));
   const preview = h('span', { class: 'conversation-preview muted' }, conversationPreview(conversation));
@@ -193,12 +361,14 @@ function conversationItem(v, conversation) {
   title,
   badge,
   preview,
-  time);
+  time,
+  team);
   const li = h('li', {}, link);
-  const item = { conversation, badge, link, li, time, title, preview };
+  const item = { conversation, badge, link, li, time, title, preview, team };
   li.item = item;
   v.items.set(key, item);
   markCurrent(v, key, item);
+  paintAssignee(item);
   setUnread(v, key, conversation.unread_count);
   return li;
 }
@@ -218,6 +388,7 @@ function setUnread(v, key, count, pending = false) {
     v.header.textContent = count ? `${count} unread` : 'All read';
     v.header.dataset.count = String(count);
   }
+  titleOf(v);
 }
 
 const instant = (iso) => (iso ? Date.parse(iso) : -Infinity);
@@ -244,15 +415,46 @@ function placeConversation(v, conversation) {
   if (!item && v.cursor && last && listedBefore(last.conversation, conversation)) {
     return; // below the loaded pages: the next older page brings it
   }
+  const merged = item ? { ...(v.known.get(key) ?? {}), ...item.conversation, ...conversation } : { ...(v.known.get(key) ?? {}), ...conversation };
+  v.known.set(key, { assignee: merged.assignee ?? null, status: merged.status });
+  if (key === v.key) v.onConversation?.(merged);
+  if (!matches(v, merged)) {
+    // Out of the current filter (assigned elsewhere, resolved…): out of the list.
+    if (item) {
+      item.li.remove();
+      v.items.delete(key);
+      if (!v.items.size) fill(v.list, h('li', { class: 'muted empty-list' }, emptyText(v)));
+      v.roving.refresh();
+      titleOf(v);
+    }
+    return;
+  }
+  // Open, visible and read at its foot: a new message is read as it arrives, so the badge does
+  // not rise meanwhile.
+  const open = key === v.key && v.timeline?.key === key ? v.timeline : null;
+  let count = conversation.unread_count;
+  if (open && count > 0) {
+    // A message arrived (not an assignment or a status: those read nothing).
+    const arrived = instant(conversation.last_message_at) > instant(item?.conversation.last_message_at);
+    if (open.reading() && (arrived || open.readPending())) {
+      count = 0;
+      if (arrived) open.readSoon();
+    } else if (count > (item?.conversation.unread_count ?? 0)) {
+      open.arrivedUnread = true; // unseen (hidden, or read higher up): read once seen
+    }
+  } else if (open && count === 0) {
+    open.readAt = 0;
+  }
   if (item) {
-    item.conversation = { ...item.conversation, ...conversation };
+    item.conversation = { ...merged, unread_count: count };
     fill(item.time, timeEl(conversation.last_message_at));
     fill(item.title, ...conversationTitle(item.conversation));
     fill(item.preview, conversationPreview(item.conversation));
-    setUnread(v, key, conversation.unread_count);
+    paintAssignee(item);
+    setUnread(v, key, count, count !== conversation.unread_count);
   } else {
     if (!v.items.size) v.list.replaceChildren(); // "No conversation yet."
-    conversationItem(v, conversation);
+    conversationItem(v, { ...conversation, unread_count: count });
     item = v.items.get(key);
   }
   const next = [...v.list.children].find((li) => li !== item.li && li.item && listedBefore(conversation, li.item.conversation));
@@ -274,18 +476,47 @@ async function openConversation(v, key) {
   const hint = h('button', { type: 'button', class: 'new-messages', hidden: true });
   const name = v.items.has(key) ? conversationTitle(v.items.get(key).conversation)[1] : key;
   let timeline = null;
-  const composer = new Composer(name, ({ content, quote }) => timeline.send(content, quote));
+  const base = `api/zalo-accounts/${v.account}/conversations/${encodeURIComponent(key)}`;
+  // The same conversation shown again (a reload of the route) keeps its presence going.
+  if (v.beacon && (v.beacon.closed || v.beacon.key !== key)) leave(v);
+  const beacon = (v.beacon ??= new Beacon(v.account, key));
+  const composer = new Composer(name, ({ content, quote }) => {
+    beacon.sent();
+    timeline.send(content, quote);
+  }, {
+    typed: () => beacon.typed(),
+    canned: () => cannedReplies(v.account),
+    fill: (body) => fillPlaceholders(body, {
+      contactName: v.items.get(key)?.conversation.contact_name ?? conversation?.contact_name ?? '',
+      agentName: myName(),
+    }),
+  });
+  let conversation = v.items.get(key)?.conversation ?? null;
+  const presenceLine = h('div', { class: 'presence-line muted', role: 'status', 'aria-live': 'polite', hidden: true });
+  const teamBar = h('div', { class: 'thread-team' });
+  const paintTeam = () => paintThreadTeam(v, key, base, conversation, teamBar);
+  v.onConversation = (c) => {
+    conversation = { ...(conversation ?? {}), ...c };
+    paintTeam();
+  };
+  v.onTeam = paintTeam;
+  v.presenceLine = presenceLine;
   fill(v.thread,
     h('header', { class: 'thread-head' },
       h('a', { class: 'thread-back', href: `#/inbox/${v.account}`, 'aria-label': 'Back to the conversations' }, '←'),
       h('h2', { title: key }, ...(v.items.has(key) ? conversationTitle(v.items.get(key).conversation).slice(1) : [key])),
       unread,
       busyButton('Mark read', () => markRead(v, key), { class: 'mark-read' })),
+    teamBar,
+    presenceLine,
     // The hint floats over the timeline's foot, never over the composer.
     h('div', { class: 'timeline-pane' }, scroller, hint),
     composer.el);
   timeline = new Timeline(v.account, key, scroller, start, messages, hint, composer);
+  timeline.onRead = () => readArrived(v, key);
   v.timeline = timeline;
+  paintTeam();
+  presenceChanged(v, key);
   await v.live.during(async () => {
     await timeline.start();
     // The count as the read side has it now (the list may be older than this conversation).
@@ -296,6 +527,78 @@ async function openConversation(v, key) {
       if (error.status === 404) fill(v.thread, errorPanel(error, `conversation ${key}`));
     }
   });
+}
+
+/** Someone's presence changed in conversation `key`: the open one's line says so. */
+function presenceChanged(v, key) {
+  if (key !== v.key || !v.presenceLine) return;
+  const { text, title } = v.presence.line(key);
+  v.presenceLine.textContent = text;
+  v.presenceLine.title = title;
+  v.presenceLine.hidden = !text;
+}
+
+/** The open conversation's team controls: its assignee (the account's agents), its status and
+ * what changes it (Resolve, Reopen, Snooze until…). Each change is the server's answer shown,
+ * and every agent's list follows by the stream's conversation event. */
+function paintThreadTeam(v, key, base, conversation, bar) {
+  if (v.key !== key) return;
+  const c = conversation ?? {};
+  const status = statusOf(c);
+  const assignee = c.assignee ?? null;
+  const apply = (reply) => {
+    const changed = payload(reply);
+    if (changed?.thread_id) placeConversation(v, changed);
+  };
+  const change = async (path, body, what) => {
+    try {
+      apply(await api(`${base}/${path}`, { method: 'PUT', body }));
+    } catch (error) {
+      notify(explain(error, what), 'error');
+    }
+  };
+  const choices = [...v.agents];
+  if (assignee && !choices.some((a) => a.user_id === assignee.user_id)) choices.push(assignee);
+  const picker = h('select', { id: 'assignee', class: 'assignee-picker', disabled: !v.agents.length },
+    h('option', { value: '', selected: !assignee }, 'Unassigned'),
+    choices.map((a) => h('option', { value: String(a.user_id), selected: assignee?.user_id === a.user_id },
+      a.user_id === session.userId ? `${nameOf(a.user_id, a.name)} (me)` : nameOf(a.user_id, a.name))));
+  picker.addEventListener('change', () => change('assignee', { user_id: picker.value ? Number(picker.value) : null }, 'the assignment'));
+  const snoozeTo = (until) => change('status', { status: 'snoozed', snoozed_until: until.toISOString() }, 'the snooze');
+  const tomorrow = new Date();
+  tomorrow.setDate(tomorrow.getDate() + 1);
+  tomorrow.setHours(8, 0, 0, 0);
+  const snooze = h('details', { class: 'snooze popover' },
+    h('summary', {}, 'Snooze'),
+    h('div', { class: 'snooze-panel' },
+      busyButton('For 1 hour', () => snoozeTo(new Date(Date.now() + 3600_000)), { class: 'ghost snooze-hour' }),
+      busyButton(`Until tomorrow ${tomorrow.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`, () => snoozeTo(tomorrow), { class: 'ghost snooze-tomorrow' })));
+  fill(bar,
+    assignee ? avatar(assignee.user_id, assignee.name) : null,
+    h('label', { for: 'assignee', class: 'visually-hidden' }, 'Assignee'),
+    picker,
+    h('span', { class: `status-chip ${status}`, dataset: { status } },
+      status === 'snoozed' && c.snoozed_until ? `Snoozed until ${when(c.snoozed_until)}` : STATUS_TEXT[status]),
+    status === 'open'
+      ? busyButton('Resolve', () => change('status', { status: 'resolved' }, 'the status'), { class: 'resolve' })
+      : busyButton('Reopen', () => change('status', { status: 'open' }, 'the status'), { class: 'reopen' }),
+    status === 'snoozed' ? null : snooze);
+}
+
+/** New messages of the open conversation were seen (it is visible, its reader at its foot):
+ * read up to now, once for a burst, quietly (the conversation's event brings the count). */
+function readArrived(v, key) {
+  clearTimeout(v.readTimer);
+  if (v.key !== key) return;
+  setUnread(v, key, 0, true);
+  v.readTimer = setTimeout(async () => {
+    if (v.key !== key) return;
+    try {
+      await api(`api/zalo-accounts/${v.account}/conversations/${encodeURIComponent(key)}/read`, { method: 'POST', body: {} });
+    } catch {
+      // the next message, or Mark read, tries again
+    }
+  }, READ_DEBOUNCE_MS);
 }
 
 async function markRead(v, key) {
@@ -349,19 +652,51 @@ class Timeline {
     this.parked = new Map();
     this.duplicates = 0;
     this.unseenBelow = 0;
+    // Messages that arrived while the tab was hidden or the reader was higher up: read once
+    // the reader is at the foot with the tab visible.
+    this.arrivedUnread = false;
+    this.readAt = 0; // when this page last read what arrived (0: its read is applied)
+    this.onRead = null;
     scroller.addEventListener('scroll', () => {
-      if (this.atBottom()) this.showHint(0);
+      if (this.atBottom()) {
+        this.showHint(0);
+        this.seen();
+      }
       this.fillUp();
     }, { passive: true });
     hint.addEventListener('click', () => {
       this.scroller.scrollTop = this.scroller.scrollHeight;
       this.showHint(0);
+      this.seen();
     });
   }
 
   atBottom() {
     const s = this.scroller;
     return s.scrollHeight - s.scrollTop - s.clientHeight < NEAR_BOTTOM;
+  }
+
+  /** Whether the person reads what arrives: the tab visible, the timeline at its foot. */
+  reading() {
+    return document.visibilityState === 'visible' && this.scroller.isConnected && this.atBottom();
+  }
+
+  /** A message arrived while reading: mark it read (debounced by the view). */
+  readSoon() {
+    this.arrivedUnread = false;
+    this.readAt = Date.now();
+    this.onRead?.();
+  }
+
+  /** Whether this page's read is on its way (applied asynchronously): meanwhile an event that
+   * still counts what was read does not raise the badge. */
+  readPending() {
+    return this.readAt > 0 && Date.now() - this.readAt < READ_PENDING_MS;
+  }
+
+  /** The reader may now see what arrived unseen: read it. */
+  seen() {
+    if (this.arrivedUnread && this.reading()) this.readSoon();
   }
 
   showHint(count) {
@@ -623,7 +958,7 @@ function mergeMessage(old, m) {
     merged = { ...old, id: old.id || m.id, msg_id: old.msg_id || m.msg_id };
   } else {
     merged = { ...old, ...m, id: m.id || old.id, msg_id: m.msg_id || old.msg_id, local: m.local ?? null, key: m.key ?? null };
-    for (const name of ['delivered_at', 'seen_at', 'quote_preview', 'quote_payload', 'agent_user_id']) {
+    for (const name of ['delivered_at', 'seen_at', 'quote_preview', 'quote_payload', 'agent_user_id', 'agent_name']) {
       merged[name] = m[name] ?? old[name] ?? null;
     }
     if (!m.id && old.id) merged.sent_at = old.sent_at;
@@ -646,6 +981,7 @@ function localMessage(entry) {
     delivery_state: null,
     reactions: [],
     agent_user_id: session.userId,
+    agent_name: null,
     key: entry.key,
     local: entry.status,
     local_reason: entry.reason,
@@ -670,13 +1006,16 @@ function orderMessage({ order: o, quoteText = null }) {
     seen_at: o.seen_at,
     reactions: [],
     agent_user_id: o.agent_user_id,
+    agent_name: o.agent_name ?? null,
     failure_class: o.failure_class,
     failure_reason: o.failure_reason,
   };
 }
 
 function messageItem(m, timeline) {
-  const who = m.sender_name || m.sender_id || (m.direction === 'out' ? (m.agent_user_id != null ? `Agent ${m.agent_user_id}` : 'Account') : 'Customer');
+  // A reply sent through agora is its agent's (by name); others by who Zalo says sent them.
+  const agent = m.direction === 'out' && m.agent_user_id != null;
+  const who = agent ? nameOf(m.agent_user_id, m.agent_name) : m.sender_name || m.sender_id || (m.direction === 'out' ? 'Account' : 'Customer');
   const attachments = Array.isArray(m.attachments) ? m.attachments.length : m.attachments ? 1 : 0;
   const quotable = m.msg_id && !m.local;
   const el = h('li', {
@@ -684,7 +1023,8 @@ function messageItem(m, timeline) {
     dataset: { id: m.id, msgId: m.msg_id, sentAt: m.sent_at, cliMsgId: m.cli_msg_id ?? '', key: m.key ?? '', state: m.local ?? m.delivery_state ?? '' },
   },
   h('div', { class: 'message-meta' },
-    h('span', { class: 'sender' }, who), ' · ', timeEl(m.sent_at),
+    agent ? avatar(m.agent_user_id, m.agent_name) : null,
+    h('span', { class: 'sender', dataset: { user: agent ? m.agent_user_id : '' } }, who), ' · ', timeEl(m.sent_at),
     quotable ? h('button', {
       type: 'button',
       class: 'ghost reply-action',

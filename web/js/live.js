@@ -100,6 +100,9 @@ class LiveStream {
       // a stream cut before even that: it starts from now, and what it missed is in the lists.
       this.deliver('reset', { reason: 'reconnected without a position' });
     }
+    // Back after a cut: what a resumed stream does not replay (presence: no position) is read
+    // again by the view.
+    if (this.connectedOnce) this.deliver('reconnected', { resumed });
     this.connectedOnce = true;
     await this.read(response.body, controller);
     return null;

@@ -1,6 +1,7 @@
-// Sign-in: paste a bearer token, or (development gateway only) pick a demo user.
+// Sign-in: paste a bearer token, or (development gateway only) pick a demo person by name.
 import { api, explain, ApiError } from './api.js';
 import { h, fill } from './dom.js';
+import { avatar, remember } from './people.js';
 import { go } from './router.js';
 import { session } from './session.js';
 
@@ -52,6 +53,7 @@ export async function signInView(main, reason) {
           try {
             const minted = await api('dev/token', { method: 'POST', body: { sub: user.sub, accounts: user.accounts } });
             session.signIn(minted.data.token);
+            remember(user.sub, user.name);
             enter();
           } catch (e) {
             fail(`Demo sign-in failed. ${explain(e)}`);
@@ -59,7 +61,10 @@ export async function signInView(main, reason) {
             button.disabled = false;
           }
         } },
-        h('strong', {}, `User ${user.sub}`), h('span', {}, user.label))))));
+        avatar(user.sub, user.name ?? null, { title: false }),
+        h('span', { class: 'demo-user-text' },
+          h('strong', {}, user.name ?? `User ${user.sub}`),
+          h('span', { class: 'demo-user-role' }, user.role ?? user.label ?? '')))))));
   } catch (e) {
     const off = e instanceof ApiError && e.status === 404;
     fill(demo,
