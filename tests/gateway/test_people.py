@@ -1,4 +1,4 @@
-"""People have names (issue 46, point 1): every route that returns a person carries the name
+"""People have names (docs/people.md): every route that returns a person carries the name
 beside the id, from the people directory (PostgreSQL), looked up once per page — counted here in
 pg_stat_statements: a page of 100 comments by 100 people, or of 100 likers, costs one statement
 on `people`. Names come out NFC. Against the real services and datastores (the suite's

@@ -43,7 +43,7 @@ export async function forumView(main, [coursePart, section, postPart]) {
   }
   if (picker.titles.get(course)) setTitle(picker.titles.get(course), 'Course forum');
   const shown = section === 'posts' && /^[1-9][0-9]*$/.test(postPart ?? '')
-    ? new PostPage(body, course, postPart)
+    ? new PostPage(body, course, postPart, picker.titles.get(course))
     : new FeedPage(body, course, picker.titles.get(course));
   // Held while the page reads, applied on top after; a reset reads the page's lists again.
   const live = gate((kind, data) => {
@@ -647,9 +647,11 @@ function likeRefused(error, kind, like) {
 // --- a post and its comments ----------------------------------------------------------------------
 
 class PostPage {
-  constructor(body, course, postId) {
-    Object.assign(this, { body, course, postId: Number(postId), thread: null });
-    this.back = h('a', { href: `#/forum/${course}`, class: 'back' }, `← Course ${course}`);
+  constructor(body, course, postId, courseTitle) {
+    // The course by its title when the member's list has it (a bare number names nothing).
+    const name = courseTitle || `Course ${course}`;
+    Object.assign(this, { body, course, courseName: name, postId: Number(postId), thread: null });
+    this.back = h('a', { href: `#/forum/${course}`, class: 'back' }, `← ${name}`);
     fill(body, this.back, loading('Loading the post…'));
   }
 
@@ -661,7 +663,7 @@ class PostPage {
       fill(this.body, this.back, error.status === 403 ? courseError(error, this.course) : errorPanel(error, `post ${this.postId} of course ${this.course}`));
       return;
     }
-    setTitle(post.title, `Course ${this.course}`, 'Course forum');
+    setTitle(post.title, this.courseName, 'Course forum');
     const card = postCard(this.course, post, { full: true, onDeleted: () => go(`#/forum/${this.course}`) });
     this.thread = new Thread(this.course, post, card);
     fill(this.body, this.back, card, this.thread.section);

@@ -523,6 +523,12 @@ async function openConversation(v, key) {
     try {
       const reply = await api(`api/zalo-accounts/${v.account}/conversations/${encodeURIComponent(key)}/unread`);
       setUnread(v, key, reply.data.unread);
+      // Opened is read: its newest messages are on screen. Read now if the tab is visible and
+      // the reader at the foot, else once they are (as for messages that arrive).
+      if (reply.data.unread > 0) {
+        timeline.arrivedUnread = true;
+        timeline.seen();
+      }
     } catch (error) {
       if (error.status === 404) fill(v.thread, errorPanel(error, `conversation ${key}`));
     }
