@@ -117,10 +117,17 @@ def node_ids(nodes: Nodes) -> list[str]:
 
 
 def assert_formed(nodes: Nodes) -> None:
-    for n in range(NODES):
-        info = nodes.info(n)
-        assert info["cluster_state"] == "ok", (n, info)
-        assert info["cluster_known_nodes"] == str(NODES), (n, info)
+    # Gossip carries a node the script just met to the others within a few pings: on a loaded
+    # machine node 0 may still know five when the script returns, so wait for every node to
+    # know all six (and say which did not, if they never do).
+    def formed() -> bool:
+        return all(
+            nodes.info(n)["cluster_state"] == "ok"
+            and nodes.info(n)["cluster_known_nodes"] == str(NODES)
+            for n in range(NODES)
+        )
+
+    until_sync("every node to know all the others, the cluster ok", formed)
     until_sync(
         "three masters with a replica each",
         lambda: sorted(nodes.roles()) == ["master"] * 3 + ["slave"] * 3,
