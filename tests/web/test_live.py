@@ -300,8 +300,10 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
         await ingest(api, [message(RESET, "here", now - timedelta(hours=2), "Còn đây")])
         await expect(page.locator('.message[data-msg-id="here"]')).to_have_count(1)
 
-        # Away while 150 arrive: more than the account's feed keeps (100 events), so the
-        # position it resumes from is gone and the stream answers with a reset.
+        # Away while 150 arrive (a laptop's lid shut: the tab hidden, the network gone): more
+        # than the account's feed keeps (100 events), so the position it resumes from is gone
+        # and the stream answers with a reset.
+        await set_hidden(page, True)
         await page.context.set_offline(True)
         await expect(page.locator("#live")).to_have_attribute("data-state", "reconnecting")
         flood = [
@@ -328,6 +330,7 @@ async def test_back_after_more_than_the_feed_keeps_the_page_refetches_in_place(
         assert await shown_ids(page) == newest
         assert asked.resumed_from[-1] is not None  # it did resume from its position
         assert any(at > back for at in asked.reads)  # and read the timeline again
+        # The lid still shut (hidden): nothing was read, every one counts.
         badge = page.locator(f'.conversation[data-key="{RESET}"] .unread')
         await expect(badge).to_have_attribute("data-count", str(2 + 1 + 150))
         await still_same_document(page)

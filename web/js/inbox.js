@@ -429,16 +429,17 @@ function placeConversation(v, conversation) {
     }
     return;
   }
-  // Open, visible and read at its foot: a new message is read as it arrives, so the badge does
-  // not rise meanwhile.
+  // Open, visible and read at its foot: everything it holds is on screen, so it is read (a new
+  // message as it arrives, or a count that any event still carries), and the badge never rises.
   const open = key === v.key && v.timeline?.key === key ? v.timeline : null;
   let count = conversation.unread_count;
   if (open && count > 0) {
-    // A message arrived (not an assignment or a status: those read nothing).
-    const arrived = instant(conversation.last_message_at) > instant(item?.conversation.last_message_at);
-    if (open.reading() && (arrived || open.readPending())) {
+    if (open.reading()) {
       count = 0;
-      if (arrived) open.readSoon();
+      // A new message is read (debounced: once per burst); an event that still counts what this
+      // page's read is about to clear asks no second read.
+      const arrived = instant(conversation.last_message_at) > instant(item?.conversation.last_message_at);
+      if (arrived || !open.readPending()) open.readSoon();
     } else if (count > (item?.conversation.unread_count ?? 0)) {
       open.arrivedUnread = true; // unseen (hidden, or read higher up): read once seen
     }
