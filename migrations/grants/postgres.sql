@@ -46,3 +46,10 @@ GRANT SELECT, DELETE ON live_outbox TO agora_flusher;
 -- Every service: which migrations are applied (readiness waits for the one its build needs).
 GRANT SELECT ON schema_migrations
   TO agora_ingest, agora_timeline, agora_likes, agora_flusher, agora_likes_writer;
+
+-- flusher: the search index and the indexer's positions (docs/search.md); it reads the posts
+-- and comments above, and the messages in MariaDB, to index them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON search_messages, search_forum, search_positions
+  TO agora_flusher;
+-- timeline: searches the index (SearchService), then reads each result back from its table.
+GRANT SELECT ON search_messages, search_forum, search_positions TO agora_timeline;

@@ -86,6 +86,8 @@ RULES: dict[str, Rule] = {
     "/agora.forum.v1.ForumReadService/*": for_user(GATEWAY),
     "/agora.forum.v1.ForumReadService/WatchCourse": watching(for_user(GATEWAY, WATCHER)),
     "/agora.forum.v1.LikeService/*": for_user(GATEWAY),
+    "/agora.search.v1.SearchService/SearchMessages": for_account(GATEWAY),
+    "/agora.search.v1.SearchService/SearchCourse": for_user(GATEWAY),
     "/grpc.health.v1.Health/*": Rule(frozenset({ANYONE})),
     # Registered only where GRPC_REFLECTION is on.
     "/grpc.reflection.v1alpha.ServerReflection/*": Rule(frozenset({ANYONE})),
