@@ -26,7 +26,7 @@ async def post(
     created = await writes.CreatePost(
         write_pb.CreatePostRequest(course_id=course, user_id=user, title=title, body=body)
     )
-    return created.post.id
+    return int(created.post.id)
 
 
 async def comment(
@@ -37,7 +37,7 @@ async def comment(
             course_id=COURSE, post_id=post_id, user_id=user, body=body, parent_id=parent
         )
     )
-    return created.comment.id
+    return int(created.comment.id)
 
 
 async def hits(search: Search, query: str, course: int = COURSE, user: int = 7) -> list[str]:
