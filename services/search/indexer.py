@@ -30,7 +30,6 @@ import asyncpg
 import redis.asyncio as redis
 from agora.events.v1 import live_events_pb2
 from prometheus_client import Counter, Gauge, Histogram
-from redis.exceptions import LockError
 
 from services.keyspace import family
 from services.runtime.mysql import MysqlDatabase
@@ -268,17 +267,18 @@ class Indexer:
         return count
 
     async def rebuild_account(self, account_id: int) -> int:
-        count = 0
-        async for rows in self._messages.account_texts(account_id):
-            docs = [
-                MessageDoc(account_id, str(r[0]), str(r[1]), int(r[2]), utc(r[3]), terms)
-                for r in rows
-                if (terms := document(account_tenant(account_id), r[4] or ""))
-            ]
-            await self._index.apply(Changes(docs, [], [], []), {})
-            count += len(docs)
-        REINDEXED.labels("message").inc(count)
-        return count
+        """The account's documents as its tables hold them now, replaced in one transaction
+        (what was pruned without the archive, or dropped with an old archive month, goes)."""
+        tenant = account_tenant(account_id)
+        docs = [
+            MessageDoc(account_id, str(r[0]), str(r[1]), int(r[2]), utc(r[3]), terms)
+            async for rows in self._messages.account_texts(account_id)
+            for r in rows
+            if (terms := document(tenant, r[4] or ""))
+        ]
+        await self._index.replace_account(account_id, docs, {})
+        REINDEXED.labels("message").inc(len(docs))
+        return len(docs)
 
     async def rebuild_course(self, course_id: int) -> int:
         tenant = course_tenant(course_id)
@@ -419,48 +419,76 @@ def _delay(committed_at: Any) -> None:
 
 
 class IndexerRunner:
-    """Runs the indexer in one process at a time across the flusher's replicas: a Redis lock
-    renewed while it runs. Two running at once (a lock lost with a failover) only repeat each
-    other's idempotent writes."""
+    """Runs the indexer in one process at a time across the flusher's replicas: a lock in Redis
+    naming its holder (the flusher's consumer name, stable across a pod's restarts, so a killed
+    process that comes back takes its own lock again at once), renewed while it runs and left to
+    expire otherwise. Two running at once (a lock lost with a failover) only repeat each other's
+    idempotent writes."""
 
-    def __init__(self, indexer: Indexer, client: redis.Redis, lock_key: str) -> None:
+    def __init__(
+        self,
+        indexer: Indexer,
+        client: redis.Redis,
+        lock_key: str,
+        holder: str,
+        ttl_ms: int = 10_000,
+    ) -> None:
         self._indexer = indexer
         self._redis = client
         self._lock_key = lock_key
+        self._holder = holder
+        self._ttl_ms = ttl_ms
+
+    async def _take(self) -> bool:
+        if await self._redis.set(self._lock_key, self._holder, nx=True, px=self._ttl_ms):
+            return True
+        held = await self._redis.get(self._lock_key)
+        if held is not None and _text(held) == self._holder:
+            return bool(
+                await self._redis.set(self._lock_key, self._holder, xx=True, px=self._ttl_ms)
+            )
+        return False
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            lock = self._redis.lock(self._lock_key, timeout=30, blocking=False, thread_local=False)
             try:
-                if await lock.acquire():
-                    try:
-                        await self._hold(stop, lock)
-                    finally:
-                        await _quietly(lock.release())
+                if await self._take():
+                    await self._hold(stop)
             except REDIS_ERRORS as exc:
                 log.warning("search indexer: Redis unavailable: %s", exc)
             except Exception:
                 log.exception("search indexer failed; starting again")
             await _pause(stop, 2)
 
-    async def _hold(self, stop: asyncio.Event, lock: Any) -> None:
+    async def _hold(self, stop: asyncio.Event) -> None:
         await self._indexer.start()
         renewed = time.monotonic()
-        while not stop.is_set():
-            if not await self._indexer.step():
-                await _pause(stop, self._indexer.idle_seconds)
-            if time.monotonic() - renewed > 10:
-                try:
-                    await lock.reacquire()
-                except LockError:
-                    log.warning("search indexer: lost its lock; another process may run it")
-                    return
-                renewed = time.monotonic()
+        try:
+            while not stop.is_set():
+                if not await self._indexer.step():
+                    await _pause(stop, self._indexer.idle_seconds)
+                if time.monotonic() - renewed > self._ttl_ms / 3000:
+                    if not await self._take():
+                        log.warning("search indexer: lost its lock; another process runs it")
+                        return
+                    renewed = time.monotonic()
+        finally:
+            if stop.is_set():
+                await _quietly(self._release())
+
+    async def _release(self) -> None:
+        held = await self._redis.get(self._lock_key)
+        if held is not None and _text(held) == self._holder:
+            await self._redis.delete(self._lock_key)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _quietly(call: Any) -> None:
-    # A lock already lost needs no release.
-    with contextlib.suppress(LockError, *REDIS_ERRORS):
+    # Leaving: a lock that cannot be released now expires by itself.
+    with contextlib.suppress(*REDIS_ERRORS):
         await call
 
 
@@ -489,4 +517,9 @@ def runner(
         ForumSource(pg),
         IndexerSettings(sweep_seconds=settings.search_sweep_seconds),
     )
-    return IndexerRunner(indexer, durable, _RUNNING.key(None, job="search-indexer"))
+    return IndexerRunner(
+        indexer,
+        durable,
+        _RUNNING.key(None, job="search-indexer"),
+        holder=settings.flusher_consumer_name,
+    )

@@ -85,6 +85,7 @@ DELETE FROM search_forum s USING unnest($1::bigint[], $2::bigint[]) AS gone (pos
 WHERE s.post_id = gone.post_id AND s.comment_id = gone.comment_id"""
 _POSTS_GONE = "DELETE FROM search_forum WHERE post_id = ANY($1::bigint[])"
 _COURSE_GONE = "DELETE FROM search_forum WHERE course_id = $1"
+_ACCOUNT_GONE = "DELETE FROM search_messages WHERE zalo_account_id = $1"
 _PUT_POSITIONS = """
 INSERT INTO search_positions (feed, position)
 SELECT * FROM unnest($1::text[], $2::text[])
@@ -155,6 +156,16 @@ class SearchIndex:
         never ahead of what was indexed, and a step repeated after a crash changes nothing."""
         async with self._pool.acquire() as conn, conn.transaction():
             await self._write(conn, changes)
+            if positions:
+                await conn.execute(_PUT_POSITIONS, list(positions), list(positions.values()))
+
+    async def replace_account(
+        self, account_id: int, docs: Sequence[MessageDoc], positions: dict[str, str]
+    ) -> None:
+        """The account's documents as `docs` (a rebuild from its tables), and its position."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(_ACCOUNT_GONE, account_id)
+            await self._write(conn, Changes(list(docs), [], [], []))
             if positions:
                 await conn.execute(_PUT_POSITIONS, list(positions), list(positions.values()))
 

@@ -50,7 +50,8 @@ def normal_word(raw: str) -> tuple[str, str]:
     decomposed = unicodedata.normalize("NFD", raw.casefold())
     tones = sorted({_TONES[c] for c in decomposed if c in _TONES})
     bare = "".join(c for c in decomposed if c not in _TONES)
-    exact = unicodedata.normalize("NFC", bare)[:MAX_WORD] + "".join(tones)
+    # "~" cannot be part of a word, so "mã1" (ma1, tone 4) is not "ma14".
+    exact = unicodedata.normalize("NFC", bare)[:MAX_WORD] + ("~" + "".join(tones) if tones else "")
     folded = "".join(c for c in bare if not unicodedata.combining(c)).replace("đ", "d")
     return exact, unicodedata.normalize("NFC", folded)[:MAX_WORD]
 
