@@ -46,7 +46,7 @@ PROPERTY_MAX_EXAMPLES ?= 10
 CLUSTER_MAX_EXAMPLES ?= 4
 N ?= 5
 
-.PHONY: help setup protos up down logs token test lint k8s-validate bench bench-assignment capacity dead-letters chaos traces backup restore
+.PHONY: help setup protos up down logs token test lint k8s-validate bench bench-assignment capacity reindex dead-letters chaos traces backup restore
 
 help:
 	@echo "make up          install what is missing, start datastores + services, load demo data"
@@ -68,6 +68,7 @@ help:
 	@echo "make chaos       every fault under load + the negative controls, then the HA engines' failovers;"
 	@echo "                 updates docs/reliability.md; the full gateway fuzzing"
 	@echo "make capacity    table sizes, bytes per row, 50M-row projection, growth per day"
+	@echo "make reindex     rebuild the search index from MariaDB and PostgreSQL (REINDEX_ARGS=--accounts 1,2)"
 	@echo "make dead-letters  list dead letters; REPLAY=<id> or REPLAY=all puts them back"
 	@echo "make backup      Redis, MariaDB and PostgreSQL into var/backups/<UTC timestamp>/ (online)"
 	@echo "make restore     BACKUP=var/backups/<timestamp>: replace the stack's data with a backup"
@@ -115,6 +116,9 @@ bench-assignment:
 
 capacity:
 	@$(STACK) run $(PY) -m tools.capacity
+
+reindex:
+	@$(STACK) run deploy/local/run-service.sh flusher $(PY) -m tools.reindex $(REINDEX_ARGS)
 
 dead-letters:
 	@$(STACK) run $(PY) -m tools.dead_letters --replay "$(REPLAY)"

@@ -38,4 +38,10 @@ if [ -f "$var/stack.env" ]; then
 fi
 set +a
 cd "$root"
+# `run-service.sh flusher <command…>`: a tool run with a service's identity and settings
+# (`make reindex` writes the search index as the flusher does).
+if [ $# -gt 1 ]; then
+  shift
+  exec "$@"
+fi
 exec "$root/.venv/bin/python" -m "services.$name"

@@ -22,12 +22,12 @@ from services.domain.idempotency import check_key
 from services.domain.ids import MAX_ROW_ID, check_id, check_row_id
 from services.domain.instants import EARLIEST_SECONDS, SECONDS_END, Limits, check_time
 from services.domain.paging import MAX_LIKERS_LIMIT, MAX_MESSAGE_LIMIT, check_limit
+from services.domain.search_text import MAX_PAGE as MAX_SEARCH_LIMIT
+from services.domain.search_text import Query, QueryError
 from services.domain.team import check_canned_body, check_role, check_shortcut
 from services.domain.text import MAX_BODY, MAX_TITLE, check_reason, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
-from services.search.text import MAX_PAGE as MAX_SEARCH_LIMIT
-from services.search.text import Query, QueryError
 
 _ASSIGNEE_FILTERS = (
     timeline_service_pb2.ASSIGNEE_FILTER_UNSPECIFIED,
@@ -548,7 +548,7 @@ CONVERSATIONS: RuleTable = {
 
 
 def search_query(field: str) -> Rule:
-    """What a person typed into a search box: see services/search/text.py."""
+    """What a person typed into a search box: see services/domain/search_text.py."""
 
     def rule(request: Any) -> Iterator[FieldViolation]:
         try:

@@ -27,11 +27,11 @@ from services.domain.messaging import (
     stored_message_fields,
 )
 from services.domain.people import PeopleDirectory, put_names
+from services.domain.search_text import DEFAULT_PAGE, Found, Query, match, snippet
 from services.runtime.grpc_errors import FieldViolation, abort, abort_invalid
 from services.runtime.mysql import MysqlDatabase
 from services.search.repository import ForumSource, Keyset, MessageSource, SearchIndex
 from services.search.terms import account_tenant, course_tenant, tsqueries
-from services.search.text import DEFAULT_PAGE, Found, Query, match, snippet
 
 # A page whose hits were mostly dropped (pruned, deleted) reads on, this many times at most.
 _READS_PER_PAGE = 4

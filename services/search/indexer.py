@@ -58,6 +58,10 @@ LAG = Gauge(
     "Age of the oldest live-feed wake-up the search indexer has not indexed yet (0: caught up)",
 )
 INDEXED = Counter("agora_search_indexed", "Texts the search indexer wrote", ["kind"])
+STEPPED = Gauge(
+    "agora_search_indexer_step_timestamp_seconds",
+    "When this process's search indexer last read the wake streams (only the lock holder steps)",
+)
 RESETS = Counter("agora_search_feed_resets", "Feeds the search indexer rebuilt from their tables")
 REINDEXED = Counter("agora_search_reindexed", "Texts indexed by rebuilds from the tables", ["kind"])
 DELAY = Histogram(
@@ -127,6 +131,7 @@ class Indexer:
     async def step(self) -> bool:
         """Index what the wake streams name since the indexer's cursors, then sweep when due.
         True when it found work (there may be more)."""
+        STEPPED.set_to_current_time()
         # One read per wake stream, pipelined: on a Redis Cluster they live in different slots.
         async with self._redis.pipeline(transaction=False) as pipe:
             for wake, cursor in self._wakes.items():

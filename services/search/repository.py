@@ -92,7 +92,7 @@ SELECT * FROM unnest($1::text[], $2::text[])
 ON CONFLICT (feed) DO UPDATE SET position = excluded.position, indexed_at = now()"""
 _POSITIONS = "SELECT feed, position FROM search_positions WHERE feed = ANY($1::text[])"
 
-# The ranked page: the match kind (services/search/text.py's MatchKind) from the four
+# The ranked page: the match kind (services/domain/search_text.py's MatchKind) from the four
 # tsqueries, then newest first; keyset on (kind, time, id), LIMIT n+1. The tenant's terms are
 # the only postings read ($5, the folded words, is what every hit matches); the tenant column
 # is checked again all the same.

@@ -1,6 +1,6 @@
 """What the index stores and what a query asks it, as PostgreSQL text search values.
 
-A text's words (services/search/text.py) become a tsvector with two lexemes per word at the
+A text's words (services/domain/search_text.py) become a tsvector with two lexemes per word at the
 word's position: `<tenant>:<folded>` and `<tenant>=<exact>`. The tenant prefix (`a42` for
 account 42, `c7` for course 7) makes every posting list one tenant's: a query reads only the
 postings of its own tenant, however common a word is elsewhere, and cannot match another
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.search.text import Query, words
+from services.domain.search_text import Query, words
 
 # A tsvector position is at most 16,383; words past it share the last position (they are still
 # found as words; a phrase that far into a long post is matched as scattered words).

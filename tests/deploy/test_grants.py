@@ -63,6 +63,10 @@ PG_REFUSED = [
     ("pg_likes_writer_url", "DELETE FROM courses WHERE id = 0"),
     ("pg_flusher_url", "CREATE TABLE intruder (id int PRIMARY KEY)"),
     ("pg_ingest_url", "DROP TABLE posts"),
+    # The search index: the indexer (flusher) writes it, timeline only reads it.
+    ("pg_timeline_url", "DELETE FROM search_messages WHERE zalo_account_id = 0"),
+    ("pg_ingest_url", "SELECT count(*) FROM search_forum"),
+    ("pg_likes_url", "SELECT count(*) FROM search_positions"),
 ]
 
 PG_ALLOWED = [
@@ -71,6 +75,8 @@ PG_ALLOWED = [
     ("pg_ingest_url", "UPDATE posts SET title = title WHERE id = 0"),
     ("pg_flusher_url", "UPDATE posts SET like_count = like_count WHERE id = 0"),
     ("pg_likes_writer_url", "DELETE FROM post_likes WHERE post_id = 0"),
+    ("pg_flusher_url", "DELETE FROM search_messages WHERE zalo_account_id = 0"),
+    ("pg_timeline_url", "SELECT count(*) FROM search_forum"),
 ]
 
 

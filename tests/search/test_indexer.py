@@ -20,6 +20,7 @@ from agora.messaging.v1 import ingest_service_pb2_grpc
 from agora.search.v1 import search_service_pb2_grpc
 from prometheus_client import REGISTRY
 
+from services.flusher.config import FlusherSettings
 from services.keyspace import feed_keys
 from services.runtime.mysql import MysqlDatabase
 from services.search.indexer import Indexer
@@ -27,6 +28,7 @@ from services.streams.live import LiveFeeds, LiveSettings
 from tests.helpers import ROOT, SHARDS, Flusher
 from tests.search.support import found, ingest_texts, stored_and_indexed, written
 from tests.stack import Env
+from tools.reindex import reindex
 
 pytestmark = pytest.mark.asyncio
 Search = search_service_pb2_grpc.SearchServiceStub
@@ -159,3 +161,22 @@ async def test_killed_at_random_while_messages_arrive_nothing_is_missing_or_twic
         assert set(results[account]) == ids  # 0 missing, nothing of another account
     for b, i in [(rng.randrange(batches), rng.randrange(per_batch)) for _ in range(20)]:
         assert await found(search, f"mã{b}x{i}", accounts[b % len(accounts)]) == [f"k{b}-{i}"]
+
+
+async def test_make_reindex_rebuilds_everything_from_the_tables(
+    ingest: Ingest,
+    flusher: Flusher,
+    search: Search,
+    flusher_settings: FlusherSettings,
+) -> None:
+    # Stored and published, but no indexer ran: the index is empty.
+    await ingest_texts(ingest, [("r1", "t1", "xịt chống nắng"), ("r2", "t2", "xit chong nang")])
+    await flusher.drain()
+    assert await found(search, "chong nang") == []
+    tenants, texts, _ = await reindex(flusher_settings, None, None, 2)
+    # Accounts 1-3 of the suite and the forum lab's courses 42 and 99 (3 posts, 2 comments).
+    assert (tenants, texts) == (5, 7)
+    assert await found(search, "chong nang") == ["r2", "r1"]
+    # Again: the same documents, none twice.
+    assert await reindex(flusher_settings, [1], [], 1) == (1, 2, 0)
+    assert await found(search, "chong nang") == ["r2", "r1"]

@@ -1,4 +1,4 @@
-"""The one normalisation of search (services/search/text.py), alone: each Vietnamese trap a
+"""The one normalisation of search (services/domain/search_text.py), alone: each Vietnamese trap a
 query meets, as the words both sides are reduced to."""
 
 from __future__ import annotations
@@ -7,7 +7,15 @@ import unicodedata
 
 import pytest
 
-from services.search.text import MatchKind, Query, QueryError, match, normal_word, snippet, words
+from services.domain.search_text import (
+    MatchKind,
+    Query,
+    QueryError,
+    match,
+    normal_word,
+    snippet,
+    words,
+)
 
 
 def forms(text: str) -> list[tuple[str, str]]:
