@@ -50,22 +50,27 @@ LIMIT %s"""
 ARCHIVE_FIRST_PAGE = FIRST_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
 ARCHIVE_NEXT_PAGE = NEXT_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
 
+
 # A page opened at one message (a search result), and the pages newer than it: one statement
 # each way over both tables, each branch a range of its table's timeline index in the page's
 # order (a message is in exactly one of them), the union of at most 2 × LIMIT rows sorted.
+# The index is named: on a small conversation the optimizer may prefer the direction index and
+# sort, which a page at the far end of a large one must never do.
 # Arguments: (conversation, time, time, id, n) for each branch, then n.
-_SELECT_ARCHIVED = _SELECT_MESSAGES.replace("FROM zalo_messages", "FROM zalo_messages_archive")
-
-
 def _both_tables(keyset: str, order: str) -> str:
     branch = f"""WHERE zalo_conversation_id = %s
   AND {keyset}
 ORDER BY {order}
 LIMIT %s"""
-    return f"""({_SELECT_MESSAGES}
+    live = f"{_SELECT_MESSAGES} FORCE INDEX (zalo_msg_conv_timeline_idx)"
+    archived = live.replace(
+        "FROM zalo_messages FORCE INDEX (zalo_msg_conv_timeline_idx)",
+        "FROM zalo_messages_archive FORCE INDEX (zalo_msg_archive_conv_timeline_idx)",
+    )
+    return f"""({live}
 {branch})
 UNION ALL
-({_SELECT_ARCHIVED}
+({archived}
 {branch})
 ORDER BY {order}
 LIMIT %s"""
