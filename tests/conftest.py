@@ -26,6 +26,7 @@ from agora.forum.v1 import (
     like_service_pb2_grpc,
 )
 from agora.messaging.v1 import ingest_service_pb2_grpc, timeline_service_pb2_grpc
+from agora.search.v1 import search_service_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -38,6 +39,9 @@ from services.runtime import postgres, telemetry
 from services.runtime import redis_client as redis_client_module
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.mysql import MysqlDatabase
+from services.search.indexer import Indexer, IndexerSettings
+from services.search.repository import ForumSource, MessageSource, SearchIndex
+from services.streams.live import LiveFeeds
 from services.streams.messages import MessageStreams, MessageStreamSettings
 from tests.helpers import (
     ACCOUNTS,
@@ -90,6 +94,9 @@ PG_TABLES = ", ".join(
         "live_outbox",
         "idempotency_keys",
         "people",
+        "search_messages",
+        "search_forum",
+        "search_positions",
     ]
 )
 
@@ -291,6 +298,9 @@ forum_writes = _stub_fixture(
 forum_reads = _stub_fixture(
     "timeline_server", forum_read_service_pb2_grpc.ForumReadServiceStub, "ForumReadService."
 )
+search = _stub_fixture(
+    "timeline_server", search_service_pb2_grpc.SearchServiceStub, "SearchService, on timeline."
+)
 
 
 @pytest.fixture
@@ -303,6 +313,28 @@ def flusher(
 ) -> Flusher:
     """Drains the message and like streams, in this process, on demand."""
     return Flusher(flusher_settings, redis_client, flusher_db, pg_flusher)
+
+
+@pytest_asyncio.fixture
+async def search_indexer(
+    clean: None,
+    flusher_settings: FlusherSettings,
+    redis_client: redis.Redis,
+    flusher_db: MysqlDatabase,
+    pg_flusher: asyncpg.Pool,
+) -> Indexer:
+    """The search indexer on the suite's databases, in this process, as the flusher's: a test
+    calls catch_up() once what it wrote is published."""
+    indexer = Indexer(
+        redis_client,
+        LiveFeeds.from_settings(flusher_settings),
+        SearchIndex(pg_flusher),
+        MessageSource(flusher_db),
+        ForumSource(pg_flusher),
+        IndexerSettings(),
+    )
+    await indexer.start()
+    return indexer
 
 
 @pytest.fixture

@@ -51,5 +51,7 @@ GRANT SELECT ON schema_migrations
 -- and comments above, and the messages in MariaDB, to index them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON search_messages, search_forum, search_positions
   TO agora_flusher;
+-- flusher: the courses, whose feeds the indexer's sweep compares with its positions.
+GRANT SELECT ON courses TO agora_flusher;
 -- timeline: searches the index (SearchService), then reads each result back from its table.
 GRANT SELECT ON search_messages, search_forum, search_positions TO agora_timeline;

@@ -26,6 +26,8 @@ from services.domain.team import check_canned_body, check_role, check_shortcut
 from services.domain.text import MAX_BODY, MAX_TITLE, check_reason, check_text
 from services.runtime.field_rules import Rule, RuleTable
 from services.runtime.grpc_errors import FieldViolation
+from services.search.text import MAX_PAGE as MAX_SEARCH_LIMIT
+from services.search.text import Query, QueryError
 
 _ASSIGNEE_FILTERS = (
     timeline_service_pb2.ASSIGNEE_FILTER_UNSPECIFIED,
@@ -556,5 +558,40 @@ CONVERSATIONS: RuleTable = {
         zalo_id("conversation_key"),
         _status_change,
         row_ids("actor_user_id"),
+    ),
+}
+
+
+def search_query(field: str) -> Rule:
+    """What a person typed into a search box: see services/search/text.py."""
+
+    def rule(request: Any) -> Iterator[FieldViolation]:
+        try:
+            Query.parse(getattr(request, field))
+        except QueryError as exc:
+            yield FieldViolation(field, str(exc))
+
+    return rule
+
+
+def search_limit(request: Any) -> Iterator[FieldViolation]:
+    """0 (the default page) or 1..MAX_SEARCH_LIMIT."""
+    if request.limit > MAX_SEARCH_LIMIT:
+        yield FieldViolation("limit", f"must be between 1 and {MAX_SEARCH_LIMIT}")
+
+
+_SEARCH = "/agora.search.v1.SearchService/"
+
+SEARCH: RuleTable = {
+    _SEARCH + "SearchMessages": (
+        account,
+        zalo_id("conversation_key", required=False),
+        search_query("query"),
+        search_limit,
+    ),
+    _SEARCH + "SearchCourse": (
+        row_ids("course_id", "user_id"),
+        search_query("query"),
+        search_limit,
     ),
 }

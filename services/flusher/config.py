@@ -74,6 +74,11 @@ class FlusherSettings(ServiceSettings, MessageStreamSettings, LikeStreamSettings
     # relay of one it is still publishing is a repeat, which is harmless), looked for this often.
     live_outbox_relay_after_seconds: float = Field(default=5, gt=0, le=3600)
     live_outbox_poll_seconds: float = Field(default=1, gt=0, le=3600)
+    # The search indexer (docs/search.md): one flusher replica at a time follows the live feeds
+    # into the search index; every account's and course's feed is compared with the indexer's
+    # position this often (wake-ups lost in between are found so).
+    search_indexer_enabled: bool = True
+    search_sweep_seconds: float = Field(default=300, gt=0)
 
     def consumer_config(self, group: str, **tuning: int) -> ConsumerConfig:
         """A shard consumer's configuration for `group`, with per-role tuning on top."""

@@ -20,6 +20,7 @@ from services.flusher.messages import builder as messages
 from services.runtime import redis_client, service
 from services.runtime.grpc_server import GrpcServer
 from services.runtime.readiness import Dependency
+from services.search import indexer as search
 from services.streams.live import LiveRedis
 from services.streams.monitor import StreamMonitor
 
@@ -80,6 +81,9 @@ async def build(settings: FlusherSettings) -> service.Service:
                 )
             ),
         ]
+        if settings.search_indexer_enabled:
+            indexer = search.runner(settings, redis, live_redis, mysql, pg)
+            background.append(schema.after_schema(indexer.run, both_ready))
         if live_redis.detached:
             background.append(publisher.run)
         # The flusher serves no RPCs: only the plaintext health port, for the probes.

@@ -32,6 +32,9 @@ MAX_WORD = 64
 # A query is what a person types in a search box.
 MAX_QUERY = 200
 MAX_QUERY_WORDS = 16
+# Results a page holds: at most, and when the caller does not say.
+MAX_PAGE = 50
+DEFAULT_PAGE = 20
 
 
 @dataclass(frozen=True, slots=True)

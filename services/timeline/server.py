@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from agora.forum.v1 import forum_read_service_pb2, forum_read_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
+from agora.search.v1 import search_service_pb2, search_service_pb2_grpc
 
 from services.domain import access, field_rules, schema
 from services.domain.people import PeopleDirectory
 from services.runtime import service
 from services.runtime.grpc_server import Api, GrpcServer
 from services.runtime.readiness import Dependency
+from services.search.handlers import SearchHandlers
+from services.search.repository import ForumSource, MessageSource, SearchIndex
 from services.streams.live import LiveFeeds
 from services.timeline.config import TimelineSettings
 from services.timeline.feed_hub import FeedHub
@@ -22,6 +25,7 @@ from services.timeline.watch import Watches
 
 MESSAGING = timeline_service_pb2.DESCRIPTOR.services_by_name["TimelineService"].full_name
 FORUM = forum_read_service_pb2.DESCRIPTOR.services_by_name["ForumReadService"].full_name
+SEARCH = search_service_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 
 
 async def build(settings: TimelineSettings) -> service.Service:
@@ -58,22 +62,27 @@ async def build(settings: TimelineSettings) -> service.Service:
         people = PeopleDirectory(pool)
         messages = TimelineHandlers(TimelineRepository(mysql), watches, people)
         forum = ForumReadHandlers(ForumReadRepository(pool), watches, people)
+        # Search reads the index (PostgreSQL) and reads each hit back from its own table.
+        search = SearchHandlers(
+            SearchIndex(pool), MessageSource(mysql), mysql, ForumSource(pool), people
+        )
 
         def register(server: object) -> None:
             timeline_service_pb2_grpc.add_TimelineServiceServicer_to_server(messages, server)
             forum_read_service_pb2_grpc.add_ForumReadServiceServicer_to_server(forum, server)
+            search_service_pb2_grpc.add_SearchServiceServicer_to_server(search, server)
 
-        rules = {**field_rules.TIMELINE, **field_rules.FORUM_READ}
+        rules = {**field_rules.TIMELINE, **field_rules.FORUM_READ, **field_rules.SEARCH}
         server = GrpcServer.for_apis(
-            settings, [Api(settings.grpc_port, [MESSAGING, FORUM], register, rules)], policy
+            settings, [Api(settings.grpc_port, [MESSAGING, FORUM, SEARCH], register, rules)], policy
         )
         return service.Service(
             server,
             resources,
             background=[hub.run, watches.rechecks],
             dependencies=[
-                Dependency("mysql", lambda: schema.mysql_ready(mysql), (MESSAGING,)),
-                Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM,)),
+                Dependency("mysql", lambda: schema.mysql_ready(mysql), (MESSAGING, SEARCH)),
+                Dependency("postgresql", lambda: schema.postgres_ready(pool), (FORUM, SEARCH)),
             ],
         )
 
