@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 from agora.messaging.v1 import ingest_service_pb2 as pb
-from agora.messaging.v1 import ingest_service_pb2_grpc
+from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2
 
+from services.search.indexer import Indexer
 from tests.helpers import Flusher, at, message
 
 pytestmark = pytest.mark.asyncio
@@ -23,6 +24,13 @@ COURSE_SEARCH = "/api/courses/42/search"
 MATCH_KINDS = {"exact_phrase", "exact_words", "folded_phrase", "folded_words"}
 # The flusher indexes what it stored a moment later: a test waits up to this for a hit.
 INDEXED_WITHIN = 10.0
+
+
+def said(msg_id: str, text: str, second: float, thread: str = "t1") -> message_pb2.Message:
+    """A customer's message saying `text`."""
+    written = message(msg_id, thread=thread, sent_at=at(second))
+    written.content = text
+    return written
 
 
 def auth(token: str) -> dict[str, str]:
@@ -98,12 +106,19 @@ async def test_the_openapi_document_states_the_routes_and_their_parameters(
 
 
 async def search_until(
-    gateway: httpx.AsyncClient, path: str, token: str, params: dict[str, Any], *, hits: int = 1
+    gateway: httpx.AsyncClient,
+    indexer: Indexer,
+    path: str,
+    token: str,
+    params: dict[str, Any],
+    *,
+    hits: int = 1,
 ) -> dict[str, Any]:
-    """The route's answer once it holds at least `hits` hits (the index follows the writes a
-    moment later)."""
+    """The route's answer once it holds at least `hits` hits: the indexer (the flusher's, here
+    in this process) follows the writes a moment later."""
     deadline = time.monotonic() + INDEXED_WITHIN
     while True:
+        await indexer.catch_up()
         response = await gateway.get(path, params=params, headers=auth(token))
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
@@ -121,6 +136,7 @@ def snippet(match: dict[str, Any]) -> tuple[str, list[str]]:
 async def test_messages_are_found_without_their_marks_in_the_contracts_shape(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     flusher: Flusher,
+    search_indexer: Indexer,
     gateway: httpx.AsyncClient,
     token: str,
 ) -> None:
@@ -128,13 +144,15 @@ async def test_messages_are_found_without_their_marks_in_the_contracts_shape(
         pb.IngestMessagesRequest(
             account_id=1,
             messages=[
-                message("s1", content="Shop ơi, xịt chống nắng còn hàng không?", sent_at=at(1)),
-                message("s2", thread="t2", content="Cảm ơn shop nhiều", sent_at=at(2)),
+                said("s1", "Shop ơi, xịt chống nắng còn hàng không?", 1),
+                said("s2", "Cảm ơn shop nhiều", 2, thread="t2"),
             ],
         )
     )
     await flusher.drain()
-    body = await search_until(gateway, ACCOUNT_SEARCH, token, {"q": "xit chong nang"})
+    body = await search_until(
+        gateway, search_indexer, ACCOUNT_SEARCH, token, {"q": "xit chong nang"}
+    )
     assert body["success"] is True
     assert set(body) == {"success", "hits", "next_cursor"}
     (hit,) = body["hits"]
@@ -167,19 +185,20 @@ async def test_messages_are_found_without_their_marks_in_the_contracts_shape(
 async def test_pages_follow_next_cursor_and_a_cursor_of_another_query_is_422(
     ingest: ingest_service_pb2_grpc.IngestServiceStub,
     flusher: Flusher,
+    search_indexer: Indexer,
     gateway: httpx.AsyncClient,
     token: str,
 ) -> None:
     await ingest.IngestMessages(
         pb.IngestMessagesRequest(
             account_id=1,
-            messages=[
-                message(f"k{i}", content=f"kem dưỡng số {i}", sent_at=at(i)) for i in range(7)
-            ],
+            messages=[said(f"k{i}", f"kem dưỡng số {i}", i) for i in range(7)],
         )
     )
     await flusher.drain()
-    await search_until(gateway, ACCOUNT_SEARCH, token, {"q": "kem duong", "limit": 50}, hits=7)
+    await search_until(
+        gateway, search_indexer, ACCOUNT_SEARCH, token, {"q": "kem duong", "limit": 50}, hits=7
+    )
     seen: list[str] = []
     params: dict[str, Any] = {"q": "kem duong", "limit": 3}
     cursor = None
@@ -220,7 +239,7 @@ async def test_the_services_refusal_of_a_query_names_q(
 
 
 async def test_a_course_search_finds_posts_and_comments_for_its_members(
-    flusher: Flusher, gateway: httpx.AsyncClient, token: str, env: Any
+    search_indexer: Indexer, gateway: httpx.AsyncClient, token: str
 ) -> None:
     created = await gateway.post(
         "/api/courses/42/posts",
@@ -236,7 +255,7 @@ async def test_a_course_search_finds_posts_and_comments_for_its_members(
     )
     assert comment.status_code == 201, comment.text
 
-    body = await search_until(gateway, COURSE_SEARCH, token, {"q": "bai tap"})
+    body = await search_until(gateway, search_indexer, COURSE_SEARCH, token, {"q": "bai tap"})
     (hit,) = [h for h in body["hits"] if h["post"]["id"] == post["id"]]
     assert hit["type"] == "post"
     assert hit["comment"] is None
@@ -244,7 +263,9 @@ async def test_a_course_search_finds_posts_and_comments_for_its_members(
     assert set(hit["post"]) == set(post)
     assert hit["match"]["kind"] in MATCH_KINDS
 
-    body = await search_until(gateway, COURSE_SEARCH, token, {"q": "dinh ly pytago"})
+    body = await search_until(
+        gateway, search_indexer, COURSE_SEARCH, token, {"q": "dinh ly pytago"}
+    )
     (hit,) = body["hits"]
     assert hit["type"] == "comment"
     assert hit["post"]["id"] == post["id"]
