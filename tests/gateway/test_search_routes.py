@@ -140,12 +140,14 @@ async def test_messages_are_found_without_their_marks_in_the_contracts_shape(
     gateway: httpx.AsyncClient,
     token: str,
 ) -> None:
+    # Threads of their own: timeline keeps (account, thread) → id in memory, and ids start
+    # again after each test's truncation.
     await ingest.IngestMessages(
         pb.IngestMessagesRequest(
             account_id=1,
             messages=[
-                said("s1", "Shop ơi, xịt chống nắng còn hàng không?", 1),
-                said("s2", "Cảm ơn shop nhiều", 2, thread="t2"),
+                said("s1", "Shop ơi, xịt chống nắng còn hàng không?", 1, thread="search-a"),
+                said("s2", "Cảm ơn shop nhiều", 2, thread="search-b"),
             ],
         )
     )
@@ -158,7 +160,7 @@ async def test_messages_are_found_without_their_marks_in_the_contracts_shape(
     (hit,) = body["hits"]
     assert set(hit) == {"message", "archived", "match"}
     assert hit["message"]["msg_id"] == "s1"
-    assert hit["message"]["thread_id"] == "t1"
+    assert hit["message"]["thread_id"] == "search-a"
     assert hit["archived"] is False
     assert set(hit["match"]) == {"kind", "fragments", "cut_before", "cut_after"}
     assert hit["match"]["kind"] == "folded_phrase"
@@ -170,14 +172,14 @@ async def test_messages_are_found_without_their_marks_in_the_contracts_shape(
     # The message object is the one the messages route returns.
     page = await gateway.get(
         "/api/zalo-accounts/1/messages",
-        params={"conversation_key": "t1", "around": "s1"},
+        params={"conversation_key": "search-a", "around": "s1"},
         headers=auth(token),
     )
     assert page.json()["data"] == [hit["message"]]
 
     # Only one conversation.
     other = await gateway.get(
-        ACCOUNT_SEARCH, params={"q": "shop", "conversation_key": "t2"}, headers=auth(token)
+        ACCOUNT_SEARCH, params={"q": "shop", "conversation_key": "search-b"}, headers=auth(token)
     )
     assert [h["message"]["msg_id"] for h in other.json()["hits"]] == ["s2"]
 
