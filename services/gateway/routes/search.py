@@ -17,6 +17,8 @@ from agora.search.v1 import search_service_pb2 as search_pb
 from fastapi import APIRouter, Query
 
 from services.domain.ids import ID_PATTERN
+from services.domain.search_text import MAX_PAGE as MAX_SEARCH_LIMIT
+from services.domain.search_text import MAX_QUERY
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, require_account
 from services.gateway.clients import RequestClients
@@ -35,9 +37,6 @@ from services.gateway.routes.forum.liked import liked_by_me_or_unknown
 
 router = APIRouter(tags=["search"])
 
-# The search service's bounds (services/search/text.py): what a person types in a search box.
-MAX_QUERY = 200
-MAX_SEARCH_LIMIT = 50
 # A cursor is the service's own text; this only bounds what is passed on.
 MAX_CURSOR = 1024
 
