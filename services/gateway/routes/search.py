@@ -1,6 +1,6 @@
-"""Full-text search in Vietnamese (docs/search.md): an account's messages, a course's posts and
-comments, served by timeline's SearchService. A query finds its words with or without their
-marks; a result opens in context (a message: the messages route with `around`).
+"""Full-text search in Vietnamese: an account's messages, a course's posts and comments, served
+by timeline's SearchService. A query finds its words with or without their marks; a result
+opens in context (a message: the messages route with `around`).
 
 The account route needs a token that grants the account, as every inbox route; the course
 route acts for the token's subject, whose enrolment the service checks (403), as the forum's
