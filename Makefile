@@ -11,12 +11,13 @@ REDIS ?= single
 # (Patroni + etcd, Galera + garbd, HAProxy on the same ports; docs/high-availability.md).
 HA ?= 0
 # make test's second run, on the test Redis Cluster: the suites that touch Redis streams (and of
-# the replies', the receipts through the streams), and presence's sharded pub/sub; only the
+# the replies', the receipts through the streams), presence's sharded pub/sub, and the search
+# indexer's reads of the wake streams (one per slot) and the feeds; only the
 # paths that exist (pytest stops at a missing path). Not tests/redis_cluster: each of its
 # modules starts a cluster of its own whatever the run's Redis, so the first run has covered it.
 PYTEST_CLUSTER_PATHS := tests/flusher tests/likes tests/live tests/messaging \
   tests/outbound/test_receipts_ingest.py tests/outbound/test_delivery_state.py \
-  tests/gateway/test_presence.py
+  tests/gateway/test_presence.py tests/search
 # Once is enough for these: the live accounting's negative control (it proves the accounting sees
 # a gap), the kills through processes, which run a single Redis of their own, and the dead letter
 # of an entry the flusher cannot convert (the database refuses it whatever the Redis topology),
