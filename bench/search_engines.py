@@ -49,6 +49,9 @@ LIVE_BATCH = 200
 
 Hit = tuple[int, int]  # (kind, message id)
 Result = tuple[int, list[Hit]]  # (count of matches, first page)
+# What a search cut short by its statement timeout returns (recorded as a timeout, not a result).
+TIMED_OUT: Result = (-1, [])
+CACHE_LIMIT: Result = (-2, [])
 
 
 def log(msg: str) -> None:
@@ -174,6 +177,18 @@ class _Pg:
 
     def close(self) -> None:
         self.run(self.conn.close())
+
+    def flush_pending(self) -> None:
+        names = self.run(
+            self.conn.fetch(
+                "SELECT indexrelid::regclass::text AS name FROM pg_index i JOIN pg_class c"
+                " ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam"
+                " WHERE indrelid = $1::regclass AND am.amname = 'gin'",
+                self.table,
+            )
+        )
+        for n in names:
+            self.run(self.conn.execute("SELECT gin_clean_pending_list($1::regclass)", n["name"]))
 
 
 class PgPrefixed(_Pg):
@@ -334,11 +349,12 @@ class MariaFulltext:
     name = "d"
     table = "sm_fulltext"
 
-    def __init__(self, socket: str, load_dir: Path) -> None:
+    def __init__(self, socket: str, load_dir: Path, timeout: float = 0) -> None:
         self.db = pymysql.connect(
             unix_socket=socket, user="root", database="bench", charset="utf8mb4", autocommit=True
         )
         self.load_dir = load_dir
+        self.timeout = timeout
 
     def bulk(self, rows: Path, count: int) -> None:
         c = self.db.cursor()
@@ -434,7 +450,23 @@ class MariaFulltext:
               WHERE MATCH(folded) AGAINST(%s IN BOOLEAN MODE) AND account_id = %s {thread}) m
             ORDER BY kind, FTS_DOC_ID DESC LIMIT {PAGE}"""
         c = self.db.cursor()
-        c.execute(sql, args)
+        if self.timeout:
+            c.execute("SET SESSION max_statement_time = %s", (self.timeout,))
+        try:
+            c.execute(sql, args)
+        except pymysql.err.OperationalError as e:
+            if e.args[0] != 1969:  # ER_STATEMENT_TIMEOUT
+                raise
+            return TIMED_OUT
+        except pymysql.err.InternalError as e:
+            # 188: the query's full-text matches outgrew innodb_ft_result_cache_limit (at most
+            # 4 GB): the engine cannot answer it at all.
+            if e.args[0] != 188:
+                raise
+            return CACHE_LIMIT
+        finally:
+            if self.timeout:
+                c.execute("SET SESSION max_statement_time = 0")
         rows = c.fetchall()
         return (int(rows[0][2]) if rows else 0), [(int(k), int(i)) for i, k, _ in rows]
 
@@ -554,6 +586,20 @@ class Tantivy:
 # --- the run ------------------------------------------------------------------------------
 
 
+def query_mix(rare: str) -> list[tuple[str, str]]:
+    """The queries every tenant is asked: (name, text)."""
+    return [
+        ("common word", "giá"),
+        ("rare word", rare),
+        ("phrase, marks", "giao hàng"),
+        ("phrase, no marks", "giao hang"),
+        ("one-letter + word", "ở đâu"),
+        ("false friend, folded", "duong"),
+        ("false friend, exact", "đường"),
+        ("in one conversation", "đơn hàng"),
+    ]
+
+
 def oracle(
     texts: dict[int, list[tuple[int, int, str]]], q: Query, account: int, conv: int | None
 ) -> Result:
@@ -588,6 +634,12 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/search-bench/load"))  # noqa: S108
     ap.add_argument("--tantivy-site", default="")
     ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--reuse", action="store_true", help="query the tables an earlier run left")
+    ap.add_argument("--flush-pending", action="store_true", help="GIN pending list, first")
+    ap.add_argument("--tag", default="", help="suffix of the candidate's key in the results")
+    ap.add_argument("--only", default="", help="query names of the mix to run, ';'-separated")
+    ap.add_argument("--classes", default="small,medium,big", help="tenant classes to run")
+    ap.add_argument("--mysql-timeout", type=float, default=0, help="max_statement_time, s")
     args = ap.parse_args()
     if args.tantivy_site:
         sys.path.append(args.tantivy_site)
@@ -630,16 +682,7 @@ def main() -> None:
     log(f"corpus written in {time.perf_counter() - t0:.0f}s, {words_total:,} words")
 
     rare = vocabulary(corpus.vocab_size, random.Random(args.seed))[1500]
-    mix = [
-        ("common word", "giá"),
-        ("rare word", rare),
-        ("phrase, marks", "giao hàng"),
-        ("phrase, no marks", "giao hang"),
-        ("one-letter + word", "ở đâu"),
-        ("false friend, folded", "duong"),
-        ("false friend, exact", "đường"),
-        ("in one conversation", "đơn hàng"),
-    ]
+    mix = query_mix(rare)
     probes = [
         Probe(
             name,
@@ -649,8 +692,10 @@ def main() -> None:
             cls,
         )
         for cls, accs in classes.items()
+        if cls in args.classes.split(",")
         for a in accs
         for name, text in mix
+        if not args.only or name in args.only.split(";")
     ]
     # The oracle reads every message of a tenant in Python: for the biggest tenants of a big
     # corpus it would take longer than the engines, so those are checked against the first
@@ -688,7 +733,7 @@ def main() -> None:
         elif cand == "c":
             engine = PgTrigram(args.pg_dsn, loop)
         elif cand == "d":
-            engine = MariaFulltext(args.mysql_socket, args.workdir)
+            engine = MariaFulltext(args.mysql_socket, args.workdir, args.mysql_timeout)
         elif cand == "e":
             try:
                 engine = Tantivy(args.workdir / "tantivy")
@@ -697,26 +742,44 @@ def main() -> None:
                 continue
         else:
             raise SystemExit(f"unknown candidate {cand}")
-        log(f"{cand}: bulk load of {bulk_count:,} messages")
-        t0 = time.perf_counter()
-        engine.bulk(rows_path, bulk_count)
-        bulk_s = time.perf_counter() - t0
-        timings = getattr(engine, "timings", {})
-        log(f"{cand}: bulk {bulk_s:.0f}s {timings}; live inserts of {len(live_rows):,}")
-        t0 = time.perf_counter()
-        engine.live(live_rows)
-        live_s = time.perf_counter() - t0
+        key = cand + args.tag
+        if args.reuse:
+            # Measure what an earlier run loaded (another way of querying it, or after a flush).
+            earlier = results[cand]
+            bulk_s, live_s, timings = earlier["bulk_s"], earlier["live_s"], {}
+            timings = {k: earlier[k] for k in ("copy_s", "index_s")}
+        else:
+            log(f"{cand}: bulk load of {bulk_count:,} messages")
+            t0 = time.perf_counter()
+            engine.bulk(rows_path, bulk_count)
+            bulk_s = time.perf_counter() - t0
+            timings = getattr(engine, "timings", {})
+            log(f"{cand}: bulk {bulk_s:.0f}s {timings}; live inserts of {len(live_rows):,}")
+            t0 = time.perf_counter()
+            engine.live(live_rows)
+            live_s = time.perf_counter() - t0
+        flush_s = None
+        if args.flush_pending and isinstance(engine, _Pg):
+            # The live inserts sit in the GIN pending list (fastupdate) until a vacuum or the
+            # list's size limit moves them into the tree; every query reads the whole list.
+            t0 = time.perf_counter()
+            engine.flush_pending()
+            flush_s = time.perf_counter() - t0
         size = engine.size()
         log(f"{cand}: live {live_s:.1f}s; size {size / 1e6:.0f} MB")
         reps = int(reps_by.get(cand, args.reps))
         # Warm once (the check below), then measure.
         lat: dict[str, list[float]] = defaultdict(list)
         wrong: list[str] = []
+        timeouts: list[str] = []
         for p in probes:
             q = Query.parse(p.text)
             got = engine.search(q, p.account, p.conversation)
             want = expected[p]
-            if want is None:
+            if got in (TIMED_OUT, CACHE_LIMIT):
+                why = "timed out" if got == TIMED_OUT else "failed: FTS result cache limit"
+                timeouts.append(f"{why}: {p.name} '{p.text}' account {p.account}")
+            elif want is None:
                 expected[p], reference[p] = got, cand
             elif got != want:
                 wrong.append(
@@ -724,11 +787,16 @@ def main() -> None:
                     f"(expected {want[0]} from {reference[p]}), page "
                     f"{'same' if got[1] == want[1] else 'differs'}"
                 )
+            if got in (TIMED_OUT, CACHE_LIMIT):
+                # A search cut short is recorded at its limit, and not repeated.
+                lat[f"{p.tenant_class}|{p.name}"].append(args.mysql_timeout * 1000)
+                continue
             for _ in range(reps):
                 t = time.perf_counter()
                 engine.search(q, p.account, p.conversation)
                 lat[f"{p.tenant_class}|{p.name}"].append((time.perf_counter() - t) * 1000)
-        results[cand] = {
+        results[key] = {
+            "pending_flush_s": flush_s,
             "bulk_s": bulk_s,
             **timings,
             # Load and index build only: making each engine's input from the corpus is not counted.
@@ -751,6 +819,7 @@ def main() -> None:
             "checked_against": dict(Counter(reference[p] for p in probes)),
             "reps": reps,
             "wrong": wrong,
+            "timeouts": timeouts,
         }
         log(f"{cand}: {len(wrong)} of {len(probes)} result sets differ from the oracle")
         for w in wrong[:10]:
@@ -762,11 +831,12 @@ def main() -> None:
 
 def report(results: dict[str, Any], mix: list[tuple[str, str]]) -> None:
     run = results["_run"]
-    cands = [c for c in "abcdef" if c in results]
+    cands = [c for c in results if c != "_run" and "checked" in results[c]]
     print(f"messages {run['messages']:,}, accounts {run['accounts']:,}, seed {run['seed']}")
     print("\n| | " + " | ".join(cands) + " |\n|---|" + "---|" * len(cands))
     for key, fmt in (
         ("bulk_docs_per_s", "{:,.0f}"),
+        ("pending_flush_s", "{:.1f}"),
         ("copy_s", "{:.0f}"),
         ("index_s", "{:.0f}"),
         ("live_docs_per_s", "{:,.0f}"),
@@ -795,7 +865,14 @@ def report(results: dict[str, Any], mix: list[tuple[str, str]]) -> None:
     for c in cands:
         for w in results[c]["wrong"]:
             print(f"- {c}: {w}")
+        for w in results[c].get("timeouts", []):
+            print(f"- {c}: {w}")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["report"]:
+        # Print the report of a results file again: python -m bench.search_engines report FILE
+        saved = json.loads(Path(sys.argv[2]).read_text())
+        report(saved, query_mix(saved["_run"]["rare_word"]))
+    else:
+        main()
