@@ -9,7 +9,7 @@ that differ only by a tone or by đ ("đường", "dương", "đương"), and bo
 capitalised. Accounts are Zipf-sized too (a few very big ones), each with its conversations;
 ids grow with time, so newest first is id descending.
 
-Each message is written with its words already normalised by services/search/text.py (the
+Each message is written with its words already normalised by services/domain/search_text.py (the
 vocabulary is finite, so each surface form is normalised once), which every engine indexes.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.search.text import normal_word, words
+from services.domain.search_text import normal_word, words
 
 # Tone marks as combining characters: sắc, huyền, hỏi, ngã, nặng.
 _TONE_MARKS = ("\u0301", "\u0300", "\u0309", "\u0303", "\u0323")
@@ -147,7 +147,7 @@ class Message:
     conversation: int
     sent_at: int  # epoch seconds
     text: str
-    exact: tuple[str, ...]  # the text's words, normalised (services/search/text.py)
+    exact: tuple[str, ...]  # the text's words, normalised (services/domain/search_text.py)
     folded: tuple[str, ...]
 
 

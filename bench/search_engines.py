@@ -2,8 +2,8 @@
 Vietnamese corpus (bench/search_corpus.py) and measured the same way.
 
 Candidates (docs/search.md, "The engine"):
-  a  PostgreSQL, tenant-prefixed lexemes ("a42:xit", "a42=xit5") in one GIN index (the design)
-  b  PostgreSQL, plain lexemes ("xit", "=xit5") in a composite GIN (account_id, terms), btree_gin
+  a  PostgreSQL, tenant-prefixed lexemes ("a42:xit", "a42=xit~5") in one GIN index (the design)
+  b  PostgreSQL, plain lexemes ("xit", "=xit~5") in a composite GIN (account_id, terms), btree_gin
   c  PostgreSQL, pg_trgm over the folded and exact word strings, composite GIN (account_id,
      folded gin_trgm_ops), LIKE per word, ranked in SQL
   d  MariaDB InnoDB FULLTEXT on folded and exact columns (min token 1, no stopwords), boolean
@@ -13,7 +13,7 @@ Candidates (docs/search.md, "The engine"):
 For each: bulk load throughput (load plus index build), then live inserts in small batches with
 the index in place, size on disk, latency of the first page of 20 ranked results with the count
 of matches for a fixed query mix over small, medium and the biggest accounts, and the result
-sets compared with services/search/text.py's match() over the same messages (the oracle).
+sets compared with services/domain/search_text.py's match() over the same messages (the oracle).
 
 The servers are private ones the caller starts (never the project's stack): PostgreSQL via
 --pg-dsn, MariaDB via --mysql-socket. tantivy is not a project dependency: --tantivy-site names
@@ -42,7 +42,7 @@ import asyncpg
 import pymysql
 
 from bench.search_corpus import Corpus, check, vocabulary
-from services.search.text import Query, match
+from services.domain.search_text import Query, match
 
 PAGE = 20
 LIVE_BATCH = 200
@@ -701,7 +701,7 @@ def main() -> None:
     # corpus it would take longer than the engines, so those are checked against the first
     # candidate measured instead (whose other result sets the oracle checked).
     checked_by_oracle = {a for a in watched if sizes[a - 1] <= args.oracle_max}
-    log(f"oracle (services/search/text.py match()) over accounts {sorted(checked_by_oracle)}")
+    log(f"oracle (search_text.match()) over accounts {sorted(checked_by_oracle)}")
     expected: dict[Probe, Result | None] = {
         p: oracle(texts, Query.parse(p.text), p.account, p.conversation)
         if p.account in checked_by_oracle
