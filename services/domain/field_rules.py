@@ -159,6 +159,18 @@ def time_cursor(time_field: str, id_field: str) -> Rule:
     return rule
 
 
+def one_timeline_place(request: Any) -> Iterator[FieldViolation]:
+    """A conversation's page is read from one place: its newest messages, before a cursor,
+    after one, or around a message; never two of them."""
+    before = request.HasField("before_sent_at") or request.HasField("before_id")
+    after = request.HasField("after_sent_at") or request.HasField("after_id")
+    if request.around_msg_id and (before or after):
+        yield FieldViolation("around_msg_id", "is not given with a before_* or after_* cursor")
+    elif before and after:
+        field = "after_sent_at" if request.HasField("after_sent_at") else "after_id"
+        yield FieldViolation(field, "is not given with a before_* cursor")
+
+
 def inbox_filter(request: Any) -> Iterator[FieldViolation]:
     """The inbox's filters: a known assignee filter, with a user id exactly when it names an
     agent; a known status (unset: any)."""
@@ -352,6 +364,9 @@ TIMELINE: RuleTable = {
         *_CONVERSATION,
         message_page_limit,
         time_cursor("before_sent_at", "before_id"),
+        time_cursor("after_sent_at", "after_id"),
+        zalo_id("around_msg_id", required=False),
+        one_timeline_place,
     ),
     _TIMELINE + "CountUnread": _CONVERSATION,
     _TIMELINE + "LatestIncoming": _CONVERSATION,

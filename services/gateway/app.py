@@ -33,7 +33,16 @@ from services.gateway.load_shedding import InFlightLimit
 from services.gateway.presence import Presence
 from services.gateway.rate_limit import Limits
 from services.gateway.request_body import BodyLimit
-from services.gateway.routes import assignment, forum, live, messaging, presence, replies, team
+from services.gateway.routes import (
+    assignment,
+    forum,
+    live,
+    messaging,
+    presence,
+    replies,
+    search,
+    team,
+)
 from services.gateway.schemas import MAX_UINT64, ErrorResponse, IncomingMessage
 from services.gateway.security_headers import SecurityHeaders, hardening
 from services.gateway.sse import Handoff
@@ -198,6 +207,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(forum.courses_router)
     app.include_router(forum.router)
     app.include_router(live.router)
+    app.include_router(search.router)
     app.include_router(presence.router)
 
     @app.get("/healthz", include_in_schema=False)

@@ -32,6 +32,7 @@ from agora.messaging.v1 import (
     team_service_pb2_grpc,
     timeline_service_pb2_grpc,
 )
+from agora.search.v1 import search_service_pb2_grpc
 from fastapi import Depends, Request
 
 from services.runtime.grpc_client import open_channel
@@ -39,7 +40,11 @@ from services.runtime.tls import TlsMaterial
 
 # Reads are retried by the channel on UNAVAILABLE; writes are not (a retried write could be
 # applied twice if the first attempt reached the server).
-_READS = ["agora.messaging.v1.TimelineService", "agora.forum.v1.ForumReadService"]
+_READS = [
+    "agora.messaging.v1.TimelineService",
+    "agora.forum.v1.ForumReadService",
+    "agora.search.v1.SearchService",
+]
 # Setting a like to a state is idempotent, and LikedMap only reads: both may be retried.
 _LIKES = ["agora.forum.v1.LikeService"]
 
@@ -63,6 +68,9 @@ class Clients:
     timeline: timeline_service_pb2_grpc.TimelineServiceStub
     forum_write: forum_write_service_pb2_grpc.ForumWriteServiceStub
     forum_read: forum_read_service_pb2_grpc.ForumReadServiceStub
+    # Full-text search of an account's messages and a course's forum: served by the timeline
+    # process, over the timeline connection (a read, retried by the channel).
+    search: search_service_pb2_grpc.SearchServiceStub
     likes: like_service_pb2_grpc.LikeServiceStub
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -106,6 +114,7 @@ class ClientPool:
                     timeline=timeline_service_pb2_grpc.TimelineServiceStub(timeline),
                     forum_write=forum_write_service_pb2_grpc.ForumWriteServiceStub(forum_write),
                     forum_read=forum_read_service_pb2_grpc.ForumReadServiceStub(timeline),
+                    search=search_service_pb2_grpc.SearchServiceStub(timeline),
                     likes=like_service_pb2_grpc.LikeServiceStub(likes),
                 )
             )

@@ -12,6 +12,7 @@ import orjson
 from agora.forum.v1 import forum_pb2
 from agora.live.v1.changed_pb2 import Changed
 from agora.messaging.v1 import message_pb2, outbound_service_pb2
+from agora.search.v1 import search_service_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
 from starlette.responses import Response
@@ -424,3 +425,30 @@ def changed_json(
         data["parent_id"] = c.parent_id if c.HasField("parent_id") else None
         data["href"] = f"/api/courses/{course_id}/comments/{c.comment_id}"
     return data
+
+
+MATCH_KIND_NAMES = {
+    search_service_pb2.MATCH_KIND_EXACT_PHRASE: "exact_phrase",
+    search_service_pb2.MATCH_KIND_EXACT_WORDS: "exact_words",
+    search_service_pb2.MATCH_KIND_FOLDED_PHRASE: "folded_phrase",
+    search_service_pb2.MATCH_KIND_FOLDED_WORDS: "folded_words",
+}
+
+
+def match_json(m: search_service_pb2.Match) -> dict[str, Any]:
+    """How a search hit matched (schemas.SearchMatch): its kind and its snippet's fragments.
+    An unknown kind from a newer server reads as the weakest."""
+    return {
+        "kind": MATCH_KIND_NAMES.get(m.kind, "folded_words"),
+        "fragments": [{"text": f.text, "highlighted": f.highlighted} for f in m.fragments],
+        "cut_before": m.cut_before,
+        "cut_after": m.cut_after,
+    }
+
+
+def message_hit_json(h: search_service_pb2.MessageHit) -> dict[str, Any]:
+    return {
+        "message": message_json(h.message),
+        "archived": h.archived,
+        "match": match_json(h.match),
+    }

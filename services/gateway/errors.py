@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -109,16 +109,23 @@ class ApiError(Exception):
         return cls(422, "invalid_argument", message, fields)
 
     @classmethod
-    def from_grpc(cls, error: grpc.aio.AioRpcError) -> ApiError:
+    def from_grpc(
+        cls, error: grpc.aio.AioRpcError, names: Mapping[str, str] | None = None
+    ) -> ApiError:
+        """The error a route answers for `error`; `names` renames the request fields its
+        violations name to the route's parameters where they differ (query → q)."""
         code = error.code()
         status = GRPC_TO_HTTP.get(code, 500)
         if status == 500:
             # Internal details stay in the logs, not in a browser.
             log.error("upstream failure %s: %s", code.name, error.details())
             return cls(500, "internal", "internal error")
-        api_error = cls(
-            status, code.name.lower(), error.details() or code.name.lower(), field_violations(error)
-        )
+        fields = field_violations(error)
+        message = error.details() or code.name.lower()
+        if names and any(f.field in names for f in fields):
+            fields = [FieldViolation(names.get(f.field, f.field), f.description) for f in fields]
+            message = "; ".join(f"{f.field}: {f.description}" for f in fields)
+        api_error = cls(status, code.name.lower(), message, fields)
         quota = quota_refusal(error) if code == grpc.StatusCode.RESOURCE_EXHAUSTED else None
         if quota is not None:
             # One caller over its quota (an account past its fair share of a shard under

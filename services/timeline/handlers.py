@@ -14,6 +14,7 @@ from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
+from services.domain.ids import MAX_ROW_ID
 from services.domain.messaging import (
     CONVERSATION_ID,
     CONVERSATION_STATUS_NAMES,
@@ -85,6 +86,11 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
         conversation_id = await _found(
             context, await self._repo.conversation_id(request.account_id, request.conversation_key)
         )
+        if request.around_msg_id:
+            return await self._around(request, context, conversation_id)
+        after = _cursor(request, "after_sent_at", "after_id", request.after_id)
+        if after is not None:
+            return await self._after(request, context, conversation_id, after)
 
         async def sent_at(message_id: int) -> datetime | None:
             return await self._repo.message_sent_at(
@@ -118,6 +124,66 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             has_more=page.has_more,
             **_next_before(page.rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),
         )
+
+    async def _around(
+        self,
+        request: pb.ListMessagesRequest,
+        context: grpc.aio.ServicerContext,
+        conversation_id: int,
+    ) -> pb.ListMessagesResponse:
+        """The page opened at a message (a search result), live or archived: no pending
+        replies, which belong to the newest page alone."""
+        message = await self._repo.message_in(
+            request.account_id, conversation_id, request.around_msg_id
+        )
+        if message is None:
+            await abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                "around_msg_id: no such message in this conversation",
+            )
+        page = await self._repo.around(conversation_id, message, request.limit)
+        return await self._page_both_ways(page.rows, page.has_more, page.has_newer)
+
+    async def _after(
+        self,
+        request: pb.ListMessagesRequest,
+        context: grpc.aio.ServicerContext,
+        conversation_id: int,
+        cursor: _Cursor,
+    ) -> pb.ListMessagesResponse:
+        """The messages just newer than the cursor (live or archived, as the page it continues
+        may be archived). has_more is false: this page is read towards the newest, and the
+        pages older than it are the ones its reader came from."""
+
+        async def sent_at(message_id: int) -> datetime | None:
+            return await self._repo.message_sent_at(
+                conversation_id, message_id, include_archive=True
+            )
+
+        # The time alone is "after that time": after the greatest id of that instant.
+        after = await _keyset(
+            context, cursor, sent_at, "after_id", "message in this conversation", MAX_ROW_ID
+        )
+        page = await self._repo.newer(conversation_id, after, request.limit)
+        return await self._page_both_ways(page.rows, False, page.has_more)
+
+    async def _page_both_ways(
+        self, rows: list[Row], has_more: bool, has_newer: bool
+    ) -> pb.ListMessagesResponse:
+        agents = await self._repo.agent_users(rows)
+        messages = [stored_message_fields(row, agents) for row in rows]
+        response = pb.ListMessagesResponse(
+            messages=await self._with_agents(messages),
+            has_more=has_more,
+            has_newer=has_newer,
+            **_next_before(rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),
+        )
+        if rows:
+            newest = rows[0]
+            response.next_after_sent_at.CopyFrom(to_timestamp(newest[SENT_AT]))
+            response.next_after_id = newest[MESSAGE_ID]
+        return response
 
     async def CountUnread(
         self, request: pb.CountUnreadRequest, context: grpc.aio.ServicerContext
@@ -243,12 +309,13 @@ class _Cursor:
     id: int | None
 
     async def keyset(
-        self, looked_up: Callable[[int], Awaitable[datetime | None]]
+        self, looked_up: Callable[[int], Awaitable[datetime | None]], time_alone_id: int = 0
     ) -> tuple[datetime, int] | None:
-        """The (time, id) to page before: the time alone is "before that time" (no row has id
-        0); the id alone is "before that row", its time `looked_up` (None when there is none)."""
+        """The (time, id) to page from: the time alone is "before that time" (no row has id
+        0), or after it with `time_alone_id` past every row's; the id alone is "before (after)
+        that row", its time `looked_up` (None when there is none)."""
         if self.id is None:
-            return None if self.at is None else (self.at, 0)
+            return None if self.at is None else (self.at, time_alone_id)
         at = self.at if self.at is not None else await looked_up(self.id)
         return None if at is None else (at, self.id)
 
@@ -272,9 +339,21 @@ async def _before(
     """The cursor's keyset; NOT_FOUND when its id alone names no `what` of the request's."""
     if cursor is None:
         return None
-    keyset = await cursor.keyset(looked_up)
+    return await _keyset(context, cursor, looked_up, "before_id", what)
+
+
+async def _keyset(
+    context: grpc.aio.ServicerContext,
+    cursor: _Cursor,
+    looked_up: Callable[[int], Awaitable[datetime | None]],
+    id_field: str,
+    what: str,
+    time_alone_id: int = 0,
+) -> tuple[datetime, int]:
+    """The cursor's keyset; NOT_FOUND when its id alone names no `what` of the request's."""
+    keyset = await cursor.keyset(looked_up, time_alone_id)
     if keyset is None:
-        await abort(context, grpc.StatusCode.NOT_FOUND, f"before_id: no such {what}")
+        await abort(context, grpc.StatusCode.NOT_FOUND, f"{id_field}: no such {what}")
     return keyset
 
 

@@ -7,6 +7,7 @@ OFFSET is never used. The statements are module constants so the EXPLAIN tests c
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -28,6 +29,7 @@ from services.domain.messaging import (
 from services.domain.paging import MAX_MESSAGE_LIMIT, Page
 from services.runtime.mysql import MysqlDatabase, Row
 
+_CONVERSATION = MESSAGE_COLUMNS.index("zalo_conversation_id")
 _SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM zalo_messages"
 
 FIND_CONVERSATION = """
@@ -47,6 +49,39 @@ LIMIT %s"""
 
 ARCHIVE_FIRST_PAGE = FIRST_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
 ARCHIVE_NEXT_PAGE = NEXT_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
+
+
+# A page opened at one message (a search result), and the pages newer than it: one statement
+# each way over both tables, each branch a range of its table's timeline index in the page's
+# order (a message is in exactly one of them), the union of at most 2 × LIMIT rows sorted.
+# The index is named: on a small conversation the optimizer may prefer the direction index and
+# sort, which a page at the far end of a large one must never do.
+# Arguments: (conversation, time, time, id, n) for each branch, then n.
+def _both_tables(keyset: str, order: str) -> str:
+    branch = f"""WHERE zalo_conversation_id = %s
+  AND {keyset}
+ORDER BY {order}
+LIMIT %s"""
+    live = f"{_SELECT_MESSAGES} FORCE INDEX (zalo_msg_conv_timeline_idx)"
+    archived = live.replace(
+        "FROM zalo_messages FORCE INDEX (zalo_msg_conv_timeline_idx)",
+        "FROM zalo_messages_archive FORCE INDEX (zalo_msg_archive_conv_timeline_idx)",
+    )
+    return f"""({live}
+{branch})
+UNION ALL
+({archived}
+{branch})
+ORDER BY {order}
+LIMIT %s"""
+
+
+# The message itself and the ones before it, newest first.
+AT_AND_OLDER = _both_tables(
+    "(sent_at < %s OR (sent_at = %s AND id <= %s))", "sent_at DESC, id DESC"
+)
+# The messages after a place, oldest first (the handler turns the page newest first).
+NEWER = _both_tables("(sent_at > %s OR (sent_at = %s AND id > %s))", "sent_at ASC, id ASC")
 
 MESSAGE_SENT_AT = "SELECT sent_at FROM zalo_messages WHERE zalo_conversation_id = %s AND id = %s"
 ARCHIVED_SENT_AT = MESSAGE_SENT_AT.replace("FROM zalo_messages", "FROM zalo_messages_archive")
@@ -159,6 +194,16 @@ INBOX_SHAPES[(ANY, None)] = (INBOX_FIRST_PAGE, INBOX_NEXT_PAGE)
 
 
 @dataclass(frozen=True)
+class AroundPage:
+    """Messages newest first around a place: whether older ones remain (has_more) and newer ones
+    (has_newer)."""
+
+    rows: list[Row]
+    has_more: bool
+    has_newer: bool
+
+
+@dataclass(frozen=True)
 class InboxFilter:
     """Which conversations of an inbox: whose (ANY, NOBODY, or AGENT with its user id) and in
     which status (None: any)."""
@@ -243,6 +288,47 @@ class TimelineRepository:
         return await self._db.fetchall(
             next_, (conversation_id, sent_at, sent_at, msg_id, limit + 1)
         )
+
+    async def around(self, conversation_id: int, message: Row, limit: int) -> AroundPage:
+        """The page of `limit` messages at `message` (a row of the conversation, live or
+        archived): it, up to half the limit of older ones and the rest newer, newest first. The
+        two directions are read side by side; the newer side asks for the whole rest in case
+        the older side runs short."""
+        older_wanted = limit // 2
+        place = (message[SENT_AT], message[MESSAGE_ID])
+        at_and_older, newer = await asyncio.gather(
+            self._range(AT_AND_OLDER, conversation_id, place, older_wanted + 2),
+            self._range(NEWER, conversation_id, place, limit),
+        )
+        shown_older = at_and_older[: older_wanted + 1]
+        newer_wanted = limit - len(shown_older)
+        return AroundPage(
+            rows=newer[:newer_wanted][::-1] + shown_older,
+            has_more=len(at_and_older) > len(shown_older),
+            has_newer=len(newer) > newer_wanted,
+        )
+
+    async def newer(
+        self, conversation_id: int, after: tuple[datetime, int], limit: int
+    ) -> Page[Row]:
+        """The `limit` messages just after `after` (sent_at, id), live or archived, newest first;
+        has_more says newer ones remain."""
+        rows = await self._range(NEWER, conversation_id, after, limit + 1)
+        return Page(rows[:limit][::-1], len(rows) > limit)
+
+    async def _range(
+        self, query: str, conversation_id: int, place: tuple[datetime, int], n: int
+    ) -> list[Row]:
+        at, row_id = place
+        branch = (conversation_id, at, at, row_id, n)
+        return await self._db.fetchall(query, (*branch, *branch, n))
+
+    async def message_in(self, account_id: int, conversation_id: int, msg_id: str) -> Row | None:
+        """The stored message `msg_id` if it is one of the conversation's, live or archived."""
+        row = await self.message(account_id, msg_id)
+        if row is None or int(row[_CONVERSATION]) != conversation_id:
+            return None
+        return row
 
     async def pending_orders(self, account_id: int, thread_id: str) -> list[Row]:
         """The conversation's orders not yet echoed, newest first (ORDER_COLUMNS); at most as

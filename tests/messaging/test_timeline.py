@@ -137,6 +137,10 @@ async def test_response_keeps_column_names_and_iso_times(
         "has_more": False,
         "next_before_sent_at": "2026-08-02T10:00:00.123+00:00",
         "next_before_id": body["data"][0]["id"],
+        # The newest page: nothing newer (a page opened around a message has these set).
+        "has_newer": False,
+        "next_after_sent_at": None,
+        "next_after_id": None,
     }
     row = body["data"][0]
     assert set(row) == {

@@ -143,6 +143,10 @@ const FIELD_NAMES = {
   conversation_key: 'Conversation',
   content: 'Reply',
   quote_msg_id: 'The quoted message',
+  q: 'Search',
+  cursor: 'Search results page',
+  around: 'The message to open',
+  after_sent_at: 'Page cursor',
 };
 
 function seconds(value) {

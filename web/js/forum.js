@@ -2,12 +2,15 @@
 // editing and deleting your own (a teacher edits and removes anyone's, with a reason, and reads
 // the moderation log), earlier texts of what was edited, and likes that answer at once and then settle on the server's state; live
 // from the course's event stream (new posts and comments appear, deleted ones go, counts move).
+// The feed searches the course's posts and comments; a comment found opens its post at it
+// (#/forum/<course>/posts/<post>/comments/<comment>).
 import { api, create, CreateKey, explain } from './api.js';
 import { fill, h, plural, timeEl, when } from './dom.js';
 import { follow, gate, stopFollowing } from './live.js';
 import { renderMarkdown } from './markdown.js';
 import { avatar, nameOf } from './people.js';
 import { go } from './router.js';
+import { SearchBox, showFound, snippetEl } from './search.js';
 import { session } from './session.js';
 import { busyButton, deleteButton, errorPanel, loading, notify, setTitle } from './ui.js';
 
@@ -24,7 +27,7 @@ const REVISIONS_PER_PAGE = 20;
 // this only shows the controls that can work.
 let teaching = false;
 
-export async function forumView(main, [coursePart, section, postPart]) {
+export async function forumView(main, [coursePart, section, postPart, below, commentPart]) {
   const course = /^[1-9][0-9]{0,18}$/.test(coursePart ?? '') ? coursePart : null;
   const body = h('div', { class: 'forum-body' });
   // What was on screen goes at once: nothing old is left up looking current while this loads.
@@ -43,7 +46,8 @@ export async function forumView(main, [coursePart, section, postPart]) {
   }
   if (picker.titles.get(course)) setTitle(picker.titles.get(course), 'Course forum');
   const shown = section === 'posts' && /^[1-9][0-9]*$/.test(postPart ?? '')
-    ? new PostPage(body, course, postPart, picker.titles.get(course))
+    ? new PostPage(body, course, postPart, picker.titles.get(course),
+      below === 'comments' && /^[1-9][0-9]*$/.test(commentPart ?? '') ? Number(commentPart) : null)
     : new FeedPage(body, course, picker.titles.get(course));
   // Held while the page reads, applied on top after; a reset reads the page's lists again.
   const live = gate((kind, data) => {
@@ -382,7 +386,15 @@ class FeedPage {
     this.tally = new CommentTally();
     this.cursor = null;
     const composer = postComposer(course, (post) => this.place(post, true));
-    fill(body, this.heading, teaching ? moderationLog(course) : null, composer, this.list, this.more);
+    const search = new SearchBox({
+      id: 'forum-search',
+      path: `api/courses/${course}/search`,
+      label: 'Search this course',
+      placeholder: 'Search posts and comments',
+      what: `course ${course}`,
+      item: (hit) => courseHit(course, hit),
+    });
+    fill(body, this.heading, search.el, teaching ? moderationLog(course) : null, composer, this.list, this.more);
   }
 
   async load() {
@@ -455,6 +467,25 @@ class FeedPage {
     }
     return null;
   }
+}
+
+/** A post or a comment found: the post's title (a comment's: "Comment on …"), who and when,
+ * the snippet; it opens the post (at the comment). */
+function courseHit(course, hit) {
+  const post = hit.post;
+  const item = hit.comment ?? post;
+  const href = hit.comment
+    ? `#/forum/${course}/posts/${post.id}/comments/${hit.comment.id}`
+    : `#/forum/${course}/posts/${post.id}`;
+  return {
+    href,
+    children: [
+      h('span', { class: 'search-hit-head' },
+        h('strong', { class: 'search-hit-name' }, hit.comment ? `Comment on “${post.title}”` : post.title), ' ',
+        h('span', { class: 'muted' }, `${who(item.user_id, item.author_name)} · `, timeEl(item.created_at))),
+      h('span', { class: 'search-hit-text' }, snippetEl(hit.match)),
+    ],
+  };
 }
 
 function postComposer(course, created) {
@@ -647,10 +678,10 @@ function likeRefused(error, kind, like) {
 // --- a post and its comments ----------------------------------------------------------------------
 
 class PostPage {
-  constructor(body, course, postId, courseTitle) {
+  constructor(body, course, postId, courseTitle, commentId = null) {
     // The course by its title when the member's list has it (a bare number names nothing).
     const name = courseTitle || `Course ${course}`;
-    Object.assign(this, { body, course, courseName: name, postId: Number(postId), thread: null });
+    Object.assign(this, { body, course, courseName: name, postId: Number(postId), thread: null, commentId });
     this.back = h('a', { href: `#/forum/${course}`, class: 'back' }, `← ${name}`);
     fill(body, this.back, loading('Loading the post…'));
   }
@@ -668,6 +699,7 @@ class PostPage {
     this.thread = new Thread(this.course, post, card);
     fill(this.body, this.back, card, this.thread.section);
     await this.thread.loadComments();
+    if (this.commentId != null) await this.thread.reveal(this.commentId);
   }
 
   /** After a reset: the post's counts, and its comments from the first page (the comment being
@@ -752,6 +784,41 @@ class Thread {
     if (!this.roots.size) fill(this.list, h('li', { class: 'muted empty-comments' }, 'No comments yet.'));
     this.cursor = page.pagination.has_more ? page.pagination.next_after_id : null;
     fill(this.more, this.cursor ? busyButton('More comments', () => this.loadComments(), { class: 'ghost wide' }) : null);
+  }
+
+  /** Show comment `id` (a search result) where it is in the thread: the pages up to its root
+   * comment read, and a reply's page of replies; scrolled to and highlighted. */
+  async reveal(id) {
+    let comment;
+    try {
+      comment = (await api(this.url(`comments/${id}`))).data;
+    } catch (error) {
+      notify(explain(error, 'that comment'), 'error');
+      return;
+    }
+    const rootId = comment.parent_id ?? comment.id;
+    // Roots come oldest first (after_id): read on until its page is in.
+    while (!this.roots.has(rootId) && this.cursor != null) {
+      const before = this.cursor;
+      await this.loadComments();
+      if (this.cursor === before) break;
+    }
+    const root = this.roots.get(rootId);
+    let el = root?.el;
+    if (root && comment.parent_id != null) {
+      if (!root.loaded) await this.loadReplies(root);
+      while (!root.seen.has(comment.id) && root.cursor != null) {
+        const before = root.cursor;
+        await this.loadReplies(root);
+        if (root.cursor === before) break;
+      }
+      el = root.replies.querySelector(`[data-id="${comment.id}"]`);
+    }
+    if (!el) {
+      notify('That comment is no longer in this post.');
+      return;
+    }
+    showFound(el);
   }
 
   /** The comments from their first page again (after a reset); the open reply form goes. */

@@ -8,6 +8,9 @@
 // status, and says who else is viewing or typing in it. The open conversation, read at its foot
 // while the tab is visible, is marked read as messages arrive; the tab's title counts what is
 // unread; a new message for me (or for no one) notifies while the tab is hidden, if asked to.
+// The sidebar searches the account's messages (or the open conversation's); a result opens its
+// conversation at the message (#/inbox/<account>/<conversation>/<msg_id>), read from there
+// towards the newest as the reader scrolls down.
 import { alertOf, alertSettings } from './alerts.js';
 import { api, explain, payload } from './api.js';
 import { Composer } from './composer.js';
@@ -17,6 +20,7 @@ import * as outbox from './outbox.js';
 import { avatar, myName, nameOf, remember } from './people.js';
 import { Beacon, Presence } from './presence.js';
 import { go } from './router.js';
+import { SearchBox, showFound, snippetEl } from './search.js';
 import { session } from './session.js';
 import { cannedReplies, fillPlaceholders, isOwner, roster } from './team.js';
 import { busyButton, errorPanel, notify, rovingList, setTitle } from './ui.js';
@@ -69,7 +73,7 @@ outbox.onChange((entry) => {
   if (timeline && timeline.account === entry.account && timeline.key === entry.conversation) timeline.local(entry);
 });
 
-export async function inboxView(main, [accountPart, key]) {
+export async function inboxView(main, [accountPart, key, at]) {
   const accounts = session.accounts;
   if (!accounts.length) {
     stopFollowing();
@@ -94,6 +98,9 @@ export async function inboxView(main, [accountPart, key]) {
   if (call !== routeCalls) return;
   if ((key ?? null) !== view.key) leave(view);
   view.key = key ?? null;
+  // "This conversation only" searches the open one: there is none to search in the list alone.
+  view.searchHere.disabled = !key;
+  if (!key) view.searchHere.checked = false;
   // On a phone the open conversation takes the screen (its header links back to the list).
   view.root.classList.toggle('open', Boolean(key));
   for (const [itemKey, item] of view.items) markCurrent(view, itemKey, item);
@@ -101,7 +108,7 @@ export async function inboxView(main, [accountPart, key]) {
   // A phone shows one screen at a time: the one just opened starts at its top.
   if (window.matchMedia('(max-width: 760px)').matches) window.scrollTo(0, 0);
   titleOf(view);
-  if (key) await openConversation(view, key);
+  if (key) await openConversation(view, key, at ?? null);
   else {
     view.timeline = null;
     view.header = null;
@@ -225,6 +232,17 @@ function buildInbox(main, accounts, account) {
   const statusPicker = h('select', { id: 'status-filter', class: 'status-filter', onchange: (e) => setFilter({ status: e.target.value }) },
     STATUS_FILTERS.map(([id, text]) => h('option', { value: id, selected: filter.status === id }, text)));
   const teamLink = h('a', { class: 'team-link', href: `#/team/${account}/agents`, hidden: true }, 'Team');
+  const searchHere = h('input', { type: 'checkbox', id: 'inbox-search-here', disabled: true });
+  const search = new SearchBox({
+    id: 'inbox-search',
+    path: `api/zalo-accounts/${account}/search`,
+    label: 'Search messages',
+    placeholder: 'Search messages',
+    what: `the messages of Zalo account ${account}`,
+    scope: () => (searchHere.checked && view?.key ? { conversation_key: view.key } : {}),
+    options: [h('label', { class: 'check search-here', for: searchHere.id }, searchHere, 'This conversation only')],
+    item: (hit) => messageHit(view, account, hit),
+  });
   const list = h('ol', { class: 'conversations', 'aria-label': 'Conversations' });
   const more = h('div', { class: 'list-more' });
   const thread = h('section', { class: 'thread', 'aria-label': 'Conversation' });
@@ -238,12 +256,14 @@ function buildInbox(main, accounts, account) {
         tabs,
         h('label', { for: 'status-filter', class: 'visually-hidden' }, 'Status'), statusPicker),
       h('div', { class: 'sidebar-tools' }, alertSettings(), teamLink),
+      h('div', { class: 'sidebar-search' }, search.el),
       list, more),
     thread);
   fill(main, root);
   const v = {
     account, root, list, more, thread, items: new Map(), cursor: null, key: null, header: null, timeline: null,
     filter, teamLink, agents: [], owner: false, beacon: null, noticed: new Set(), known: new Map(),
+    search, searchHere,
   };
   v.presence = new Presence(account, (key) => presenceChanged(v, key));
   // The conversations are one Tab stop; the arrow keys move between them.
@@ -289,6 +309,22 @@ function loadConversations(v, older = false, loading = true) {
       : null;
     fill(v.more, p.has_more ? busyButton('Older conversations', () => loadConversations(v, true), { class: 'ghost wide' }) : null);
   });
+}
+
+/** A message found: who the conversation is with (as the list names it), when, the snippet. */
+function messageHit(v, account, hit) {
+  const m = hit.message;
+  const item = v?.items.get(m.thread_id);
+  const name = item ? conversationTitle(item.conversation)[1] : (m.direction === 'in' && m.sender_name) || m.thread_id;
+  return {
+    href: `#/inbox/${account}/${encodeURIComponent(m.thread_id)}/${encodeURIComponent(m.msg_id)}`,
+    children: [
+      h('span', { class: 'search-hit-head' },
+        h('strong', { class: 'search-hit-name' }, name), ' ',
+        h('span', { class: 'muted' }, timeEl(m.sent_at), hit.archived ? ' · archived' : '')),
+      h('span', { class: 'search-hit-text' }, snippetEl(hit.match)),
+    ],
+  };
 }
 
 /** Who a conversation is with: the contact's name (a group: its thread id, since Zalo gives
@@ -467,7 +503,7 @@ function placeConversation(v, conversation) {
   v.roving.refresh();
 }
 
-async function openConversation(v, key) {
+async function openConversation(v, key, at = null) {
   const unread = h('span', { class: 'thread-unread muted', dataset: { count: '' } }, '');
   v.header = unread;
   setUnread(v, key, v.items.get(key)?.conversation.unread_count ?? 0);
@@ -513,7 +549,7 @@ async function openConversation(v, key) {
     // The hint floats over the timeline's foot, never over the composer.
     h('div', { class: 'timeline-pane' }, scroller, hint),
     composer.el);
-  timeline = new Timeline(v.account, key, scroller, start, messages, hint, composer);
+  timeline = new Timeline(v.account, key, scroller, start, messages, hint, composer, at);
   timeline.onRead = () => readArrived(v, key);
   v.timeline = timeline;
   paintTeam();
@@ -644,13 +680,21 @@ async function markRead(v, key) {
 
 /** One conversation's messages, oldest at the top; each older page is fetched with the cursor
  * the previous page returned (next_before_sent_at, next_before_id): nothing twice, no gap. New
- * ones arrive live, in their place; a reader scrolled up keeps their place and gets a hint. */
+ * ones arrive live, in their place; a reader scrolled up keeps their place and gets a hint.
+ * Opened at a message (`around`: a search result), it starts with the page around it and reads
+ * newer pages (next_after_*) as the reader reaches the foot, until none is newer; meanwhile
+ * live messages wait, since they belong after pages not read yet. */
 class Timeline {
-  constructor(account, key, scroller, marker, list, hint, composer) {
-    Object.assign(this, { account, key, scroller, marker, list, hint, composer });
+  constructor(account, key, scroller, marker, list, hint, composer, around = null) {
+    Object.assign(this, { account, key, scroller, marker, list, hint, composer, around });
     this.cursor = null;
     this.hasMore = true;
     this.loading = false;
+    // The cursor of the newer pages still to read (a timeline opened at a message), and the
+    // live messages that arrived for beyond them, placed once the newest page is in.
+    this.newer = null;
+    this.beyond = [];
+    this.loadingNewer = false;
     // Each shown message by its identity (messageIdentity): one element per message, which
     // later states of it update in place.
     this.shown = new Map();
@@ -670,6 +714,7 @@ class Timeline {
         this.seen();
       }
       this.fillUp();
+      this.fillDown();
     }, { passive: true });
     hint.addEventListener('click', () => {
       this.scroller.scrollTop = this.scroller.scrollHeight;
@@ -685,7 +730,7 @@ class Timeline {
 
   /** Whether the person reads what arrives: the tab visible, the timeline at its foot. */
   reading() {
-    return document.visibilityState === 'visible' && this.scroller.isConnected && this.atBottom();
+    return document.visibilityState === 'visible' && this.scroller.isConnected && this.atBottom() && !this.newer;
   }
 
   /** A message arrived while reading: mark it read (debounced by the view). */
@@ -738,6 +783,10 @@ class Timeline {
   insert(identity, m) {
     const next = this.placeOf(m);
     if (next === undefined) return; // older than what is loaded: a page brings it
+    if (next === null && this.newer) {
+      this.beyond.push(m); // after newer pages not read yet: placed once they are
+      return;
+    }
     const follow = this.atBottom() || identity.startsWith('k:');
     const height = this.scroller.scrollHeight;
     const el = messageItem(m, this);
@@ -783,7 +832,22 @@ class Timeline {
   send(content, quote) {
     const body = { content, ...(quote ? { quote_msg_id: quote.msg_id } : {}) };
     const entry = outbox.send(this.account, this.key, body, quote?.text ?? null);
-    this.local(entry);
+    // A reply goes at the foot of the conversation: from an older place, the newest page first.
+    if (this.newer) this.toNewest().then(() => this.local(outbox.get(entry.key) ?? entry));
+    else this.local(entry);
+  }
+
+  /** Leave the place a search opened and show the newest messages, as a plain open does. */
+  async toNewest() {
+    this.list.replaceChildren();
+    this.shown.clear();
+    this.cursor = null;
+    this.hasMore = true;
+    this.newer = null;
+    this.beyond = [];
+    this.around = null;
+    this.showHint(0);
+    await this.start();
   }
 
   /** A reply of the outbox as it is now: pending, offline, refused, or acknowledged (then it is
@@ -848,6 +912,10 @@ class Timeline {
   /** After a reset: the newest page, merged; if even that is all new, the gap is too wide to
    * fill in place, and the timeline starts over. */
   async catchUp() {
+    if (this.newer) {
+      await this.toNewest(); // the newer pages read after the reset bring what it missed
+      return;
+    }
     let page;
     try {
       page = await api(`api/zalo-accounts/${this.account}/messages`, {
@@ -871,10 +939,64 @@ class Timeline {
   }
 
   async start() {
+    const at = this.around;
     await this.load();
-    this.showUnacknowledged();
-    this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.around = null;
+    const found = at ? this.list.querySelector(`.message[data-msg-id="${CSS.escape(at)}"]`) : null;
+    if (!this.newer) this.showUnacknowledged();
+    if (found) showFound(found);
+    else this.scroller.scrollTop = this.scroller.scrollHeight;
     await this.fillUp();
+    await this.fillDown();
+  }
+
+  /** Load newer pages while the foot is in view (a timeline opened at a message). */
+  async fillDown() {
+    while (this.newer && !this.loadingNewer && this.scroller.isConnected && this.atBottom()) {
+      if (!(await this.loadNewer())) return;
+    }
+  }
+
+  /** The page just newer than what is shown, appended at the foot; the last one brings the
+   * live messages that waited for it. */
+  async loadNewer() {
+    this.loadingNewer = true;
+    let page;
+    try {
+      page = await api(`api/zalo-accounts/${this.account}/messages`, {
+        query: { conversation_key: this.key, limit: MESSAGES_PER_PAGE, ...this.newer },
+      });
+    } catch (error) {
+      this.loadingNewer = false;
+      notify(explain(error, `conversation ${this.key}`), 'error');
+      return false;
+    }
+    this.loadingNewer = false;
+    if (!this.newer) return false; // started over meanwhile
+    const top = this.scroller.scrollTop;
+    for (const message of [...page.data].reverse()) {
+      const identity = messageIdentity(message);
+      if (this.shown.has(identity)) {
+        this.duplicates += 1;
+        continue;
+      }
+      const el = messageItem(message, this);
+      this.shown.set(identity, el);
+      this.list.append(el);
+    }
+    this.scroller.scrollTop = top; // the reader stays where they were; the new page is below
+    this.scroller.dataset.duplicates = String(this.duplicates);
+    this.scroller.dataset.loaded = String(this.shown.size);
+    const p = page.pagination;
+    this.newer = p.has_newer ? { after_sent_at: p.next_after_sent_at, after_id: p.next_after_id } : null;
+    this.scroller.dataset.newer = String(Boolean(this.newer));
+    if (!this.newer) {
+      const waited = this.beyond;
+      this.beyond = [];
+      for (const m of waited) this.arrived(m);
+      this.showUnacknowledged();
+    }
+    return true;
   }
 
   /** Load older pages while the top is in view (the first pages may not fill the pane). */
@@ -888,12 +1010,19 @@ class Timeline {
     this.loading = true;
     this.setState('loading', 'Loading older messages…');
     let page;
+    const around = this.around && !this.cursor ? { around: this.around } : {};
     try {
       page = await api(`api/zalo-accounts/${this.account}/messages`, {
-        query: { conversation_key: this.key, limit: MESSAGES_PER_PAGE, ...(this.cursor ?? {}) },
+        query: { conversation_key: this.key, limit: MESSAGES_PER_PAGE, ...(this.cursor ?? {}), ...around },
       });
     } catch (error) {
       this.loading = false;
+      if (around.around && error.status === 404) {
+        // The message is gone (deleted with its history): the conversation as it is now.
+        notify('That message is no longer in this conversation: showing its newest messages.');
+        this.around = null;
+        return this.load();
+      }
       this.setState('error', explain(error, `conversation ${this.key}`));
       return false;
     }
@@ -923,6 +1052,10 @@ class Timeline {
     const p = page.pagination;
     this.hasMore = p.has_more;
     this.cursor = p.has_more ? { before_sent_at: p.next_before_sent_at, before_id: p.next_before_id } : null;
+    if (around.around && p.has_newer) {
+      this.newer = { after_sent_at: p.next_after_sent_at, after_id: p.next_after_id };
+      this.scroller.dataset.newer = 'true';
+    }
     this.loading = false;
     if (this.hasMore) this.setState('more', 'Scroll up for older messages');
     else this.setState('start', this.shown.size ? 'Beginning of the conversation' : 'No messages yet');

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import grpc
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import message_pb2
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
 from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel
 
-from services.domain.ids import ID_PATTERN
+from services.domain.ids import ID_PATTERN, MAX_ROW_ID
 from services.domain.messaging import CONVERSATION_STATUSES
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, require_account
@@ -100,6 +101,30 @@ async def list_messages(
     include_archive: Annotated[
         bool, Query(description="Continue into archived history beyond the newest 500")
     ] = False,
+    around: Annotated[
+        str | None,
+        Query(
+            pattern=ID_PATTERN,
+            description="Open the conversation at this message (its msg_id: a search result), "
+            "live or archived: the page of `limit` messages holding it, up to half of them "
+            "older, the rest newer, newest first; older pages with next_before_*, newer ones "
+            "with next_after_*. 404 when the conversation has no such message; not with the "
+            "before_* or after_* cursors",
+        ),
+    ] = None,
+    after_sent_at: Annotated[
+        schemas.Instant | None,
+        Query(description="Cursor towards the newest, with its id half: next_after_sent_at"),
+    ] = None,
+    after_id: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_ROW_ID,
+            description="The messages just newer than this cursor (next_after_id of a page "
+            "opened around a message), live or archived, newest first; not with before_*",
+        ),
+    ] = None,
 ) -> JsonBytes:
     require_account(user, account_id)
     rpc = timeline_pb.ListMessagesRequest(
@@ -109,9 +134,28 @@ async def list_messages(
         include_archive=include_archive,
         before_sent_at=request_time(before_sent_at, "before_sent_at"),
         before_id=before_id,
+        around_msg_id=around or "",
+        after_sent_at=request_time(after_sent_at, "after_sent_at"),
+        after_id=after_id,
     )
-    reply = await clients.timeline.ListMessages(rpc, **clients.options)
-    return _timeline_page([message_json(m) for m in reply.messages], limit, reply, "sent_at")
+    try:
+        reply = await clients.timeline.ListMessages(rpc, **clients.options)
+    except grpc.aio.AioRpcError as exc:
+        raise ApiError.from_grpc(exc, _AROUND) from exc
+    return page(
+        [message_json(m) for m in reply.messages],
+        limit,
+        reply.has_more,
+        next_before_sent_at=optional_time(reply, "next_before_sent_at"),
+        next_before_id=optional_value(reply, "next_before_id"),
+        has_newer=reply.has_newer,
+        next_after_sent_at=optional_time(reply, "next_after_sent_at"),
+        next_after_id=optional_value(reply, "next_after_id"),
+    )
+
+
+# The request field of the messages route's `around` parameter.
+_AROUND = {"around_msg_id": "around"}
 
 
 @router.post(

@@ -2,7 +2,7 @@
 topic: `base.py` (the envelopes, pagination, request bodies' checks, time and integer field types),
 `messaging.py` (the Zalo inbox routes), `replies.py` (the reply routes), `team.py` (an account's
 agents, audit and canned replies), `presence.py` (who is viewing or typing), `forum.py` (the
-course forum routes). Routes and tests import them from here.
+course forum routes), `search.py` (full-text search). Routes and tests import them from here.
 """
 
 from __future__ import annotations
@@ -88,6 +88,14 @@ from services.gateway.schemas.messaging import (
 )
 from services.gateway.schemas.presence import PresenceBody, PresenceEntry, PresenceResponse
 from services.gateway.schemas.replies import OrderResponse, OutboundOrder, ReplyBody
+from services.gateway.schemas.search import (
+    CourseHit,
+    CourseSearchPage,
+    Fragment,
+    MessageHit,
+    MessageSearchPage,
+    SearchMatch,
+)
 from services.gateway.schemas.team import (
     Agent,
     AgentResponse,
@@ -131,6 +139,8 @@ __all__ = [
     "ConversationPagination",
     "ConversationResponse",
     "ConversationsPage",
+    "CourseHit",
+    "CourseSearchPage",
     "CoursesPage",
     "Deleted",
     "DeletedResponse",
@@ -139,6 +149,7 @@ __all__ = [
     "ErrorField",
     "ErrorResponse",
     "FeedPagination",
+    "Fragment",
     "IncomingMessage",
     "IncomingQuote",
     "IngestBody",
@@ -161,8 +172,10 @@ __all__ = [
     "MarkedRead",
     "Membership",
     "Message",
+    "MessageHit",
     "MessagePagination",
     "MessageResponse",
+    "MessageSearchPage",
     "MessagesPage",
     "ModerationAction",
     "ModerationPage",
@@ -188,6 +201,7 @@ __all__ = [
     "RequestModel",
     "Revision",
     "RevisionsPage",
+    "SearchMatch",
     "SentAt",
     "StatusBody",
     "Success",

@@ -93,6 +93,15 @@ class Message(BaseModel):
 class MessagePagination(Pagination):
     next_before_sent_at: str | None
     next_before_id: int | None
+    has_newer: bool = Field(
+        description="A page opened `around` a message or read `after` a cursor: newer "
+        "messages remain (read them with next_after_*); false on the newest pages"
+    )
+    next_after_sent_at: str | None = Field(
+        description="With next_after_id: the after_* cursor of the page just newer than this "
+        "one (from its newest message); set on a page opened around a message or after a cursor"
+    )
+    next_after_id: int | None
 
 
 class MessageResponse(Success):
