@@ -179,15 +179,22 @@ async def fill_background(stack: Stack, total: int, accounts: int = BACKGROUND_A
             if there:
                 continue
             data = docs.rows(first, count, accounts, start)
-            # A chunk half written by an interrupted run: its rows go first.
+            # A chunk is one transaction: present whole or not at all, but for the last chunk
+            # of a smaller run, which a larger one replaces.
+            smaller = await conn.fetchval(
+                "SELECT 1 FROM search_messages WHERE zalo_account_id = $1 AND msg_id = $2",
+                BACKGROUND_BASE + first % accounts,
+                f"bg{first}",
+            )
             async with conn.transaction():
-                await conn.execute(
-                    "DELETE FROM search_messages WHERE zalo_account_id >= $1"
-                    " AND zalo_account_id < $2 AND msg_id = ANY($3::text[])",
-                    BACKGROUND_BASE,
-                    BACKGROUND_BASE + accounts,
-                    [f"bg{n}" for n in range(first, first + count)],
-                )
+                if smaller:
+                    await conn.execute(
+                        "DELETE FROM search_messages s USING unnest($1::bigint[], $2::text[])"
+                        " AS d (account, msg_id)"
+                        " WHERE s.zalo_account_id = d.account AND s.msg_id = d.msg_id",
+                        [BACKGROUND_BASE + n % accounts for n in range(first, first + count)],
+                        [f"bg{n}" for n in range(first, first + count)],
+                    )
                 await conn.copy_to_table(
                     "search_messages",
                     source=_chunks(data),
