@@ -5,6 +5,7 @@ messages, the indexing lag at a steady ingest rate, and what the indexer costs i
 from __future__ import annotations
 
 import math
+import time
 
 from bench import progress
 from bench.common import Result, Stack
@@ -131,8 +132,10 @@ async def _queries(stack: Stack, o: Options, documents: int, per_account: int) -
 async def _lag(stack: Stack, o: Options) -> list[Result]:
     rounds: list[LagRound] = []
     for n in range(o.search_rounds):
+        # A tag of its own each round: ingest drops a msg_id it has seen, and a probe word an
+        # earlier run indexed would be found at once.
         r = await run_lag(
-            stack, rate=o.search_lag_rate, seconds=o.search_lag_seconds, tag=f"{n}x{id(rounds)}"
+            stack, rate=o.search_lag_rate, seconds=o.search_lag_seconds, tag=f"{time.time_ns()}r{n}"
         )
         progress.say(
             SECTION,
