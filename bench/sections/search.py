@@ -16,7 +16,7 @@ from bench.search_data import (
     index_size,
     load_queried,
 )
-from bench.search_indexing import LagRound, median_spread, run_cost, run_lag
+from bench.search_indexing import LagRound, median_spread, prepare_lag, run_cost, run_lag
 from bench.search_latency import run_query_latency
 from bench.sections.options import Options
 
@@ -130,6 +130,7 @@ async def _queries(stack: Stack, o: Options, documents: int, per_account: int) -
 
 
 async def _lag(stack: Stack, o: Options) -> list[Result]:
+    warm = await prepare_lag(stack)
     rounds: list[LagRound] = []
     for n in range(o.search_rounds):
         # A tag of its own each round: ingest drops a msg_id it has seen, and a probe word an
@@ -140,7 +141,7 @@ async def _lag(stack: Stack, o: Options) -> list[Result]:
         progress.say(
             SECTION,
             f"lag round {n + 1}: {r.rate:.0f} msg/s, histogram p99 <= {r.histogram_p99_s:g} s"
-            f" ({r.observed:,} observed), probe p99"
+            f" ({r.observed:,} observed, {r.resets} feed resets), probe p99"
             f" {r.probe.p99 if r.probe.samples else math.nan:.0f} ms",
         )
         rounds.append(r)
@@ -152,7 +153,9 @@ async def _lag(stack: Stack, o: Options) -> list[Result]:
     lost = sum(r.probes_lost for r in rounds)
     what = (
         f"{sent[0]:.0f} msg/s sent ({sent[1]:.0f}–{sent[2]:.0f}) for {o.search_lag_seconds:g} s"
-        f" a round, batches every 100 ms, median of {len(rounds)} rounds (spread)"
+        f" a round, batches every 100 ms, median of {len(rounds)} rounds (spread); feeds"
+        f" rebuilt during the rounds: {sum(r.resets for r in rounds)}; the first batch, sent"
+        f" before them, was searchable after {warm:.1f} s"
     )
     return [
         Result(
