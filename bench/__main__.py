@@ -3,13 +3,16 @@
   python -m bench [--rows 1000000] [--only timeline,forum] [--skip cluster] [--scaling] ...
 
 Sections: ingest, prune, timeline, forum, likes, gateway, live, outbound, assignment, cluster,
-statements (all by default; assignment: the inbox's assignee and status filters' plans and
+search, statements (all by default; assignment: the inbox's assignee and status filters' plans and
 latencies at --assignment-rows conversations, bench/assignment_filters.py; statements:
 PostgreSQL's hot statements of the run, from pg_stat_statements) and,
 opt-in, scaling (--scaling: the timeline at --rows and --scaling-rows, 16/64/256 callers, PNG
 plots). outbound: replies through a listener stand-in of the bench's own (bench/outbound.py).
 cluster: ingest and buffered likes on one Redis vs a local Redis Cluster started for the run
-(WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py).
+(WAIT 1 and WAIT 0), the same processes on both (bench/cluster.py). search: the search route
+against the bare engine query at --search-documents indexed messages, the indexing lag at
+--search-lag-rate msg/s, ingest end to end with the flusher's indexer on vs off
+(bench/sections/search.py).
 
 Progress goes to stderr; at the end the table, the targets (docs/design.md) and a comparison with
 the previous run are printed and written to bench/results/<date>.md and bench/results/latest.json
@@ -44,6 +47,7 @@ from bench.sections import (
     prepare_data_set,
     prune_section,
     scaling_section,
+    search_section,
     timeline_section,
 )
 from bench.timeline_latency import TimelineRun
@@ -60,6 +64,7 @@ SECTIONS = (
     "outbound",
     "assignment",
     "cluster",
+    "search",
     "statements",
 )
 
@@ -74,6 +79,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--ingest-messages", type=int, default=200_000)
     parser.add_argument(
         "--assignment-rows", type=int, default=5_000_000, help="conversations of the filters' run"
+    )
+    parser.add_argument(
+        "--search-documents", type=int, default=5_000_000, help="search: documents in the index"
+    )
+    parser.add_argument(
+        "--search-queried-messages",
+        type=int,
+        default=3000,
+        help="search: messages of each of the 20 queried accounts (in MariaDB and the index)",
+    )
+    parser.add_argument(
+        "--search-rounds", type=int, default=3, help="search: rounds of each measure (median)"
+    )
+    parser.add_argument(
+        "--search-lag-rate", type=float, default=800.0, help="search: msg/s of the lag runs"
+    )
+    parser.add_argument(
+        "--search-lag-seconds", type=float, default=30.0, help="search: seconds a lag run sends"
+    )
+    parser.add_argument(
+        "--search-ingest-messages",
+        type=int,
+        default=100_000,
+        help="search: messages of each ingest round, indexer off and on",
     )
     parser.add_argument("--prune-messages", type=int, default=200_000)
     parser.add_argument(
@@ -152,6 +181,12 @@ async def run(args: argparse.Namespace, command: str) -> int:
         keep_rows=args.keep_rows,
         cluster_rounds=args.cluster_rounds,
         assignment_rows=args.assignment_rows,
+        search_documents=args.search_documents,
+        search_queried_messages=args.search_queried_messages,
+        search_rounds=args.search_rounds,
+        search_lag_rate=args.search_lag_rate,
+        search_lag_seconds=args.search_lag_seconds,
+        search_ingest_messages=args.search_ingest_messages,
     )
     stack = Stack.from_env()
     wanted = set(args.only.split(","))
@@ -183,6 +218,7 @@ async def run(args: argparse.Namespace, command: str) -> int:
         ("outbound", lambda: outbound_section(stack, options)),
         ("assignment", lambda: assignment_section(stack, options)),
         ("cluster", lambda: cluster_section(stack, options)),
+        ("search", lambda: search_section(stack, options)),
         ("scaling", lambda: scaling_section(stack, options, known, RESULTS)),
         # Last: what the sections before asked of PostgreSQL.
         ("statements", lambda: pg_statements.hot_statements(stack)),

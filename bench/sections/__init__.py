@@ -13,6 +13,7 @@ from bench.sections.live import live_section
 from bench.sections.options import Options
 from bench.sections.outbound import outbound_section
 from bench.sections.reads import forum_section, scaling_section, timeline_section
+from bench.sections.search import search_section
 from bench.sections.table import prepare_data_set
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "prepare_data_set",
     "prune_section",
     "scaling_section",
+    "search_section",
     "timeline_section",
 ]

@@ -24,3 +24,9 @@ class Options:
     cluster_rounds: int = 3
     assignment_rows: int = 5_000_000
     assignment_accounts: int = 50_000
+    search_documents: int = 5_000_000
+    search_queried_messages: int = 3000
+    search_rounds: int = 3
+    search_lag_rate: float = 800.0
+    search_lag_seconds: float = 30.0
+    search_ingest_messages: int = 100_000
