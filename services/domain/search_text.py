@@ -17,6 +17,7 @@ in the text as it is stored.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -45,8 +46,10 @@ class Word:
     end: int
 
 
+@functools.lru_cache(maxsize=65_536)
 def normal_word(raw: str) -> tuple[str, str]:
-    """(exact, folded) of one word, from any of its Unicode forms."""
+    """(exact, folded) of one word, from any of its Unicode forms. Cached: a language's words
+    are few and the same ones come again and again (the indexer's cost per message)."""
     decomposed = unicodedata.normalize("NFD", raw.casefold())
     tones = sorted({_TONES[c] for c in decomposed if c in _TONES})
     bare = "".join(c for c in decomposed if c not in _TONES)

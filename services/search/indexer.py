@@ -23,6 +23,7 @@ import contextlib
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,8 @@ _INBOX = re.compile(r"\{a(\d+)\}:inbox$")
 _COURSE = re.compile(r"\{f(\d+)\}:course$")
 # Entries read from a feed per step.
 _FEED_PAGE = 500
+# Feeds read together and written in one transaction.
+_FEEDS_PER_STEP = 200
 # Wake entries read per stream and step.
 _WAKE_PAGE = 1000
 # Feeds whose newest position one pipelined round trip asks.
@@ -153,8 +156,7 @@ class Indexer:
                     if feed is not None:
                         named.add(feed.decode() if isinstance(feed, bytes) else str(feed))
         LAG.set(max(0.0, time.time() - oldest) if oldest is not None else 0.0)
-        for feed in sorted(named):
-            await self.index_feed(feed)
+        await self.index_feeds(sorted(named))
         if cursors != self._wakes:
             await self._index.apply(Changes.none(), cursors)
             self._wakes = cursors
@@ -229,31 +231,49 @@ class Indexer:
 
     async def index_feed(self, feed: str) -> None:
         """Everything `feed` holds after the indexer's position, or its rebuild."""
-        tenant = feed_tenant(feed)
-        if tenant is None:
-            return
-        kind, tenant_id = tenant
-        stored = (await self._index.positions([feed])).get(feed)
-        if stored is None:
-            await self.rebuild(feed)
-            return
-        position = FeedPosition.parse(stored)
-        while True:
-            got = await self._reader.after(feed, position, _FEED_PAGE)
+        await self.index_feeds([feed])
+
+    async def index_feeds(self, feeds: Sequence[str]) -> None:
+        """Everything `feeds` hold after the indexer's positions (or their rebuilds): their
+        positions asked in one statement, their entries read together, and what they hold
+        written with every position in one transaction, a page of each feed at a time."""
+        known = [f for f in dict.fromkeys(feeds) if feed_tenant(f) is not None]
+        for first in range(0, len(known), _FEEDS_PER_STEP):
+            chunk = known[first : first + _FEEDS_PER_STEP]
+            stored = await self._index.positions(chunk)
+            for feed in chunk:
+                if feed not in stored:
+                    await self.rebuild(feed)
+            pending = {f: FeedPosition.parse(stored[f]) for f in chunk if f in stored}
+            while pending:
+                pending = await self._read_and_apply(pending)
+
+    async def _read_and_apply(self, at: dict[str, FeedPosition]) -> dict[str, FeedPosition]:
+        """One page of each feed after its position, applied in one transaction; the feeds
+        with more to read, and where."""
+        feeds = list(at)
+        pages = await asyncio.gather(*(self._reader.after(f, at[f], _FEED_PAGE) for f in feeds))
+        changes = Changes.none()
+        positions: dict[str, str] = {}
+        more: dict[str, FeedPosition] = {}
+        for feed, got in zip(feeds, pages, strict=True):
             if isinstance(got, Reset):
                 log.info("search: %s reset (%s): rebuilding it from its tables", feed, got.why)
                 await self.rebuild(feed, got.position)
-                return
-            changes = Changes.none()
+                continue
+            kind, tenant_id = feed_tenant(feed) or ("", 0)
             for item in got.items:
                 if kind == "inbox":
                     await self._inbox_change(tenant_id, item.payload, changes)
                 else:
                     await self._course_change(tenant_id, item.payload, changes)
-            await self._index.apply(changes, {feed: str(got.position)})
-            position = got.position
-            if not got.full:
-                return
+            if got.position != at[feed]:
+                positions[feed] = str(got.position)
+            if got.full:
+                more[feed] = got.position
+        if changes or positions:
+            await self._index.apply(changes, positions)
+        return more
 
     async def rebuild(self, feed: str, position: FeedPosition | None = None) -> int:
         """The feed's tenant indexed anew from its tables, then its position stored: the
