@@ -25,6 +25,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -75,6 +76,9 @@ _INBOX = re.compile(r"\{a(\d+)\}:inbox$")
 _COURSE = re.compile(r"\{f(\d+)\}:course$")
 # Entries read from a feed per step.
 _FEED_PAGE = 500
+# A reset re-reads the messages stored this long before the indexer's last position (the feed's
+# clock is Redis's, created_at MariaDB's; and a transaction stores its rows before it commits).
+_RESET_MARGIN_SECONDS = 300
 # Feeds read together and written in one transaction.
 _FEEDS_PER_STEP = 200
 # Wake entries read per stream and step.
@@ -257,11 +261,16 @@ class Indexer:
         positions: dict[str, str] = {}
         more: dict[str, FeedPosition] = {}
         for feed, got in zip(feeds, pages, strict=True):
-            if isinstance(got, Reset):
-                log.info("search: %s reset (%s): rebuilding it from its tables", feed, got.why)
-                await self.rebuild(feed, got.position)
-                continue
             kind, tenant_id = feed_tenant(feed) or ("", 0)
+            if isinstance(got, Reset):
+                log.info("search: %s reset (%s): reading its tables", feed, got.why)
+                if kind == "inbox":
+                    # Messages never change: what the feed lost is what was stored since.
+                    since = at[feed].entry.ms / 1000 - _RESET_MARGIN_SECONDS
+                    await self.catch_up_account(feed, tenant_id, since, got.position)
+                else:
+                    await self.rebuild(feed, got.position)
+                continue
             for item in got.items:
                 if kind == "inbox":
                     await self._inbox_change(tenant_id, item.payload, changes)
@@ -289,6 +298,29 @@ class Indexer:
         else:
             count = await self.rebuild_course(tenant_id)
         await self._index.apply(Changes.none(), {feed: str(top)})
+        return count
+
+    async def catch_up_account(
+        self, feed: str, account_id: int, since: float, position: FeedPosition
+    ) -> int:
+        """The account's messages stored since `since` (a Unix time) indexed from its tables,
+        then `position` stored: a reset of a busy account's feed (its indexer fell behind what
+        the feed keeps) costs what it missed, not the account's whole history."""
+        RESETS.inc()
+        tenant = account_tenant(account_id)
+        count = 0
+        async for rows in self._messages.account_texts(
+            account_id, datetime.fromtimestamp(max(since, 0), UTC)
+        ):
+            docs = [
+                MessageDoc(account_id, str(r[0]), str(r[1]), int(r[2]), utc(r[3]), terms)
+                for r in rows
+                if (terms := document(tenant, r[4] or ""))
+            ]
+            await self._index.apply(Changes(docs, [], [], []), {})
+            count += len(docs)
+        await self._index.apply(Changes.none(), {feed: str(position)})
+        REINDEXED.labels("message").inc(count)
         return count
 
     async def rebuild_account(self, account_id: int) -> int:

@@ -308,7 +308,10 @@ _SELECT_MESSAGES = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM {{table}}"
 _ACCOUNT_TEXTS = """
 SELECT msg_id, thread_id, id, sent_at, content FROM {table}
 WHERE zalo_account_id = %s AND msg_id > %s AND content IS NOT NULL AND content <> ''
+  AND (created_at >= %s OR created_at IS NULL)
 ORDER BY msg_id LIMIT %s"""
+# Before any message was stored: "every message" compares against this.
+_EVER = datetime(1970, 1, 2)
 TABLES = ("zalo_messages", "zalo_messages_archive")
 
 
@@ -337,14 +340,17 @@ class MessageSource:
             wanted = [m for m in wanted if m not in found]
         return found
 
-    async def account_texts(self, account_id: int, page: int = 2000) -> AsyncIterator[list[Row]]:
-        """Every message of the account with a text, live and archived, a page at a time:
-        (msg_id, thread_id, id, sent_at, content)."""
+    async def account_texts(
+        self, account_id: int, since: datetime | None = None, page: int = 2000
+    ) -> AsyncIterator[list[Row]]:
+        """Every message of the account with a text (stored since `since`, UTC, when given),
+        live and archived, a page at a time: (msg_id, thread_id, id, sent_at, content)."""
+        stored_since = (since or _EVER).astimezone(UTC).replace(tzinfo=None)
         for table in TABLES:
             after = ""
             while True:
                 rows = await self._db.fetchall(
-                    _ACCOUNT_TEXTS.format(table=table), (account_id, after, page)
+                    _ACCOUNT_TEXTS.format(table=table), (account_id, after, stored_since, page)
                 )
                 if not rows:
                     break

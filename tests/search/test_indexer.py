@@ -36,23 +36,32 @@ Ingest = ingest_service_pb2_grpc.IngestServiceStub
 FEEDS = LiveFeeds.from_settings(LiveSettings())
 
 
-async def test_a_feed_that_lost_its_history_is_rebuilt_from_the_tables(
+async def test_a_feed_that_lost_its_history_is_read_again_from_the_tables(
     ingest: Ingest,
     flusher: Flusher,
     search_indexer: Indexer,
     search: Search,
     redis_client: redis.Redis,
+    admin_db: MysqlDatabase,
 ) -> None:
     await ingest_texts(ingest, [("a1", "t1", "giao hàng sáng mai")])
     await stored_and_indexed(flusher, search_indexer)
+    # Stored an hour ago: before anything the feed could have lost.
+    await admin_db.execute(
+        "UPDATE zalo_messages SET created_at = NOW() - INTERVAL 1 HOUR WHERE msg_id = 'a1'"
+    )
     await ingest_texts(ingest, [("a2", "t1", "giao hàng chiều nay")], start=10)
     await flusher.drain()
     # Published, then gone before the indexer read it: a Redis that came back empty.
     resets = REGISTRY.get_sample_value("agora_search_feed_resets_total") or 0
+    reread = REGISTRY.get_sample_value("agora_search_reindexed_total", {"kind": "message"}) or 0
     await redis_client.delete(*feed_keys(FEEDS.inbox(1)))
     await search_indexer.catch_up()
     assert await found(search, "giao hang") == ["a2", "a1"]
     assert REGISTRY.get_sample_value("agora_search_feed_resets_total") == resets + 1
+    # Only what was stored since the indexer's last position (less a margin) was read again.
+    after = REGISTRY.get_sample_value("agora_search_reindexed_total", {"kind": "message"})
+    assert after == reread + 1
 
 
 async def test_wake_ups_that_were_lost_are_found_by_the_sweep(
