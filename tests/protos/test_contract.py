@@ -18,9 +18,9 @@ from tools import protos
 
 TIMELINE = "protos/agora/messaging/v1/timeline_service.proto"
 FIELD = "bool include_archive = 6;"
-RENUMBERED = "bool include_archive = 7;"
+RENUMBERED = "bool include_archive = 10;"
 # An addition: a new field with a new number (what a MINOR release may do).
-ADDED = "bool include_archive = 6;\n  bool newest_first = 7;"
+ADDED = "bool include_archive = 6;\n  bool newest_first = 10;"
 
 
 def copy_protos(directory: Path) -> Path:
@@ -130,7 +130,7 @@ def test_committed_renumbering_fails_on_a_clean_clone_under_later_changes(repo: 
     edit(repo, "1.0.0", "1.1.0", "protos/VERSION")
     renumbering = commit(repo, "renumber a field")
     # Later commits, one of them a compatible change of the protos, do not hide it.
-    edit(repo, RENUMBERED, RENUMBERED + "\n  bool newest_first = 8;")
+    edit(repo, RENUMBERED, RENUMBERED + "\n  bool newest_first = 11;")
     edit(repo, "1.1.0", "1.2.0", "protos/VERSION")
     addition = commit(repo, "add a field")
     (repo / "README").write_text("later\n")
