@@ -169,10 +169,6 @@ async def test_the_sign_in_lists_people_by_name_and_the_inbox_and_forum_name_the
 # Reading and noticing (existing routes only).
 
 
-# The badge must never rise while the conversation is read: a timing the flusher's search indexer
-# widens when it shares the flusher's one core with the reads this test makes (its first sight of
-# each account rebuilds it, right as the stack starts); the reads are what is measured here.
-@pytest.mark.stack_env(SEARCH_INDEXER_ENABLED="false")
 async def test_a_visible_conversation_is_read_as_messages_arrive_and_a_hidden_tab_notifies_once(
     stack: str, browser: Browser, env: Env
 ) -> None:
