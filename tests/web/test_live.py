@@ -96,16 +96,19 @@ async def shown_ids(page: Page) -> list[str]:
 @dataclass
 class Asked:
     """What a page asked the gateway for: the Last-Event-ID of each inbox stream it opened (None:
-    from now on), and when it read a page of messages."""
+    from now on), when it read a page of messages, and which conversations it marked read."""
 
     resumed_from: list[str | None] = field(default_factory=list)
     reads: list[float] = field(default_factory=list)
+    marked_read: list[str] = field(default_factory=list)
 
     async def record(self, request: Request) -> None:
         if request.url.endswith("/api/zalo-accounts/1/events"):
             self.resumed_from.append(await request.header_value("last-event-id"))
         elif "/api/zalo-accounts/1/messages?" in request.url:
             self.reads.append(time.monotonic())
+        elif request.method == "POST" and request.url.endswith("/read"):
+            self.marked_read.append(request.url)
 
 
 @asynccontextmanager
@@ -113,10 +116,10 @@ async def agent_on_three(
     stack: str, browser: Browser, env: Env, thread: str, hours: int
 ) -> AsyncIterator[tuple[datetime, httpx.AsyncClient, Watched, Asked]]:
     """User 7, an agent of account 1: three messages of `thread` from `hours` before now on,
-    stored through the API as them; then their page signed in and open on those, what it asks for
-    recorded from before it signs in, its tab hidden (a visible open conversation is read as
-    messages arrive: hidden, its counts show what came). Yields that now, the API client, the
-    page and what it asked."""
+    stored through the API as them; then their page signed in, its tab hidden, and open on those,
+    what it asks for recorded from before it signs in. Hidden before it opens the conversation: a
+    conversation opened in view is read (a read that may land at any time after), and these tests
+    count what arrives. Yields that now, the API client, the page and what it asked."""
     now = datetime.now(UTC).replace(microsecond=0)
     token = mint_token(env.jwt_secret, sub=7, accounts=[1])
     async with (
@@ -128,9 +131,10 @@ async def agent_on_three(
         asked = Asked()
         watched.page.on("request", asked.record)
         await sign_in(watched, stack, 7)
-        await open_conversation(watched.page, thread)
         await set_hidden(watched.page, True)
+        await open_conversation(watched.page, thread)
         yield now, api, watched, asked
+        assert asked.marked_read == []  # hidden all along: nothing was read
 
 
 @asynccontextmanager
