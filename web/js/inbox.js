@@ -261,7 +261,7 @@ function buildInbox(main, accounts, account) {
     thread);
   fill(main, root);
   const v = {
-    account, root, list, more, thread, items: new Map(), cursor: null, key: null, header: null, timeline: null,
+    account, root, list, more, thread, items: new Map(), cursor: null, listLoads: 0, key: null, header: null, timeline: null,
     filter, teamLink, agents: [], owner: false, beacon: null, noticed: new Set(), known: new Map(),
     search, searchHere,
   };
@@ -274,6 +274,10 @@ function buildInbox(main, accounts, account) {
 
 /** A page of conversations (the first, or the next older one); events wait until it is in. */
 function loadConversations(v, older = false, loading = true) {
+  // A first page starts the list over (a filter chosen, a reset): the answer of any load begun
+  // before it, slower or not, is of a list no longer shown, and is dropped.
+  if (!older) v.listLoads += 1;
+  const load = v.listLoads;
   return v.live.during(async () => {
     if (!older && loading) fill(v.list, h('li', { class: 'muted', role: 'status' }, 'Loading conversations…'));
     let page;
@@ -288,10 +292,12 @@ function loadConversations(v, older = false, loading = true) {
         },
       });
     } catch (error) {
+      if (load !== v.listLoads) return;
       fill(v.list, h('li', {}, errorPanel(error, `Zalo account ${v.account}`)));
       fill(v.more);
       return;
     }
+    if (load !== v.listLoads) return;
     if (!older) {
       v.items.clear();
       v.list.replaceChildren();
@@ -663,7 +669,11 @@ async function markRead(v, key) {
       const reply = await api(`${base}/unread`);
       const applied = reply.data.last_read_at && new Date(reply.data.last_read_at) >= new Date(readAt);
       if (applied) {
-        setUnread(v, key, reply.data.unread);
+        // What arrived since, on screen as it came, is being read (readArrived): not unread.
+        const open = v.key === key && v.timeline?.key === key ? v.timeline : null;
+        const count = open?.reading() ? 0 : reply.data.unread;
+        if (count !== reply.data.unread && !open.readPending()) open.readSoon();
+        setUnread(v, key, count, count !== reply.data.unread);
         notify(`Marked read up to ${when(readAt)}.`);
         return;
       }
