@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import asyncpg
 import grpc
 from agora.forum.v1 import forum_pb2
 from agora.messaging.v1 import message_pb2
@@ -36,6 +37,10 @@ from services.search.terms import account_tenant, course_tenant, tsqueries
 # A page whose hits were mostly dropped (pruned, deleted) reads on, this many times at most.
 _READS_PER_PAGE = 4
 _CONTENT = 10  # MESSAGE_COLUMNS' content
+# A confirmed hit: (message row, archived, found, kind); (post, comment or None, found, text, kind).
+_MessageHit = tuple[Any, bool, Found, int]
+_CourseHit = tuple[Any, Any, Found, str, int]
+H = TypeVar("H")
 
 
 class CursorError(ValueError):
@@ -107,25 +112,25 @@ class SearchHandlers(pb_grpc.SearchServiceServicer):
         after = await _keyset(context, request.cursor, scope, query, 1)
         limit = request.limit or DEFAULT_PAGE
         q = tsqueries(account_tenant(request.account_id), query)
-        hits: list[tuple[Any, bool, Found, int]] = []
-        more = False
-        for _ in range(_READS_PER_PAGE):
-            rows = await self._index.search_messages(
-                request.account_id, request.conversation_key, q, after, limit + 1 - len(hits)
-            )
-            more = len(rows) > limit - len(hits)
-            page = rows[: limit - len(hits)]
-            stored = await self._messages.messages(request.account_id, [r["msg_id"] for r in page])
+        account, key = request.account_id, request.conversation_key
+
+        async def confirmed(page: Sequence[asyncpg.Record]) -> list[_MessageHit]:
+            stored = await self._messages.messages(account, [r["msg_id"] for r in page])
+            hits = []
             for r in page:
                 row, archived = stored.get(r["msg_id"], (None, False))
                 found = match(query, row[_CONTENT] or "") if row is not None else None
-                if row is not None and found is not None:
+                if found is not None:
                     hits.append((row, archived, found, r["kind"]))
-            if page:
-                last = page[-1]
-                after = Keyset(last["kind"], last["sent_at"], (last["message_id"],))
-            if not more or len(hits) >= limit:
-                break
+            return hits
+
+        hits, after, more = await _ranked_page(
+            lambda at, n: self._index.search_messages(account, key, q, at, n),
+            confirmed,
+            lambda r: Keyset(r["kind"], r["sent_at"], (r["message_id"],)),
+            after,
+            limit,
+        )
         messages = await self._with_agents([row for row, *_ in hits])
         response = pb.SearchMessagesResponse(
             hits=[
@@ -164,36 +169,31 @@ class SearchHandlers(pb_grpc.SearchServiceServicer):
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, NOT_ENROLLED)
         limit = request.limit or DEFAULT_PAGE
         q = tsqueries(course_tenant(request.course_id), query)
-        hits: list[tuple[Any, Any, Found, str, int]] = []
-        more = False
-        for _ in range(_READS_PER_PAGE):
-            rows = await self._index.search_course(
-                request.course_id, q, after, limit + 1 - len(hits)
-            )
-            more = len(rows) > limit - len(hits)
-            page = rows[: limit - len(hits)]
+
+        async def confirmed(page: Sequence[asyncpg.Record]) -> list[_CourseHit]:
             posts = await self._forum.posts(list({r["post_id"] for r in page}))
             comments = await self._forum.comments(
                 [r["comment_id"] for r in page if r["comment_id"]]
             )
+            hits = []
             for r in page:
                 post = posts.get(r["post_id"])
                 comment = comments.get(r["comment_id"]) if r["comment_id"] else None
                 if post is None or (r["comment_id"] and comment is None):
-                    continue
-                text = (
-                    comment["body"] if comment is not None else f"{post['title']}\n{post['body']}"
-                )
+                    continue  # deleted, or its post is
+                text = _text_of(post, comment)
                 found = match(query, text)
                 if found is not None:
                     hits.append((post, comment, found, text, r["kind"]))
-            if page:
-                last = page[-1]
-                after = Keyset(
-                    last["kind"], last["created_at"], (last["post_id"], last["comment_id"])
-                )
-            if not more or len(hits) >= limit:
-                break
+            return hits
+
+        hits, after, more = await _ranked_page(
+            lambda at, n: self._index.search_course(request.course_id, q, at, n),
+            confirmed,
+            lambda r: Keyset(r["kind"], r["created_at"], (r["post_id"], r["comment_id"])),
+            after,
+            limit,
+        )
         authors = await self._people.names_if_up(
             [p["user_id"] for p, *_ in hits] + [c["user_id"] for _, c, *_ in hits if c is not None]
         )
@@ -210,6 +210,33 @@ class SearchHandlers(pb_grpc.SearchServiceServicer):
         if more:
             response.next_cursor = encode_cursor(scope, query, after)
         return response
+
+
+async def _ranked_page(
+    read: Callable[[Keyset, int], Awaitable[list[asyncpg.Record]]],
+    confirmed: Callable[[Sequence[asyncpg.Record]], Awaitable[list[H]]],
+    keyset_of: Callable[[asyncpg.Record], Keyset],
+    after: Keyset,
+    limit: int,
+) -> tuple[list[H], Keyset, bool]:
+    """Up to `limit` hits, in the index's order from `after`, each one its table confirms (what
+    was pruned, deleted or edited since it was indexed is dropped). Each read asks for one row
+    past what is missing, which says whether there is more; a page of stale rows reads on, at
+    most _READS_PER_PAGE times: then the page is short and its cursor goes on from the last row
+    read. Returns the hits, that cursor, and whether there is more."""
+    hits: list[H] = []
+    more = False
+    for _ in range(_READS_PER_PAGE):
+        wanted = limit - len(hits)
+        rows = await read(after, wanted + 1)
+        more = len(rows) > wanted
+        page = rows[:wanted]
+        hits += await confirmed(page)
+        if page:
+            after = keyset_of(page[-1])
+        if not more or len(hits) >= limit:
+            break
+    return hits, after, more
 
 
 def _text_of(post: Any, comment: Any) -> str:

@@ -10,7 +10,7 @@ deleted or edited since it was indexed is never shown as it was.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -144,6 +144,14 @@ class Keyset:
     def start(cls, n_ids: int) -> Keyset:
         return cls(0, datetime.max.replace(tzinfo=UTC), (0,) * n_ids)
 
+    def args(self) -> tuple[Any, ...]:
+        return (self.kind, self.at, *self.ids)
+
+
+def _columns(docs: Sequence[MessageDoc] | Sequence[ForumDoc]) -> list[list[Any]]:
+    """`docs` column by column, in their fields' order: the order the statements unnest."""
+    return [[getattr(d, f.name) for d in docs] for f in fields(docs[0])]
+
 
 class SearchIndex:
     """The index tables: what the indexer writes and the ranked searches."""
@@ -154,44 +162,36 @@ class SearchIndex:
     async def apply(self, changes: Changes, positions: dict[str, str]) -> None:
         """`changes` and the positions they were read up to, in one transaction: a position is
         never ahead of what was indexed, and a step repeated after a crash changes nothing."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await self._write(conn, changes)
-            if positions:
-                await conn.execute(_PUT_POSITIONS, list(positions), list(positions.values()))
+        await self._commit(changes, positions)
 
     async def replace_account(
         self, account_id: int, docs: Sequence[MessageDoc], positions: dict[str, str]
     ) -> None:
         """The account's documents as `docs` (a rebuild from its tables), and its position."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(_ACCOUNT_GONE, account_id)
-            await self._write(conn, Changes(list(docs), [], [], []))
-            if positions:
-                await conn.execute(_PUT_POSITIONS, list(positions), list(positions.values()))
+        await self._commit(Changes(list(docs), [], [], []), positions, (_ACCOUNT_GONE, account_id))
 
     async def replace_course(
         self, course_id: int, docs: Sequence[ForumDoc], positions: dict[str, str]
     ) -> None:
         """The course's documents as `docs` (a rebuild from its tables), and its position."""
+        await self._commit(Changes([], list(docs), [], []), positions, (_COURSE_GONE, course_id))
+
+    async def _commit(
+        self, changes: Changes, positions: dict[str, str], first: tuple[str, int] | None = None
+    ) -> None:
+        """`changes` and `positions` in one transaction, after the statement `first` (a tenant's
+        documents gone, before a rebuild writes them again)."""
         async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(_COURSE_GONE, course_id)
-            await self._write(conn, Changes([], list(docs), [], []))
+            if first is not None:
+                await conn.execute(*first)
+            await self._write(conn, changes)
             if positions:
                 await conn.execute(_PUT_POSITIONS, list(positions), list(positions.values()))
 
     @staticmethod
     async def _write(conn: Any, changes: Changes) -> None:
         if changes.messages:
-            m = changes.messages
-            await conn.execute(
-                _ADD_MESSAGES,
-                [d.account_id for d in m],
-                [d.msg_id for d in m],
-                [d.thread_id for d in m],
-                [d.message_id for d in m],
-                [d.sent_at for d in m],
-                [d.terms for d in m],
-            )
+            await conn.execute(_ADD_MESSAGES, *_columns(changes.messages))
         if changes.posts_gone:
             await conn.execute(_POSTS_GONE, changes.posts_gone)
         if changes.forum_gone:
@@ -199,16 +199,7 @@ class SearchIndex:
                 _FORUM_GONE, [p for p, _ in changes.forum_gone], [c for _, c in changes.forum_gone]
             )
         if changes.forum:
-            f = changes.forum
-            await conn.execute(
-                _PUT_FORUM,
-                [d.course_id for d in f],
-                [d.post_id for d in f],
-                [d.comment_id for d in f],
-                [d.version for d in f],
-                [d.created_at for d in f],
-                [d.terms for d in f],
-            )
+            await conn.execute(_PUT_FORUM, *_columns(changes.forum))
 
     async def positions(self, feeds: Sequence[str]) -> dict[str, str]:
         rows = await self._pool.fetch(_POSITIONS, list(feeds))
@@ -218,35 +209,13 @@ class SearchIndex:
         self, account_id: int, thread_id: str, q: Tsqueries, after: Keyset, limit: int
     ) -> list[asyncpg.Record]:
         return await self._pool.fetch(
-            SEARCH_MESSAGES,
-            account_id,
-            q.exact_phrase,
-            q.exact_words,
-            q.folded_phrase,
-            q.folded_words,
-            thread_id,
-            after.kind,
-            after.at,
-            after.ids[0],
-            limit,
+            SEARCH_MESSAGES, account_id, *q.args(), thread_id, *after.args(), limit
         )
 
     async def search_course(
         self, course_id: int, q: Tsqueries, after: Keyset, limit: int
     ) -> list[asyncpg.Record]:
-        return await self._pool.fetch(
-            SEARCH_COURSE,
-            course_id,
-            q.exact_phrase,
-            q.exact_words,
-            q.folded_phrase,
-            q.folded_words,
-            after.kind,
-            after.at,
-            after.ids[0],
-            after.ids[1],
-            limit,
-        )
+        return await self._pool.fetch(SEARCH_COURSE, course_id, *q.args(), *after.args(), limit)
 
 
 class ForumSource:

@@ -56,6 +56,10 @@ class Tsqueries:
     folded_phrase: str
     folded_words: str
 
+    def args(self) -> tuple[str, str, str, str]:
+        """The four, as a search statement takes them ($2…$5)."""
+        return (self.exact_phrase, self.exact_words, self.folded_phrase, self.folded_words)
+
 
 def tsqueries(tenant: str, query: Query) -> Tsqueries:
     exact = [_lexeme(f"{tenant}={w}") for w in query.exact]
