@@ -1,10 +1,12 @@
-"""Service processes the bench starts next to the stack's: deploy/local/run-service.sh with the
-stack's settings for that service, some of them overridden, on ports of their own."""
+"""Service processes the bench starts: deploy/local/run-service.sh with the stack's settings for
+that service, some of them overridden, next to the stack's on ports of their own, or in place of
+the stack's flusher (stopped meanwhile) on its ports."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -62,3 +64,24 @@ async def service_process(
             if proc.returncode is None:
                 proc.terminate()
                 await asyncio.wait_for(proc.wait(), 30)
+
+
+@asynccontextmanager
+async def flusher_in_place(env: dict[str, str]) -> AsyncIterator[None]:
+    """The flusher on the stack's own ports with `env` on top of the bench's environment, while
+    the stack's flusher is stopped (a bench comparing its settings round by round). Yields once
+    it is healthy; stopped (SIGTERM) on exit."""
+    proc = await asyncio.create_subprocess_exec(
+        str(ROOT / "deploy/local/run-service.sh"),
+        "flusher",
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        if await wait([f"grpc:127.0.0.1:{os.environ['FLUSHER_PORT']}"], 30):
+            raise SystemExit("bench flusher did not become healthy")
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 from dataclasses import dataclass
 
 from bench import progress
 from bench.common import ROOT, Stack, metric_total, scrape
 from bench.ingest_e2e import run_ingest
-from tools.wait_healthy import wait
+from bench.procs import flusher_in_place
 
 SUPERVISORCTL = [str(ROOT / ".venv/bin/supervisorctl"), "-c", str(ROOT / "var/supervisord.conf")]
 # Shorter than the service default (5 s) so pruning overlaps the few seconds of ingest measured.
@@ -48,21 +47,11 @@ async def supervisorctl(*args: str) -> None:
 async def _round(stack: Stack, prune: bool, messages: int, conversations: int) -> PruneRun:
     port = int(os.environ["FLUSHER_METRICS_PORT"])
     env = {
-        **os.environ,
         "PRUNE_ENABLED": "true" if prune else "false",
         "PRUNE_DEBOUNCE_MS": str(DEBOUNCE_MS),
         "FLUSHER_CONSUMER_NAME": f"bench-{'on' if prune else 'off'}-{time.time_ns()}",
     }
-    proc = await asyncio.create_subprocess_exec(
-        str(ROOT / "deploy/local/run-service.sh"),
-        "flusher",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        if await wait([f"grpc:127.0.0.1:{os.environ['FLUSHER_PORT']}"], 30):
-            raise SystemExit("bench flusher did not become healthy")
+    async with flusher_in_place(env):
         pruned = "agora_prune_rows_total"
         before = _metric(port, pruned)
         started = time.perf_counter()
@@ -82,9 +71,6 @@ async def _round(stack: Stack, prune: bool, messages: int, conversations: int) -
             int(_metric(port, pruned) - before),
             drained,
         )
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 30)
 
 
 async def run_prune(

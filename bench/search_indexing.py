@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import statistics
 import time
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from agora.search.v1 import search_service_pb2_grpc
 
 from bench import progress
 from bench.common import (
-    ROOT,
     Latency,
     Stack,
     as_gateway,
@@ -46,10 +44,10 @@ from bench.common import (
 )
 from bench.cpu import CpuCost, cpu_spent, listening_pids
 from bench.ingest_e2e import IngestRun, run_ingest
+from bench.procs import flusher_in_place
 from bench.prune import supervisorctl
 from bench.search_data import SECTION, Chat
 from services.runtime.mysql import MysqlDatabase
-from tools.wait_healthy import wait
 
 LAG_ACCOUNT = 920_900
 DELAY = "agora_search_index_delay_seconds"
@@ -239,20 +237,10 @@ class CostRound:
 
 async def _round(stack: Stack, indexer: bool, messages: int) -> CostRound:
     env = {
-        **os.environ,
         "SEARCH_INDEXER_ENABLED": "true" if indexer else "false",
         "FLUSHER_CONSUMER_NAME": f"bench-search-{'on' if indexer else 'off'}-{time.time_ns()}",
     }
-    proc = await asyncio.create_subprocess_exec(
-        str(ROOT / "deploy/local/run-service.sh"),
-        "flusher",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        if await wait([f"grpc:127.0.0.1:{os.environ['FLUSHER_PORT']}"], 30):
-            raise SystemExit("bench flusher did not become healthy")
+    async with flusher_in_place(env):
         if indexer:
             # What the off rounds sent is indexed before the clock starts.
             await _caught_up(within=600)
@@ -271,9 +259,6 @@ async def _round(stack: Stack, indexer: bool, messages: int) -> CostRound:
             raise SystemExit(f"ingest lost messages: sent {run.messages}, stored {run.stored}")
         # Per 1,000 messages, the indexing after the commit included (what the write costs).
         return CostRound(indexer, run, spent.per(messages // 1000), max(0.0, catch_up))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 30)
 
 
 async def run_cost(stack: Stack, *, messages: int, rounds: int) -> list[CostRound]:
