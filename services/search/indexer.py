@@ -307,16 +307,11 @@ class Indexer:
         then `position` stored: a reset of a busy account's feed (its indexer fell behind what
         the feed keeps) costs what it missed, not the account's whole history."""
         RESETS.inc()
-        tenant = account_tenant(account_id)
         count = 0
         async for rows in self._messages.account_texts(
             account_id, datetime.fromtimestamp(max(since, 0), UTC)
         ):
-            docs = [
-                MessageDoc(account_id, str(r[0]), str(r[1]), int(r[2]), utc(r[3]), terms)
-                for r in rows
-                if (terms := document(tenant, r[4] or ""))
-            ]
+            docs = _text_docs(account_id, rows)
             await self._index.apply(Changes(docs, [], [], []), {})
             count += len(docs)
         await self._index.apply(Changes.none(), {feed: str(position)})
@@ -326,12 +321,10 @@ class Indexer:
     async def rebuild_account(self, account_id: int) -> int:
         """The account's documents as its tables hold them now, replaced in one transaction
         (what was pruned without the archive, or dropped with an old archive month, goes)."""
-        tenant = account_tenant(account_id)
         docs = [
-            MessageDoc(account_id, str(r[0]), str(r[1]), int(r[2]), utc(r[3]), terms)
+            doc
             async for rows in self._messages.account_texts(account_id)
-            for r in rows
-            if (terms := document(tenant, r[4] or ""))
+            for doc in _text_docs(account_id, rows)
         ]
         await self._index.replace_account(account_id, docs, {})
         REINDEXED.labels("message").inc(len(docs))
@@ -580,3 +573,13 @@ def runner(
         _RUNNING.key(None, job="search-indexer"),
         holder=settings.flusher_consumer_name,
     )
+
+
+def _text_docs(account_id: int, rows: Sequence[Any]) -> list[MessageDoc]:
+    """MessageSource.account_texts rows as documents; a text with no word is none."""
+    tenant = account_tenant(account_id)
+    return [
+        MessageDoc(account_id, str(r[0]), str(r[1]), int(r[2]), utc(r[3]), terms)
+        for r in rows
+        if (terms := document(tenant, r[4] or ""))
+    ]
