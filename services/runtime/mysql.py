@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiomysql
+from aiomysql.cursors import RE_INSERT_VALUES
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pymysql.constants import FIELD_TYPE
@@ -28,6 +29,10 @@ from pymysql.converters import conversions, convert_datetime
 from services.runtime import errors, metrics
 
 Row = tuple[Any, ...]
+
+# The longest multi-row statement insert_returning sends, as aiomysql's executemany (its
+# max_stmt_length), well under the server's max_allowed_packet.
+_STATEMENT_BYTES = 1_024_000
 
 _tracer = trace.get_tracer(__name__)
 _STATEMENT = re.compile(
@@ -146,6 +151,38 @@ class Connection:
             self._conn.cursor() as cur,
         ):
             return int(await cur.executemany(sql, rows))
+
+    async def insert_returning(self, sql: str, rows: Sequence[Sequence[Any]]) -> list[Row]:
+        """`INSERT … VALUES (%s, …) [ON DUPLICATE KEY UPDATE …] RETURNING …` for every row:
+        multi-row statements of at most _STATEMENT_BYTES each, and every row each returns (a
+        duplicate's as the update left it). aiomysql's executemany splits a batch the same way
+        but keeps only its last statement's result."""
+        if not rows:
+            return []
+        shape = RE_INSERT_VALUES.match(sql)
+        if shape is None:
+            raise ValueError("insert_returning takes INSERT … VALUES (%s, …) … RETURNING …")
+        prefix = (shape[1] % ()).encode()
+        values, postfix = shape[2].rstrip(), (shape[3] or "").encode()
+        returned: list[Row] = []
+        async with (
+            self._span(sql, len(rows)) as span,
+            deadline(self._conn, self._db.timeout),
+            self._conn.cursor() as cur,
+        ):
+            escape = self._conn.escape
+            statement = bytearray()
+            for row in rows:
+                item = (values % tuple(escape(value) for value in row)).encode()
+                if statement and len(statement) + len(item) + len(postfix) > _STATEMENT_BYTES:
+                    await cur.execute(bytes(statement + postfix))
+                    returned += await cur.fetchall()
+                    statement = bytearray()
+                statement += b"," + item if statement else prefix + item
+            await cur.execute(bytes(statement + postfix))
+            returned += await cur.fetchall()
+            span.set_attribute("db.response.returned_rows", len(returned))
+        return returned
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         async with (

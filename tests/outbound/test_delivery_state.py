@@ -325,6 +325,55 @@ async def test_the_live_feed_carries_the_message_as_each_receipt_leaves_it(
     watch.cancel()
 
 
+async def test_each_live_message_is_the_stored_message_the_timeline_returns(
+    ingest: Ingest,
+    flusher: Flusher,
+    admin_db: MysqlDatabase,
+    redis_client: redis.Redis,
+    streams: MessageStreams,
+    timeline: Timeline,
+    env: Env,
+) -> None:
+    """The flusher builds its events from what its INSERT returned, re-reading only what a
+    later statement of the batch changed: every event must still be the stored row as the
+    timeline returns it — a new message, a repeat (whose second sender name the row does not
+    take), and an echo whose receipts overtook it (its delivery columns set after the INSERT)."""
+    await place_order(admin_db, "agora-1", agent=9)
+    await append_receipts(redis_client, streams, [receipt("r1", "z1", "delivered", 2)])
+    await flusher.drain()
+    watch = timeline.WatchInbox(
+        tpb.WatchInboxRequest(account_id=1),
+        metadata=[("authorization", f"Bearer {mint(env.jwt_secret, 7, [1], 600)}")],
+        timeout=30,
+    )
+    await started(watch)
+    first = message("m1", sent_at=at(5))
+    await ingest.IngestMessages(ipb.IngestMessagesRequest(account_id=1, messages=[first]))
+    await flusher.drain()
+    repeat = message("m1", sent_at=at(5))
+    repeat.sender_name = "Someone else"
+    await ingest.IngestMessages(
+        ipb.IngestMessagesRequest(account_id=1, messages=[repeat, message("m2", sent_at=at(6))])
+    )
+    await echo(ingest, "z1", "agora-1", 1)
+    await flusher.drain()
+    published: list[message_pb2.StoredMessage] = []
+    while len(published) < 4:
+        [event] = await take(watch, 1)
+        if event.WhichOneof("item") == "message":
+            published.append(event.message)
+    watch.cancel()
+    assert sorted(m.msg_id for m in published) == ["m1", "m1", "m2", "z1"]
+    for event in published:
+        stored = await get(timeline, event.msg_id)
+        stored.ClearField("agent_name")  # the directory's name: added by the watch's reader
+        assert event == stored
+    by_id = {m.msg_id: m for m in published[1:]}
+    assert by_id["m1"].sender_name == first.sender_name
+    assert by_id["z1"].delivery_state == message_pb2.DELIVERY_STATE_DELIVERED
+    assert by_id["z1"].agent_user_id == 9
+
+
 async def test_a_receipt_of_an_unknown_kind_is_dead_lettered_and_stores_nothing(
     flusher: Flusher,
     admin_db: MysqlDatabase,

@@ -159,9 +159,10 @@ class Deliveries:
 
 async def apply(
     tx: Connection, deliveries: Deliveries, outgoing: Sequence[MessageKey], *, archive: bool
-) -> None:
+) -> set[MessageKey]:
     """The batch's deliveries, after its messages are inserted: `outgoing` are the (account,
-    msg_id) of its outgoing messages (see WAITING)."""
+    msg_id) of its outgoing messages (see WAITING). Returns the messages whose delivery
+    columns it recomputed (in either table)."""
     echoes = sorted(deliveries.echoes)
     for start in range(0, len(echoes), _PAIRS):
         chunk = echoes[start : start + _PAIRS]
@@ -172,9 +173,11 @@ async def apply(
         await tx.executemany(UPSERT_REACTIONS, deliveries.reactions)
     touched = deliveries.touched()
     waiting = await _waiting(tx, outgoing) if outgoing else []
-    await _recompute(tx, "zalo_messages", sorted({*touched, *waiting}))
+    recomputed = {*touched, *waiting}
+    await _recompute(tx, "zalo_messages", sorted(recomputed))
     if archive:
         await _recompute(tx, "zalo_messages_archive", touched)
+    return recomputed
 
 
 async def _waiting(tx: Connection, outgoing: Sequence[MessageKey]) -> list[MessageKey]:

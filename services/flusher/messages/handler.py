@@ -9,7 +9,7 @@ from agora.events.v1 import message_events_pb2 as events
 
 from services.flusher.maintenance.prune import PruneQueue
 from services.flusher.messages.live import InboxPublication, ReadBack
-from services.flusher.messages.repository import MessageRepository
+from services.flusher.messages.repository import MessageRepository, Written
 from services.runtime.mysql import Connection
 from services.streams import messages
 from services.streams.entries import Entry
@@ -56,9 +56,9 @@ class MessageEntryHandler:
         live = self.live
         read: list[ReadBack] = []
 
-        async def read_back(tx: Connection) -> None:
+        async def read_back(tx: Connection, written: Written) -> None:
             if live is not None:
-                read.append(await live.read_back(tx, items))
+                read.append(await live.read_back(tx, items, written))
 
         touched = await self.repo.apply(items, fence, before_commit=read_back)
         # After COMMIT and before ACK: a crash in between redelivers the batch, which publishes

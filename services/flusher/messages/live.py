@@ -1,13 +1,14 @@
 """After a batch committed: the messages it stored and the conversations it changed, as InboxEvents
 on each account's live feed (services/streams/live.py).
 
-They are read back in the batch's own transaction, its last statements before the COMMIT,
-rather than built from the stream entries, so each event is the object the REST routes return
-(ids, created_at, the unread count as that transaction leaves it), and the publication follows
-the COMMIT with no database round trip between. It runs before the batch is ACKed: a crash in
-between redelivers the batch, which is stored as before (idempotent) and published again — a
-repeat, never a gap. Per conversation, the order is the batch's: one consumer applies a
-conversation's batches one after another.
+They come from the batch's own transaction, rather than being built from the stream entries,
+so each event is the object the REST routes return (ids, created_at, the unread count as that
+transaction leaves it): the messages as its INSERT … RETURNING gave them back (re-read only
+where its receipts changed them after), the conversations read as its last statement before
+the COMMIT. The publication follows the COMMIT with no database round trip between. It runs
+before the batch is ACKed: a crash in between redelivers the batch, which is stored as before
+(idempotent) and published again — a repeat, never a gap. Per conversation, the order is the
+batch's: one consumer applies a conversation's batches one after another.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from services.domain.messaging import (
     conversation_fields,
     stored_message_fields,
 )
-from services.runtime.mysql import Connection
+from services.flusher.messages.repository import Written
+from services.runtime.mysql import Connection, Row
 from services.runtime.timeutil import to_timestamp, utc_now
 from services.streams.live import FeedEvent, LivePublisher
 from services.streams.live_entries import inbox_entry
@@ -58,29 +60,33 @@ class InboxPublication:
         self._feeds = publisher.feeds
 
     async def read_back(
-        self, tx: Connection, entries: Sequence[message_events_pb2.MessageStreamEntry]
+        self,
+        tx: Connection,
+        entries: Sequence[message_events_pb2.MessageStreamEntry],
+        written: Written,
     ) -> ReadBack:
-        """The batch's messages and conversations as its transaction wrote them: read before
-        the COMMIT, on its connection, so nothing stands between the COMMIT and the
-        publication but the publication itself."""
-        msg_ids: dict[int, list[str]] = defaultdict(list)
+        """The batch's messages and conversations as its transaction wrote them: the messages
+        its INSERT returned, and what a later statement of the batch changed read on its
+        connection before the COMMIT, so nothing stands between the COMMIT and the publication
+        but the publication itself."""
+        to_read: set[tuple[int, str]] = set(written.changed)
         threads: dict[int, set[str]] = defaultdict(set)
         for entry in entries:
             kind = entry.WhichOneof("event")
             if kind == "messages":
                 for msg in entry.messages.messages:
-                    msg_ids[entry.account_id].append(msg.msg_id)
                     threads[entry.account_id].add(msg.thread_id)
             elif kind == "read":
                 threads[entry.account_id].add(entry.read.thread_id)
             elif kind == "receipts":
                 # The messages whose delivery state or reactions changed (their conversations'
                 # rows did not: a receipt is no message).
-                msg_ids[entry.account_id] += [r.msg_id for r in entry.receipts.receipts]
-                msg_ids[entry.account_id] += [x.msg_id for x in entry.receipts.reactions]
-        if not threads and not msg_ids:
+                account = entry.account_id
+                to_read.update((account, r.msg_id) for r in entry.receipts.receipts)
+                to_read.update((account, x.msg_id) for x in entry.receipts.reactions)
+        if not threads and not to_read and not written.rows:
             return ReadBack({}, {}, [])
-        stored = await self._stored(tx, msg_ids)
+        stored = await self._stored(tx, written.rows, sorted(to_read))
         conversations = await self._conversations(tx, threads) if threads else {}
         return ReadBack(stored, conversations, sorted({*threads, *stored}))
 
@@ -110,13 +116,12 @@ class InboxPublication:
             await self._publisher.publish(feeds)
 
     async def _stored(
-        self, tx: Connection, msg_ids: dict[int, list[str]]
+        self, tx: Connection, written: list[Row], pairs: list[tuple[int, str]]
     ) -> dict[int, list[message_pb2.StoredMessage]]:
-        """The batch's messages as stored, by account, per conversation in timeline order. A
-        message pruned to the archive since (it was not among its conversation's newest) is left
-        out."""
-        pairs = sorted({(account, m) for account, ids in msg_ids.items() for m in ids})
-        rows = await _fetch_pairs(tx, STORED, [], pairs)
+        """The batch's messages as stored, by account, per conversation in timeline order:
+        `written` as its INSERT returned them, `pairs` read. One in the archive (a receipt's
+        message pruned already) is left out."""
+        rows = [*written, *await _fetch_pairs(tx, STORED, [], pairs)]
         rows.sort(key=lambda r: (r[2], r[SENT_AT], r[0]))
         # Who sent the outgoing ones from agora: one lookup per chunk of the batch, not per row.
         agents: dict[tuple[int, str], int] = {}

@@ -16,10 +16,10 @@ from typing import Any
 from agora.events.v1 import message_events_pb2 as events
 from agora.messaging.v1 import message_pb2
 
-from services.domain.messaging import message_preview
+from services.domain.messaging import MESSAGE_COLUMNS, message_preview
 from services.flusher.fencing import MysqlFences
 from services.flusher.messages import conversions, delivery
-from services.runtime.mysql import Connection, MysqlDatabase, placeholders
+from services.runtime.mysql import Connection, MysqlDatabase, Row, placeholders
 from services.streams.faults import fault
 from services.streams.fencing import Fence
 
@@ -59,7 +59,9 @@ _REOPEN_TERM = "(id = %s AND last_message_at < %s)"
 # Conversations per REOPEN statement.
 _REOPEN_CHUNK = 500
 
-INSERT_MESSAGES = """
+# RETURNING: each message as the statement leaves it (a repeat's as stored before), in
+# MESSAGE_COLUMNS' order, for the live feed without reading the batch back.
+INSERT_MESSAGES = f"""
 INSERT INTO zalo_messages (
   zalo_account_id, zalo_conversation_id, msg_id, cli_msg_id, thread_id, thread_type, direction,
   sender_id, sender_name, content, msg_type, attachments, mentions,
@@ -68,7 +70,7 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON DUPLICATE KEY UPDATE
   cli_msg_id = COALESCE(cli_msg_id, VALUES(cli_msg_id)),
   sender_name = COALESCE(sender_name, VALUES(sender_name))
-"""
+RETURNING {", ".join(MESSAGE_COLUMNS)}"""
 
 MARK_READ = """
 UPDATE zalo_conversations SET last_read_at = GREATEST(COALESCE(last_read_at, %s), %s)
@@ -85,9 +87,22 @@ ON DUPLICATE KEY UPDATE msg_id = COALESCE(msg_id, VALUES(msg_id))
 ARCHIVED_MSG_IDS = """
 SELECT msg_id FROM zalo_messages_archive WHERE zalo_account_id = %s AND msg_id IN"""
 
+_ACCOUNT = MESSAGE_COLUMNS.index("zalo_account_id")
+_MSG_ID = MESSAGE_COLUMNS.index("msg_id")
+
 ConversationKey = tuple[int, str]
 # A message's row without its conversation id (known only inside the transaction).
 PendingRow = tuple[ConversationKey, str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a batch's transaction wrote to zalo_messages, for its live events: the rows its
+    INSERT returned (MESSAGE_COLUMNS) that no later statement of the batch changed, and the
+    messages its receipts and reactions changed after (to be read as the batch leaves them)."""
+
+    rows: list[Row]
+    changed: set[tuple[int, str]]
 
 
 @dataclass
@@ -150,13 +165,13 @@ class MessageRepository:
         self,
         entries: Sequence[events.MessageStreamEntry],
         fence: Fence | None = None,
-        before_commit: Callable[[Connection], Awaitable[None]] | None = None,
+        before_commit: Callable[[Connection, Written], Awaitable[None]] | None = None,
     ) -> set[int]:
         """Apply a batch in one transaction, fenced; returns the ids of conversations that got
         messages. Every value is converted before the transaction starts: one that cannot be
         (conversions.UnstorableValue) refuses the batch as data, so the consumer isolates it.
-        `before_commit` runs last in the transaction, on its connection (it reads what the batch
-        wrote, as it will be committed)."""
+        `before_commit` runs last in the transaction, on its connection, with what the batch
+        wrote to zalo_messages (it reads the rest as it will be committed)."""
         conversations: dict[ConversationKey, Latest] = {}
         messages: list[PendingRow] = []
         reads: dict[ConversationKey, datetime] = {}
@@ -208,8 +223,9 @@ class MessageRepository:
                 ids = await self._conversation_ids(tx, conversations)
             if messages and self._archive:
                 messages = await self._not_archived(tx, messages)
+            inserted: list[Row] = []
             if messages:
-                await tx.executemany(
+                inserted = await tx.insert_returning(
                     INSERT_MESSAGES, [(key[0], ids[key], *row) for key, _, row in messages]
                 )
             for (account, thread), read_at in sorted(reads.items()):
@@ -218,14 +234,15 @@ class MessageRepository:
                 await tx.executemany(INSERT_AGENT_SENT, agent_sent)
             # After the messages: an echo joins its order, and a message stored after its
             # receipts (they overtook the echo) takes them up, in this transaction.
-            await delivery.apply(
+            changed = await delivery.apply(
                 tx,
                 deliveries,
                 [(key[0], msg_id) for key, msg_id, row in messages if row[4] == "out"],
                 archive=self._archive,
             )
             if before_commit is not None:
-                await before_commit(tx)
+                unchanged = [r for r in inserted if (r[_ACCOUNT], r[_MSG_ID]) not in changed]
+                await before_commit(tx, Written(unchanged, changed))
             fault("before_commit")
         self._remember(ids)
         return set(ids.values())
