@@ -31,7 +31,7 @@ from pathlib import Path
 import asyncpg
 import grpc
 from agora.forum.v1 import forum_read_service_pb2_grpc, like_service_pb2, like_service_pb2_grpc
-from agora.messaging.v1 import timeline_service_pb2_grpc
+from agora.messaging.v1 import timeline_service_pb2, timeline_service_pb2_grpc
 
 from bench.common import BENCH_ACCOUNT, Latency, Stack, as_gateway
 from bench.cpu import CpuCost, cpu_spent, listening_pids
@@ -49,6 +49,13 @@ from tools.jwt_token import mint, secret_file
 SECTION = "gateway"
 TOKEN_TTL = 3600
 TIMELINE_USER = 7  # any user; the token grants the bench account
+
+
+def gateway_request(t: Target) -> timeline_service_pb2.ListMessagesRequest:
+    """The newest page as the gateway's route asks for it: its messages as JSON."""
+    request = first_request(t)
+    request.messages_as_json = True
+    return request
 
 
 @dataclass(frozen=True)
@@ -185,7 +192,7 @@ async def run_gateway(stack: Stack, *, samples: int = 2000, warmup: int = 200) -
             likes = like_service_pb2_grpc.LikeServiceStub(likes_channel)
 
             async def timeline_grpc(i: int) -> None:
-                await timeline.ListMessages(first_request(timeline_order[i]), timeout=5)
+                await timeline.ListMessages(gateway_request(timeline_order[i]), timeout=5)
 
             async def timeline_http(i: int) -> None:
                 await _get_ok(gateway, timeline_path(timeline_order[i]), timeline_headers)
@@ -361,7 +368,7 @@ async def run_saturation(
     paths = [timeline_path(t) for t in chosen]
     async with as_gateway(stack.timeline_addr) as channel:
         stub = timeline_service_pb2_grpc.TimelineServiceStub(channel)
-        page = await stub.ListMessages(first_request(chosen[0]), timeout=5)
+        page = await stub.ListMessages(gateway_request(chosen[0]), timeout=5)
     route, echo = [], []
     async with (
         echo_servers(grpc_pages={"page": page.SerializeToString()}) as grpc_echo,

@@ -17,6 +17,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import JsonValue, ValidationError
 from starlette.responses import Response
 
+from services.domain.message_json import DELIVERY_STATE_NAMES
+from services.domain.message_json import json_column as json_value
 from services.domain.messaging import (
     CONVERSATION_STATUS_NAMES,
     DIRECTION_NAMES,
@@ -97,14 +99,6 @@ def optional_value(holder: Any, field: str) -> Any:
     return getattr(holder, field) if holder.HasField(field) else None
 
 
-def json_value(text: str) -> JsonValue:
-    """A stored JSON column as a JSON value (stored text that does not parse is kept as text)."""
-    try:
-        return orjson.loads(text)  # type: ignore[no-any-return]
-    except orjson.JSONDecodeError:
-        return text
-
-
 class JsonBytes(Response):
     """A JSON body serialized by the route itself (what the route's response_model documents):
     FastAPI sends a returned Response as it is, without validating or serializing it again."""
@@ -117,15 +111,19 @@ def ok(payload: dict[str, Any], status_code: int = 200) -> JsonBytes:
     return JsonBytes(orjson.dumps({"success": True, **payload}), status_code)
 
 
-def page(data: list[dict[str, Any]], limit: int, has_more: bool, **cursor: Any) -> JsonBytes:
-    """A cursor-paginated answer: `data`, then its pagination ending with the next page's
-    `cursor` (null on the last page), keys in the order the page's schema lists them."""
+def page(
+    data: list[dict[str, Any]] | orjson.Fragment, limit: int, has_more: bool, **cursor: Any
+) -> JsonBytes:
+    """A cursor-paginated answer: `data` (objects, or a JSON array already encoded), then its
+    pagination ending with the next page's `cursor` (null on the last page), keys in the order
+    the page's schema lists them."""
     return ok({"data": data, "pagination": {"limit": limit, "has_more": has_more, **cursor}})
 
 
 # The JSON shapes below are exactly schemas.Message and schemas.Conversation (same keys, same
 # order): the services guarantee the types, so the page goes from protos to plain values to
-# bytes once, with no model in between.
+# bytes once, with no model in between. A timeline page comes encoded already, in the same
+# shape (services/domain/message_json.py).
 
 
 def message_json(m: message_pb2.StoredMessage) -> dict[str, Any]:
@@ -160,15 +158,6 @@ def message_json(m: message_pb2.StoredMessage) -> dict[str, Any]:
         "failure_class": FAILURE_CLASS_NAMES.get(m.failure_class),
         "failure_reason": m.failure_reason if has("failure_reason") else None,
     }
-
-
-# Enums as the JSON API spells them (as DIRECTION_NAMES): the value's name without its prefix,
-# lower case; UNSPECIFIED is null (an incoming message has no delivery state).
-DELIVERY_STATE_NAMES = {
-    value: message_pb2.DeliveryState.Name(value).removeprefix("DELIVERY_STATE_").lower()
-    for value in message_pb2.DeliveryState.values()
-    if value != message_pb2.DELIVERY_STATE_UNSPECIFIED
-}
 
 
 def liker_json(r: Any) -> dict[str, Any]:

@@ -10,16 +10,19 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
+import orjson
 from agora.events.v1 import live_events_pb2
 from agora.messaging.v1 import timeline_service_pb2 as pb
 from agora.messaging.v1 import timeline_service_pb2_grpc as pb_grpc
 
 from services.domain.ids import MAX_ROW_ID
+from services.domain.message_json import order_message_json, stored_message_json
 from services.domain.messaging import (
     CONVERSATION_ID,
     CONVERSATION_STATUS_NAMES,
     LAST_MESSAGE_AT,
     MESSAGE_ID,
+    ORDER_QUEUED_AT,
     SENT_AT,
     conversation_fields,
     order_message_fields,
@@ -114,16 +117,40 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             )
         else:
             page = await listed
-        agents = await self._repo.agent_users(page.rows)
-        messages = [stored_message_fields(row, agents) for row in page.rows]
+        messages = await self._messages(
+            request.messages_as_json, page.rows, orders, conversation_id
+        )
+        return pb.ListMessagesResponse(
+            has_more=page.has_more,
+            **messages,
+            **_next_before(page.rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),
+        )
+
+    async def _messages(
+        self, as_json: bool, rows: list[Row], orders: list[Row], conversation_id: int
+    ) -> dict[str, Any]:
+        """A page's stored messages (rows, newest first) and pending orders, with their agents
+        and the agents' names, as ListMessagesResponse's `messages` — or, asked for, as its
+        `messages_json`: the JSON API's objects, encoded here once."""
+        agents = await self._repo.agent_users(rows)
+        if as_json:
+            objects = [stored_message_json(row, agents) for row in rows]
+            if orders:
+                # Placed by their times as stored (an order's to the microsecond), as below.
+                stored = zip(rows, objects, strict=True)
+                placed = [((r[SENT_AT], r[MESSAGE_ID]), o) for r, o in stored]
+                placed += [
+                    ((r[ORDER_QUEUED_AT], 0), order_message_json(r, conversation_id))
+                    for r in orders
+                ]
+                placed.sort(key=lambda item: item[0], reverse=True)
+                objects = [o for _, o in placed]
+            return {"messages_json": orjson.dumps(await self._with_agents(objects))}
+        messages = [stored_message_fields(row, agents) for row in rows]
         if orders:
             messages += [order_message_fields(row, conversation_id) for row in orders]
             messages.sort(key=_timeline_order, reverse=True)
-        return pb.ListMessagesResponse(
-            messages=await self._with_agents(messages),
-            has_more=page.has_more,
-            **_next_before(page.rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),
-        )
+        return {"messages": await self._with_agents(messages)}
 
     async def _around(
         self,
@@ -143,7 +170,7 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
                 "around_msg_id: no such message in this conversation",
             )
         page = await self._repo.around(conversation_id, message, request.limit)
-        return await self._page_both_ways(page.rows, page.has_more, page.has_newer)
+        return await self._page_both_ways(request, page.rows, page.has_more, page.has_newer)
 
     async def _after(
         self,
@@ -166,15 +193,14 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             context, cursor, sent_at, "after_id", "message in this conversation", MAX_ROW_ID
         )
         page = await self._repo.newer(conversation_id, after, request.limit)
-        return await self._page_both_ways(page.rows, False, page.has_more)
+        return await self._page_both_ways(request, page.rows, False, page.has_more)
 
     async def _page_both_ways(
-        self, rows: list[Row], has_more: bool, has_newer: bool
+        self, request: pb.ListMessagesRequest, rows: list[Row], has_more: bool, has_newer: bool
     ) -> pb.ListMessagesResponse:
-        agents = await self._repo.agent_users(rows)
-        messages = [stored_message_fields(row, agents) for row in rows]
+        messages = await self._messages(request.messages_as_json, rows, [], 0)
         response = pb.ListMessagesResponse(
-            messages=await self._with_agents(messages),
+            **messages,
             has_more=has_more,
             has_newer=has_newer,
             **_next_before(rows, "next_before_sent_at", SENT_AT, MESSAGE_ID),

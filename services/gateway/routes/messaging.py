@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import grpc
+import orjson
 from agora.messaging.v1 import ingest_service_pb2 as ingest_pb
 from agora.messaging.v1 import message_pb2
 from agora.messaging.v1 import timeline_service_pb2 as timeline_pb
@@ -15,6 +16,7 @@ from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel
 
 from services.domain.ids import ID_PATTERN, MAX_ROW_ID
+from services.domain.message_json import json_column
 from services.domain.messaging import CONVERSATION_STATUSES
 from services.gateway import schemas
 from services.gateway.auth import CurrentUser, require_account
@@ -24,7 +26,6 @@ from services.gateway.convert import (
     JsonBytes,
     conversation_json,
     incoming_message,
-    json_value,
     message_json,
     ok,
     optional_time,
@@ -137,13 +138,18 @@ async def list_messages(
         around_msg_id=around or "",
         after_sent_at=request_time(after_sent_at, "after_sent_at"),
         after_id=after_id,
+        messages_as_json=True,
     )
     try:
         reply = await clients.timeline.ListMessages(rpc, **clients.options)
     except grpc.aio.AioRpcError as exc:
         raise ApiError.from_grpc(exc, _AROUND) from exc
     return page(
-        [message_json(m) for m in reply.messages],
+        # The page as the timeline encoded it; a timeline of an older version (a rolling
+        # update) answers with protos.
+        orjson.Fragment(reply.messages_json)
+        if reply.messages_json
+        else [message_json(m) for m in reply.messages],
         limit,
         reply.has_more,
         next_before_sent_at=optional_time(reply, "next_before_sent_at"),
@@ -231,7 +237,7 @@ async def quote_payload(
         timeline_pb.GetQuotePayloadRequest(account_id=account_id, msg_id=msg_id),
         **clients.options,
     )
-    payload = json_value(reply.quote_payload) if reply.HasField("quote_payload") else None
+    payload = json_column(reply.quote_payload) if reply.HasField("quote_payload") else None
     return ok({"data": {"msg_id": msg_id, "quote_payload": payload}})
 
 
