@@ -3,7 +3,6 @@ checked before, by the rules in services/domain/field_rules.py)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -101,22 +100,25 @@ class TimelineHandlers(pb_grpc.TimelineServiceServicer):
             )
 
         before = await _before(context, cursor, sent_at, "message in this conversation")
-        listed = self._repo.list_messages(
-            conversation_id, request.limit, before, include_archive=request.include_archive
-        )
         orders: list[Row] = []
         if before is None:
             # The newest page also shows the replies not stored yet, each at its queued_at
             # (after a stored message of the same instant: id 0). Beyond `limit` (the page's
             # stored messages are `limit`), and never the cursor: the next page starts after
             # the oldest stored message, and no later page shows an order, so an order older
-            # than that still shows, here, once. Read beside the page, on a second connection:
-            # one more round trip in sequence cost the newest page 0.6 ms at p50 (bench).
-            page, orders = await asyncio.gather(
-                listed, self._repo.pending_orders(request.account_id, request.conversation_key)
+            # than that still shows, here, once. The page's statement says whether there are
+            # any, and they are read only then: a second statement beside every newest page
+            # was a tenth of this process's CPU (docs/performance.md).
+            page, orders = await self._repo.newest(
+                (request.account_id, request.conversation_key),
+                conversation_id,
+                request.limit,
+                include_archive=request.include_archive,
             )
         else:
-            page = await listed
+            page = await self._repo.list_messages(
+                conversation_id, request.limit, before, include_archive=request.include_archive
+            )
         messages = await self._messages(
             request.messages_as_json, page.rows, orders, conversation_id
         )

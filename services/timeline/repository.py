@@ -47,6 +47,19 @@ WHERE zalo_conversation_id = %s
 ORDER BY sent_at DESC, id DESC
 LIMIT %s"""
 
+# The newest page, with one more column: whether the conversation has send orders whose message
+# is not stored yet (PENDING_ORDERS). An uncorrelated subquery, run once for the statement on
+# the (account, thread_id, echoed_at) index: nearly always false, so the newest page costs one
+# statement, and the orders are read only when there are some.
+# Arguments: (account, thread_id, conversation, n).
+NEWEST_PAGE = f"""SELECT {", ".join(MESSAGE_COLUMNS)}, EXISTS(
+  SELECT 1 FROM zalo_outbound_messages
+  WHERE zalo_account_id = %s AND thread_id = %s AND echoed_at IS NULL) AS orders_pending
+FROM zalo_messages
+WHERE zalo_conversation_id = %s
+ORDER BY sent_at DESC, id DESC
+LIMIT %s"""
+
 ARCHIVE_FIRST_PAGE = FIRST_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
 ARCHIVE_NEXT_PAGE = NEXT_PAGE.replace("FROM zalo_messages", "FROM zalo_messages_archive")
 
@@ -193,6 +206,10 @@ INBOX_SHAPES: dict[tuple[str, str | None], tuple[str, str]] = {
 INBOX_SHAPES[(ANY, None)] = (INBOX_FIRST_PAGE, INBOX_NEXT_PAGE)
 
 
+# A conversation by the key its requests name it with: (account, thread_id).
+ConversationKey = tuple[int, str]
+
+
 @dataclass(frozen=True)
 class AroundPage:
     """Messages newest first around a place: whether older ones remain (has_more) and newer ones
@@ -273,6 +290,31 @@ class TimelineRepository:
             )
             rows.sort(key=lambda r: (r[SENT_AT], r[MESSAGE_ID]), reverse=True)
         return Page.of(rows, limit)
+
+    async def newest(
+        self,
+        conversation: ConversationKey,
+        conversation_id: int,
+        limit: int,
+        *,
+        include_archive: bool = False,
+    ) -> tuple[Page[Row], list[Row]]:
+        """The newest page (as list_messages) and the conversation's send orders not stored
+        yet (pending_orders), read only when NEWEST_PAGE says there are some (or the page is
+        empty, when it cannot say)."""
+        account_id, thread_id = conversation
+        flagged = await self._db.fetchall(
+            NEWEST_PAGE, (account_id, thread_id, conversation_id, limit + 1)
+        )
+        rows = [row[:-1] for row in flagged]
+        if include_archive:
+            rows += await self._page(
+                ARCHIVE_FIRST_PAGE, ARCHIVE_NEXT_PAGE, conversation_id, limit, None
+            )
+            rows.sort(key=lambda r: (r[SENT_AT], r[MESSAGE_ID]), reverse=True)
+        pending = not flagged or bool(flagged[0][-1])
+        orders = await self.pending_orders(account_id, thread_id) if pending else []
+        return Page.of(rows, limit), orders
 
     async def _page(
         self,

@@ -117,6 +117,7 @@ async def test_hot_queries_use_their_index_without_filesort(loaded: MysqlDatabas
     when = datetime(2026, 8, 1, 12, 0)
     cases = [
         (q.FIRST_PAGE, (7, 51), "zalo_msg_conv_timeline_idx"),
+        (q.NEWEST_PAGE, (1, "t7", 7, 51), "zalo_msg_conv_timeline_idx"),
         (q.NEXT_PAGE, (7, when, when, 50_000, 51), "zalo_msg_conv_timeline_idx"),
         (q.COUNT_UNREAD, (7, when), "zalo_msg_conv_dir_sent_msg_idx"),
         (q.LATEST_INCOMING, (7,), "zalo_msg_conv_dir_sent_msg_idx"),

@@ -483,6 +483,7 @@ async def test_the_delivery_statements_read_their_indexes_not_the_tables(
         (delivery_sql.JOIN_ECHOES.format(pairs=marks), flat),
         (agent_users_query([(1, f"c{n}") for n in range(0, 50, 7)])[0], clis + clis),
         (timeline_repository.PENDING_ORDERS, [1, "t1", 500]),
+        (timeline_repository.NEWEST_PAGE, [1, "t1", 1, 51]),
     ]
     for sql, args in statements:
         for plan in await plans(admin_db, sql, args):

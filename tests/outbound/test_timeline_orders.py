@@ -4,11 +4,13 @@ leaving the business's own messages out."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from agora.messaging.v1 import ingest_service_pb2 as ipb
 from agora.messaging.v1 import ingest_service_pb2_grpc, message_pb2, timeline_service_pb2_grpc
 from agora.messaging.v1 import timeline_service_pb2 as tpb
 
+from services.gateway.convert import message_json
 from services.runtime.mysql import MysqlDatabase
 from tests.helpers import Flusher, at, message
 from tests.outbound.delivery_support import naive, place_order
@@ -72,6 +74,15 @@ async def test_pending_orders_show_on_the_newest_page_in_time_order_with_their_s
     assert by_cli["f"].failure_class == message_pb2.FAILURE_CLASS_PERMANENT
     assert by_cli["f"].failure_reason == "no"
     assert not by_cli["q"].HasField("failure_reason")
+    # The same page as the gateway asks for it (the JSON API's objects, encoded by the
+    # timeline): the same messages in the same places, spelled as the gateway spells protos.
+    request = tpb.ListMessagesRequest(
+        account_id=1, conversation_key="t1", limit=2, messages_as_json=True
+    )
+    as_json: tpb.ListMessagesResponse = await timeline.ListMessages(request)
+    assert not as_json.messages
+    assert orjson.loads(as_json.messages_json) == [message_json(m) for m in first.messages]
+    assert (as_json.has_more, as_json.next_before_id) == (first.has_more, first.next_before_id)
 
     # The cursor is the oldest stored message's: the next pages hold the rest, and no order.
     assert first.has_more
