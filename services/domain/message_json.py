@@ -22,6 +22,7 @@ from services.domain.messaging import (
     MESSAGE_COLUMNS,
     ORDER_STATES,
     AgentUsers,
+    OrderRow,
 )
 
 # Enums as the JSON API spells them: the value's name without its prefix, lower case;
@@ -145,54 +146,38 @@ def reactions_json(document: str | bytes) -> list[dict[str, Any]]:
 def order_message_json(row: Sequence[Any], conversation_id: int) -> dict[str, Any]:
     """A send order not yet echoed (ORDER_COLUMNS) as the API's message object, as
     order_message_fields gives the proto."""
-    (
-        account,
-        thread_id,
-        thread_type,
-        cli_msg_id,
-        msg_id,
-        agent,
-        content,
-        quote_msg_id,
-        attachments,
-        state,
-        failure_class,
-        failure_reason,
-        queued_at,
-        created,
-        updated,
-    ) = row
-    if thread_type not in _THREAD_TYPES:
-        raise KeyError(f"thread_type {thread_type!r}")
-    failed = state == "failed"
-    failure = FAILURE_CLASSES.get(failure_class, 0) if failed else 0
+    o = OrderRow(*row)
+    if o.thread_type not in _THREAD_TYPES:
+        raise KeyError(f"thread_type {o.thread_type!r}")
+    failed = o.state == "failed"
+    failure = FAILURE_CLASSES.get(o.failure_class or "", 0) if failed else 0
     return {
         "id": 0,
-        "zalo_account_id": account,
+        "zalo_account_id": o.zalo_account_id,
         "zalo_conversation_id": conversation_id,
-        "msg_id": msg_id or "",
-        "cli_msg_id": cli_msg_id,
-        "thread_id": thread_id,
-        "thread_type": thread_type,
+        "msg_id": o.msg_id or "",
+        "cli_msg_id": o.cli_msg_id,
+        "thread_id": o.thread_id,
+        "thread_type": o.thread_type,
         "direction": "out",
         "sender_id": None,
         "sender_name": None,
-        "content": content,
+        "content": o.content,
         "msg_type": None,
-        "attachments": None if attachments is None else json_column(attachments),
+        "attachments": None if o.attachments is None else json_column(o.attachments),
         "mentions": None,
-        "quote_msg_id": quote_msg_id,
+        "quote_msg_id": o.quote_msg_id,
         "quote_payload": None,
         "quote_preview": None,
-        "sent_at": instant_text(queued_at),
-        "created_at": None if created is None else instant_text(created),
-        "updated_at": None if updated is None else instant_text(updated),
-        "delivery_state": _ORDER_STATE_NAMES[state],
+        "sent_at": instant_text(o.queued_at),
+        "created_at": None if o.created_at is None else instant_text(o.created_at),
+        "updated_at": None if o.updated_at is None else instant_text(o.updated_at),
+        "delivery_state": _ORDER_STATE_NAMES[o.state],
         "delivered_at": None,
         "seen_at": None,
         "reactions": [],
-        "agent_user_id": agent,
+        "agent_user_id": o.agent_user_id,
         "agent_name": None,
         "failure_class": FAILURE_CLASS_NAMES.get(failure),
-        "failure_reason": failure_reason if failed else None,
+        "failure_reason": o.failure_reason if failed else None,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from agora.messaging.v1 import message_pb2
 
@@ -196,24 +196,28 @@ def reaction_fields(document: str | bytes) -> list[dict[str, Any]]:
     ]
 
 
-# Columns of a send order as the timeline shows one not yet echoed (order_message_fields).
-ORDER_COLUMNS = (
-    "zalo_account_id",
-    "thread_id",
-    "thread_type",
-    "cli_msg_id",
-    "msg_id",
-    "agent_user_id",
-    "content",
-    "quote_msg_id",
-    "attachments",
-    "state",
-    "failure_class",
-    "failure_reason",
-    "queued_at",
-    "created_at",
-    "updated_at",
-)
+class OrderRow(NamedTuple):
+    """A send order as the timeline shows one not yet echoed (order_message_fields): its
+    columns, in the order ORDER_COLUMNS selects them."""
+
+    zalo_account_id: int
+    thread_id: str
+    thread_type: str
+    cli_msg_id: str
+    msg_id: str | None
+    agent_user_id: int | None
+    content: str | None
+    quote_msg_id: str | None
+    attachments: str | None
+    state: str
+    failure_class: str | None
+    failure_reason: str | None
+    queued_at: datetime
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+ORDER_COLUMNS = OrderRow._fields
 ORDER_QUEUED_AT = ORDER_COLUMNS.index("queued_at")
 
 
@@ -221,43 +225,27 @@ def order_message_fields(row: Sequence[Any], conversation_id: int) -> dict[str, 
     """A send order not yet echoed (ORDER_COLUMNS) as StoredMessage fields: id 0 (no stored row),
     msg_id empty until the listener reports it, sent at its queued_at, the delivery state of its
     order state; failure_class and failure_reason only while it is failed."""
-    (
-        account,
-        thread_id,
-        thread_type,
-        cli_msg_id,
-        msg_id,
-        agent,
-        content,
-        quote_msg_id,
-        attachments,
-        state,
-        failure_class,
-        failure_reason,
-        queued_at,
-        created,
-        updated,
-    ) = row
-    failed = state == "failed"
+    o = OrderRow(*row)
+    failed = o.state == "failed"
     return {
         "id": 0,
-        "zalo_account_id": account,
+        "zalo_account_id": o.zalo_account_id,
         "zalo_conversation_id": conversation_id,
-        "msg_id": msg_id or "",
-        "cli_msg_id": cli_msg_id,
-        "thread_id": thread_id,
-        "thread_type": THREAD_TYPES[thread_type],
+        "msg_id": o.msg_id or "",
+        "cli_msg_id": o.cli_msg_id,
+        "thread_id": o.thread_id,
+        "thread_type": THREAD_TYPES[o.thread_type],
         "direction": message_pb2.DIRECTION_OUT,
-        "content": content,
-        "quote_msg_id": quote_msg_id,
-        "attachments": attachments,
-        "sent_at": timestamp_fields(queued_at),
-        "created_at": None if created is None else timestamp_fields(created),
-        "updated_at": None if updated is None else timestamp_fields(updated),
-        "delivery_state": ORDER_STATES[state],
-        "agent_user_id": agent,
-        "failure_class": FAILURE_CLASSES.get(failure_class, 0) if failed else 0,
-        "failure_reason": failure_reason if failed else None,
+        "content": o.content,
+        "quote_msg_id": o.quote_msg_id,
+        "attachments": o.attachments,
+        "sent_at": timestamp_fields(o.queued_at),
+        "created_at": None if o.created_at is None else timestamp_fields(o.created_at),
+        "updated_at": None if o.updated_at is None else timestamp_fields(o.updated_at),
+        "delivery_state": ORDER_STATES[o.state],
+        "agent_user_id": o.agent_user_id,
+        "failure_class": FAILURE_CLASSES.get(o.failure_class or "", 0) if failed else 0,
+        "failure_reason": o.failure_reason if failed else None,
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+import grpc
 import pytest
 import redis.asyncio as redis
 from agora.messaging.v1 import ingest_service_pb2 as ipb
@@ -51,6 +52,17 @@ async def get(timeline: Timeline, msg_id: str) -> message_pb2.StoredMessage:
         tpb.GetMessageRequest(account_id=1, msg_id=msg_id)
     )
     return reply.message
+
+
+async def watch_inbox(timeline: Timeline, env: Env) -> grpc.aio.UnaryStreamCall:
+    """Account 1's live feed, as user 7 watches it, once the server has taken its start."""
+    watch = timeline.WatchInbox(
+        tpb.WatchInboxRequest(account_id=1),
+        metadata=[("authorization", f"Bearer {mint(env.jwt_secret, 7, [1], 600)}")],
+        timeout=30,
+    )
+    await started(watch)
+    return watch
 
 
 async def test_receipts_move_a_sent_message_to_delivered_then_seen_once_each(
@@ -291,12 +303,7 @@ async def test_the_live_feed_carries_the_message_as_each_receipt_leaves_it(
     env: Env,
 ) -> None:
     await place_order(admin_db, "agora-1", agent=9)
-    watch = timeline.WatchInbox(
-        tpb.WatchInboxRequest(account_id=1),
-        metadata=[("authorization", f"Bearer {mint(env.jwt_secret, 7, [1], 600)}")],
-        timeout=30,
-    )
-    await started(watch)
+    watch = await watch_inbox(timeline, env)
     await echo(ingest, "z1", "agora-1", 1)
     await flusher.drain()
     sent, _conversation = await take(watch, 2)
@@ -341,12 +348,7 @@ async def test_each_live_message_is_the_stored_message_the_timeline_returns(
     await place_order(admin_db, "agora-1", agent=9)
     await append_receipts(redis_client, streams, [receipt("r1", "z1", "delivered", 2)])
     await flusher.drain()
-    watch = timeline.WatchInbox(
-        tpb.WatchInboxRequest(account_id=1),
-        metadata=[("authorization", f"Bearer {mint(env.jwt_secret, 7, [1], 600)}")],
-        timeout=30,
-    )
-    await started(watch)
+    watch = await watch_inbox(timeline, env)
     first = message("m1", sent_at=at(5))
     await ingest.IngestMessages(ipb.IngestMessagesRequest(account_id=1, messages=[first]))
     await flusher.drain()

@@ -18,9 +18,10 @@ from tools import protos
 
 TIMELINE = "protos/agora/messaging/v1/timeline_service.proto"
 FIELD = "bool include_archive = 6;"
-RENUMBERED = "bool include_archive = 10;"
+# A number no field of the request has used (the renumbering must not also collide).
+RENUMBERED = "bool include_archive = 20;"
 # An addition: a new field with a new number (what a MINOR release may do).
-ADDED = "bool include_archive = 6;\n  bool newest_first = 10;"
+ADDED = "bool include_archive = 6;\n  bool newest_first = 20;"
 
 
 def copy_protos(directory: Path) -> Path:
